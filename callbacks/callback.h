@@ -1,0 +1,89 @@
+#pragma once
+// volt::Callback — code that hooks into the Trainer's loop without touching the model: every
+// hook is a no-op by default, and the Trainer calls each one through a typed member pointer (no
+// dispatch by string). A callback sees the Trainer's public state, never a strategy's insides.
+//
+// Hooks run on every rank; a callback that writes files or prints checks
+// trainer.is_global_zero(), and a decision that must agree across ranks goes through
+// trainer.strategy().broadcast_decision().
+#include <torch/torch.h>
+
+#include <string>
+
+#include "trainer/data/batch.h"
+#include "trainer/state_dict.h"
+
+namespace volt {
+
+class Trainer;
+class Module;
+
+class Callback {
+ public:
+  virtual ~Callback() = default;
+
+  // Identifies this callback's state in a checkpoint. Two instances of one class with different
+  // settings must return different keys (e.g. "ModelCheckpoint{monitor=val_acc,mode=max}").
+  virtual std::string state_key() const;
+  virtual StateDict state_dict() const { return {}; }
+  virtual void load_state_dict(const StateDict& state) {}
+
+  virtual void setup(Trainer& trainer, Module& module, const std::string& stage) {}
+  virtual void teardown(Trainer& trainer, Module& module, const std::string& stage) {}
+
+  virtual void on_fit_start(Trainer& trainer, Module& module) {}
+  virtual void on_fit_end(Trainer& trainer, Module& module) {}
+  virtual void on_sanity_check_start(Trainer& trainer, Module& module) {}
+  virtual void on_sanity_check_end(Trainer& trainer, Module& module) {}
+
+  virtual void on_train_start(Trainer& trainer, Module& module) {}
+  virtual void on_train_end(Trainer& trainer, Module& module) {}
+  virtual void on_train_epoch_start(Trainer& trainer, Module& module) {}
+  virtual void on_train_epoch_end(Trainer& trainer, Module& module) {}
+  virtual void on_train_batch_start(Trainer& trainer, Module& module, const Batch& batch,
+                                    int64_t batch_idx) {}
+  // `loss` is what training_step returned (undefined when it skipped the batch).
+  virtual void on_train_batch_end(Trainer& trainer, Module& module, const torch::Tensor& loss,
+                                  const Batch& batch, int64_t batch_idx) {}
+
+  virtual void on_validation_start(Trainer& trainer, Module& module) {}
+  virtual void on_validation_end(Trainer& trainer, Module& module) {}
+  virtual void on_validation_epoch_start(Trainer& trainer, Module& module) {}
+  virtual void on_validation_epoch_end(Trainer& trainer, Module& module) {}
+  virtual void on_validation_batch_start(Trainer& trainer, Module& module, const Batch& batch,
+                                         int64_t batch_idx) {}
+  virtual void on_validation_batch_end(Trainer& trainer, Module& module, const Batch& batch,
+                                       int64_t batch_idx) {}
+
+  virtual void on_test_start(Trainer& trainer, Module& module) {}
+  virtual void on_test_end(Trainer& trainer, Module& module) {}
+  virtual void on_test_epoch_start(Trainer& trainer, Module& module) {}
+  virtual void on_test_epoch_end(Trainer& trainer, Module& module) {}
+  virtual void on_test_batch_start(Trainer& trainer, Module& module, const Batch& batch,
+                                   int64_t batch_idx) {}
+  virtual void on_test_batch_end(Trainer& trainer, Module& module, const Batch& batch,
+                                 int64_t batch_idx) {}
+
+  virtual void on_predict_start(Trainer& trainer, Module& module) {}
+  virtual void on_predict_end(Trainer& trainer, Module& module) {}
+  virtual void on_predict_batch_start(Trainer& trainer, Module& module, const Batch& batch,
+                                      int64_t batch_idx) {}
+  virtual void on_predict_batch_end(Trainer& trainer, Module& module,
+                                    const torch::Tensor& prediction, const Batch& batch,
+                                    int64_t batch_idx) {}
+
+  virtual void on_before_backward(Trainer& trainer, Module& module, const torch::Tensor& loss) {}
+  virtual void on_after_backward(Trainer& trainer, Module& module) {}
+  virtual void on_before_optimizer_step(Trainer& trainer, Module& module,
+                                        torch::optim::Optimizer& optimizer) {}
+  virtual void on_before_zero_grad(Trainer& trainer, Module& module,
+                                   torch::optim::Optimizer& optimizer) {}
+
+  // The checkpoint being written / read, to add to or read from beside this callback's state.
+  virtual void on_save_checkpoint(Trainer& trainer, Module& module, StateDict& checkpoint) {}
+  virtual void on_load_checkpoint(Trainer& trainer, Module& module, const StateDict& checkpoint) {}
+
+  virtual void on_exception(Trainer& trainer, Module& module, const std::exception& error) {}
+};
+
+}  // namespace volt

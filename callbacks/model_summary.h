@@ -1,0 +1,23 @@
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "callbacks/callback.h"
+
+namespace volt {
+
+// Prints, at fit start on global rank 0, a table of the module's submodules down to `max_depth`
+// (name, type, parameter count) and totals: trainable, frozen, all, and their size in MB.
+class ModelSummary : public Callback {
+ public:
+  explicit ModelSummary(int64_t max_depth = 1);
+  void on_fit_start(Trainer& trainer, Module& module) override;
+
+  // The table itself (exposed for tests and for printing elsewhere).
+  static std::string summarize(const torch::nn::Module& module, int64_t max_depth);
+
+ private:
+  int64_t max_depth_;
+};
+
+}  // namespace volt

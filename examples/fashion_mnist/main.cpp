@@ -1,0 +1,44 @@
+// The main job: a small CNN on Fashion-MNIST. Accepts every Trainer flag (see --help), e.g.
+//   build/examples/fashion_mnist --max-epochs 5 --precision bf16-mixed
+//   build/examples/fashion_mnist --strategy ddp --devices 2
+#include <boost/program_options.hpp>
+
+#include <iomanip>
+#include <iostream>
+
+#include "fashion_mnist/classifier.h"
+#include "fashion_mnist/fashion_mnist_data.h"
+
+namespace po = boost::program_options;
+
+int main(int argc, char** argv) {
+  return volt::run_main([&] {
+    fashion_mnist::FashionMnistOptions data_options;
+    fashion_mnist::ClassifierOptions model_options;
+    po::options_description program("Fashion-MNIST options");
+    program.add_options()
+        ("data-dir", po::value(&data_options.data_dir)->default_value(data_options.data_dir),
+         "directory with the four *-ubyte.gz files")
+        ("batch-size", po::value(&data_options.batch_size)->default_value(data_options.batch_size),
+         "training batch size (per process)")
+        ("val-size", po::value(&data_options.val_size)->default_value(data_options.val_size),
+         "training images held out for validation")
+        ("lr", po::value(&model_options.lr)->default_value(model_options.lr), "AdamW learning rate")
+        ("dropout", po::value(&model_options.dropout)->default_value(model_options.dropout), "dropout before the last layer");
+    po::variables_map values;
+    auto options = volt::TrainerOptions::from_args(argc, argv, program, &values);
+    if (!options.max_epochs && options.max_steps == -1) options.max_epochs = 5;  // this job's default
+    if (!options.seed) options.seed = 42;
+
+    volt::Trainer trainer(options);
+    auto data = std::make_shared<fashion_mnist::FashionMnistData>(data_options);
+    auto model = std::make_shared<fashion_mnist::Classifier>(model_options);
+    trainer.fit(model, data);
+    const auto metrics = trainer.test(model, data);
+    if (trainer.is_global_zero()) {
+      std::cout << "Final test metrics:";
+      for (const auto& [name, value] : metrics) std::cout << " " << name << "=" << std::fixed << std::setprecision(4) << value;
+      std::cout << std::endl;
+    }
+  });
+}

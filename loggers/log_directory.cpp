@@ -1,0 +1,45 @@
+#include "loggers/log_directory.h"
+
+#include <filesystem>
+#include <regex>
+
+#include "trainer/error.h"
+
+namespace fs = std::filesystem;
+
+namespace volt {
+
+LogDirectory::LogDirectory(std::string save_dir, std::string name, int64_t version)
+    : save_dir_(std::move(save_dir)), name_(std::move(name)), version_(version) {}
+
+int64_t LogDirectory::version() const {
+  if (version_ >= 0) return version_;
+  int64_t next = 0;
+  const fs::path root = fs::path(save_dir_) / name_;
+  std::error_code ignored;
+  if (fs::is_directory(root, ignored)) {
+    static const std::regex pattern("version_([0-9]+)");
+    for (const auto& entry : fs::directory_iterator(root)) {
+      std::smatch match;
+      const auto leaf = entry.path().filename().string();
+      if (entry.is_directory() && std::regex_match(leaf, match, pattern)) {
+        next = std::max<int64_t>(next, std::stoll(match[1].str()) + 1);
+      }
+    }
+  }
+  version_ = next;
+  return version_;
+}
+
+std::string LogDirectory::path() const {
+  return (fs::path(save_dir_) / name_ / ("version_" + std::to_string(version()))).string();
+}
+
+void LogDirectory::create() const {
+  std::error_code error;
+  fs::create_directories(path(), error);
+  check<ConfigurationError>(!error, "Logger: cannot create log directory '", path(), "': ",
+                            error.message(), "; check --default-root-dir");
+}
+
+}  // namespace volt

@@ -1,0 +1,38 @@
+#pragma once
+// Helpers every test area shares.
+#include <map>
+#include <string>
+#include <vector>
+
+namespace volt::testing {
+
+// A fresh directory under /tmp, removed (with its contents) when the object is destroyed.
+class TemporaryDirectory {
+ public:
+  TemporaryDirectory();
+  ~TemporaryDirectory();
+  TemporaryDirectory(const TemporaryDirectory&) = delete;
+  TemporaryDirectory& operator=(const TemporaryDirectory&) = delete;
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+struct ProcessResult {
+  int exit_code = -1;  // the exit status, or 128 + signal number
+  std::string output;  // stdout and stderr interleaved
+};
+
+// Runs `command` through /bin/sh, capturing its output; gives up (killing it) after
+// `timeout_seconds` and reports exit code 124 then.
+ProcessResult run_command(const std::string& command, int timeout_seconds = 300);
+
+// A CSV file as rows of column → text (empty cells are absent).
+std::vector<std::map<std::string, std::string>> read_csv(const std::string& path);
+
+// Path of a binary built by this project (e.g. "examples/fashion_mnist").
+std::string built_binary(const std::string& relative);
+
+}  // namespace volt::testing

@@ -1,0 +1,171 @@
+// Binds TrainerOptions to command-line flags (Boost.Program_options). Names are Lightning's in
+// dash form; a program may add its own flags beside volt's.
+#include <boost/program_options.hpp>
+
+#include <sstream>
+
+#include "callbacks/callback_registry.h"
+#include "loggers/logger_registry.h"
+#include "strategies/strategy_registry.h"
+#include "trainer/precision/precision.h"
+#include "trainer/registry/option_spec.h"
+#include "trainer/trainer_options.h"
+
+namespace po = boost::program_options;
+
+namespace volt {
+namespace {
+
+std::string joined(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
+  return out;
+}
+
+po::options_description volt_flags(const TrainerOptions& d) {
+  po::options_description flags("volt Trainer options");
+  auto limit = [](const BatchLimit& l) { return po::value<std::string>()->default_value(l.to_string()); };
+  flags.add_options()
+      ("help,h", "print this help and exit")
+      ("list-strategies", "print the registered strategies with their options and exit")
+      ("list-callbacks", "print the registered callbacks with their options and exit")
+      ("list-loggers", "print the registered loggers with their options and exit")
+      ("accelerator", po::value<std::string>()->default_value(d.accelerator), "cpu | cuda | auto")
+      ("devices", po::value<int64_t>()->default_value(d.devices), "processes per node")
+      ("num-nodes", po::value<int64_t>()->default_value(d.num_nodes), "number of nodes")
+      ("strategy", po::value<std::string>()->default_value(d.strategy),
+       "NAME[:key=value,...] (see --list-strategies)")
+      ("precision", po::value<std::string>()->default_value(d.precision),
+       ("one of: " + joined(precision_names())).c_str())
+      ("max-epochs", po::value<int64_t>(), "epochs to train (default 1000 unless --max-steps; -1: no limit)")
+      ("min-epochs", po::value<int64_t>()->default_value(d.min_epochs), "epochs before early stopping may stop")
+      ("max-steps", po::value<int64_t>()->default_value(d.max_steps), "optimizer steps to train (-1: no limit)")
+      ("max-time", po::value<std::string>()->default_value(d.max_time), "wall-clock limit DD:HH:MM:SS")
+      ("accumulate-grad-batches", po::value<int64_t>()->default_value(d.accumulate_grad_batches),
+       "micro-batches per optimizer step")
+      ("gradient-clip-val", po::value<double>(), "clip gradients at this value (default: no clipping)")
+      ("gradient-clip-algorithm", po::value<std::string>()->default_value("norm"), "norm | value")
+      ("val-check-interval", limit(d.val_check_interval), "fraction of an epoch, or batches, between validations")
+      ("check-val-every-n-epoch", po::value<int64_t>()->default_value(d.check_val_every_n_epoch),
+       "validate every n epochs")
+      ("limit-train-batches", limit(d.limit_train_batches), "fraction or number of training batches per epoch")
+      ("limit-val-batches", limit(d.limit_val_batches), "fraction or number of validation batches")
+      ("limit-test-batches", limit(d.limit_test_batches), "fraction or number of test batches")
+      ("limit-predict-batches", limit(d.limit_predict_batches), "fraction or number of predict batches")
+      ("num-sanity-val-steps", po::value<int64_t>()->default_value(d.num_sanity_val_steps),
+       "validation batches run before training (-1: all)")
+      ("log-every-n-steps", po::value<int64_t>()->default_value(d.log_every_n_steps),
+       "optimizer steps between logger writes")
+      ("default-root-dir", po::value<std::string>()->default_value(d.default_root_dir),
+       "root of logs and checkpoints")
+      ("logger", po::value<std::vector<std::string>>()->multitoken(),
+       "NAME[:key=value,...] (repeatable; 'none' for no logger; see --list-loggers; default csv)")
+      ("callback", po::value<std::vector<std::string>>()->multitoken(),
+       "NAME[:key=value,...] (repeatable; see --list-callbacks)")
+      ("enable-checkpointing", po::value<bool>()->default_value(d.enable_checkpointing),
+       "save checkpoints with a default ModelCheckpoint")
+      ("enable-progress-bar", po::value<bool>()->default_value(d.enable_progress_bar), "show a progress bar")
+      ("enable-model-summary", po::value<bool>()->default_value(d.enable_model_summary),
+       "print a model summary at fit start")
+      ("fast-dev-run", po::value<int64_t>()->default_value(d.fast_dev_run)->implicit_value(1),
+       "run n batches of each loop once (no logging, no checkpoints)")
+      ("overfit-batches", limit(d.overfit_batches), "train and validate on this fraction or number of batches")
+      ("deterministic", po::value<bool>()->default_value(d.deterministic)->implicit_value(true),
+       "use deterministic algorithms only")
+      ("seed", po::value<uint64_t>(), "seed for torch and the samplers");
+  return flags;
+}
+
+TrainerOptions options_from(const po::variables_map& vm) {
+  TrainerOptions o;
+  o.accelerator = vm["accelerator"].as<std::string>();
+  o.devices = vm["devices"].as<int64_t>();
+  o.num_nodes = vm["num-nodes"].as<int64_t>();
+  o.strategy = vm["strategy"].as<std::string>();
+  o.precision = vm["precision"].as<std::string>();
+  if (vm.count("max-epochs")) o.max_epochs = vm["max-epochs"].as<int64_t>();
+  o.min_epochs = vm["min-epochs"].as<int64_t>();
+  o.max_steps = vm["max-steps"].as<int64_t>();
+  o.max_time = vm["max-time"].as<std::string>();
+  o.accumulate_grad_batches = vm["accumulate-grad-batches"].as<int64_t>();
+  if (vm.count("gradient-clip-val")) o.gradient_clip_val = vm["gradient-clip-val"].as<double>();
+  const auto algorithm = vm["gradient-clip-algorithm"].as<std::string>();
+  check<ConfigurationError>(algorithm == "norm" || algorithm == "value",
+                            "--gradient-clip-algorithm: expected norm or value, got '", algorithm, "'");
+  o.gradient_clip_algorithm = algorithm == "norm" ? GradientClipAlgorithm::Norm : GradientClipAlgorithm::Value;
+  auto limit = [&](const char* flag) {
+    return BatchLimit::parse(vm[flag].as<std::string>(), std::string("--") + flag);
+  };
+  o.val_check_interval = limit("val-check-interval");
+  o.check_val_every_n_epoch = vm["check-val-every-n-epoch"].as<int64_t>();
+  o.limit_train_batches = limit("limit-train-batches");
+  o.limit_val_batches = limit("limit-val-batches");
+  o.limit_test_batches = limit("limit-test-batches");
+  o.limit_predict_batches = limit("limit-predict-batches");
+  o.num_sanity_val_steps = vm["num-sanity-val-steps"].as<int64_t>();
+  o.log_every_n_steps = vm["log-every-n-steps"].as<int64_t>();
+  o.default_root_dir = vm["default-root-dir"].as<std::string>();
+  if (vm.count("logger")) {
+    o.loggers = vm["logger"].as<std::vector<std::string>>();
+    if (o.loggers.size() == 1 && o.loggers[0] == "none") o.loggers.clear();
+  }
+  if (vm.count("callback")) o.callbacks = vm["callback"].as<std::vector<std::string>>();
+  o.enable_checkpointing = vm["enable-checkpointing"].as<bool>();
+  o.enable_progress_bar = vm["enable-progress-bar"].as<bool>();
+  o.enable_model_summary = vm["enable-model-summary"].as<bool>();
+  o.fast_dev_run = vm["fast-dev-run"].as<int64_t>();
+  o.overfit_batches = limit("overfit-batches");
+  o.deterministic = vm["deterministic"].as<bool>();
+  if (vm.count("seed")) o.seed = vm["seed"].as<uint64_t>();
+  return o;
+}
+
+std::vector<std::string> long_names(const po::options_description& description) {
+  std::vector<std::string> names;
+  for (const auto& option : description.options()) names.push_back("--" + option->long_name());
+  return names;
+}
+
+}  // namespace
+
+TrainerOptions TrainerOptions::from_args(int argc, const char* const argv[]) {
+  po::options_description none;
+  return from_args(argc, argv, none, nullptr);
+}
+
+TrainerOptions TrainerOptions::from_args(int argc, const char* const argv[],
+                                         const po::options_description& program_options,
+                                         po::variables_map* program_values) {
+  po::options_description all;
+  if (!program_options.options().empty()) all.add(program_options);
+  all.add(volt_flags(TrainerOptions{}));
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(all).run(), vm);
+    po::notify(vm);
+  } catch (const po::unknown_option& e) {
+    const auto suggestion = closest_match(e.get_option_name(), long_names(all));
+    throw ConfigurationError("unknown flag '" + e.get_option_name() + "'" +
+                             (suggestion.empty() ? "" : "; did you mean '" + suggestion + "'?") +
+                             " Run with --help for every flag.");
+  } catch (const po::too_many_positional_options_error&) {
+    throw ConfigurationError("unexpected positional argument; flags take values as --flag VALUE, "
+                             "and switches like --deterministic as --deterministic=false");
+  } catch (const po::error& e) {
+    throw ConfigurationError(std::string(e.what()) + ". Run with --help for every flag.");
+  }
+  if (vm.count("help")) {
+    std::ostringstream text;
+    text << "Usage: " << (argc > 0 ? argv[0] : "program") << " [options]\n" << all;
+    throw HelpRequested(text.str());
+  }
+  if (vm.count("list-strategies")) throw HelpRequested(strategy_registry().describe());
+  if (vm.count("list-callbacks")) throw HelpRequested(callback_registry().describe());
+  if (vm.count("list-loggers")) throw HelpRequested(logger_registry().describe());
+  if (program_values) *program_values = vm;
+  auto options = options_from(vm);
+  options.validate();
+  return options;
+}
+
+}  // namespace volt

@@ -1,0 +1,37 @@
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trainer/data/data_loader.h"
+#include "trainer/trainer_state.h"
+
+namespace volt {
+
+class Trainer;
+
+// One pass over an evaluation loader (validation, sanity check, test, predict): the module in
+// eval mode without autograd, each batch through the strategy's forward context, epoch metrics
+// aggregated (and synced across ranks where logged with sync_dist) at the end.
+class EvaluationLoop {
+ public:
+  // `max_batches` caps the number of batches (-1: the stage's limit_*_batches applies).
+  EvaluationLoop(Trainer& trainer, RunningStage stage, std::shared_ptr<DataLoader> loader,
+                 int64_t max_batches = -1);
+  // Validation/test/sanity check: returns the epoch metrics (empty for the sanity check, whose
+  // metrics are discarded).
+  std::map<std::string, double> run();
+  // Predict: predict_step's output for every batch, in order.
+  std::vector<torch::Tensor> predict();
+
+  int64_t num_batches() const { return num_batches_; }
+
+ private:
+  Trainer& trainer_;
+  RunningStage stage_;
+  std::shared_ptr<DataLoader> loader_;
+  int64_t num_batches_;
+};
+
+}  // namespace volt

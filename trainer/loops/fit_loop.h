@@ -1,0 +1,39 @@
+#pragma once
+#include <memory>
+
+#include "trainer/data/data_loader.h"
+
+namespace volt {
+
+class Trainer;
+
+// Epochs of training batches with validation checks in between: sanity check, then for each
+// epoch its batches (accumulation windows, optimizer steps, schedulers, logging cadence), then
+// epoch-end validation, hooks and schedulers, until a limit or should_stop ends the fit.
+// Reads and advances Trainer::progress_, so a restored progress continues at the next batch.
+class FitLoop {
+ public:
+  FitLoop(Trainer& trainer, std::shared_ptr<DataLoader> train, std::shared_ptr<DataLoader> val);
+  void run();
+
+ private:
+  void run_epoch();
+  void run_batch(int64_t batch_idx);
+  void step_optimizers();
+  void clip_gradients(torch::optim::Optimizer& optimizer);
+  void step_schedulers(bool epoch_interval, const std::vector<bool>& stepped);
+  void validate_if_due(int64_t batch_idx);
+  void run_validation();
+  // Whether the loop must end now: limits reached, or should_stop with min_epochs satisfied.
+  bool done() const;
+  bool steps_exhausted() const;
+  bool time_exhausted() const;
+
+  Trainer& trainer_;
+  std::shared_ptr<DataLoader> train_;
+  std::shared_ptr<DataLoader> val_;
+  int64_t val_check_batch_ = 0;  // validate after every this many training batches
+  bool validation_enabled_ = false;
+};
+
+}  // namespace volt

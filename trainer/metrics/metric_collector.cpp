@@ -1,0 +1,120 @@
+#include "trainer/metrics/metric_collector.h"
+
+#include "trainer/error.h"
+
+namespace volt {
+namespace {
+
+bool same_options(const LogOptions& a, const LogOptions& b) {
+  return a.on_step == b.on_step && a.on_epoch == b.on_epoch && a.reduce_fx == b.reduce_fx &&
+         a.sync_dist == b.sync_dist;
+}
+
+void emit(MetricValues& out, const std::string& name, double value, const LogOptions& options) {
+  out.callback[name] = value;
+  if (options.logger) out.logger[name] = value;
+  if (options.prog_bar) out.prog_bar[name] = value;
+}
+
+}  // namespace
+
+MetricCollector::MetricCollector(SyncFn sync) : sync_(std::move(sync)) {}
+
+void MetricCollector::reset(RunningStage stage) {
+  stage_ = stage;
+  in_step_ = false;
+  entries_.clear();
+}
+
+void MetricCollector::set_in_step(bool in_step, int64_t batch_size) {
+  in_step_ = in_step;
+  batch_size_ = batch_size;
+}
+
+void MetricCollector::begin_batch() {
+  for (auto& [name, entry] : entries_) entry.fresh = false;
+}
+
+void MetricCollector::log(const std::string& name, const torch::Tensor& value,
+                          const LogOptions& given) {
+  check<ConfigurationError>(!name.empty(), "log: expected a metric name, got an empty string");
+  check<ConfigurationError>(stage_ != RunningStage::None, "log('", name,
+                            "'): called outside fit/validate/test; log from a step or hook");
+  check<ConfigurationError>(value.defined() && value.numel() == 1, "log('", name,
+                            "'): expected a scalar, got a tensor of shape ",
+                            value.defined() ? value.sizes() : torch::IntArrayRef{});
+  LogOptions options = given;
+  const bool training_step = stage_ == RunningStage::Training && in_step_;
+  if (!options.on_step) options.on_step = training_step;
+  if (!options.on_epoch) options.on_epoch = !training_step;
+  check<ConfigurationError>(*options.on_step || *options.on_epoch, "log('", name,
+                            "'): on_step and on_epoch are both false, so the value goes nowhere");
+  check<ConfigurationError>(!options.batch_size || *options.batch_size >= 1, "log('", name,
+                            "'): expected batch_size >= 1, got ", options.batch_size.value_or(0));
+
+  auto [it, inserted] = entries_.try_emplace(name);
+  Entry& entry = it->second;
+  if (inserted) {
+    entry.options = options;
+  } else {
+    check<ConfigurationError>(same_options(entry.options, options), "log('", name,
+                              "'): logged again in this loop with different on_step/on_epoch/"
+                              "reduce_fx/sync_dist; use one set of options per name");
+    entry.options.prog_bar = options.prog_bar;
+    entry.options.logger = options.logger;
+  }
+
+  const auto v = value.detach().reshape({}).to(torch::kDouble);
+  entry.last = v;
+  entry.fresh = true;
+  if (!*options.on_epoch) return;
+  const double weight = in_step_ ? static_cast<double>(options.batch_size.value_or(batch_size_)) : 1.0;
+  switch (options.reduce_fx) {
+    case ReduceFx::Mean:
+      entry.total = entry.total.defined() ? entry.total + v * weight : v * weight;
+      entry.weight += weight;
+      break;
+    case ReduceFx::Sum: entry.total = entry.total.defined() ? entry.total + v : v; break;
+    case ReduceFx::Max: entry.total = entry.total.defined() ? torch::maximum(entry.total, v) : v; break;
+    case ReduceFx::Min: entry.total = entry.total.defined() ? torch::minimum(entry.total, v) : v; break;
+  }
+}
+
+MetricValues MetricCollector::step_values() const {
+  MetricValues out;
+  for (const auto& [name, entry] : entries_) {
+    if (!*entry.options.on_step || !entry.fresh) continue;
+    auto value = entry.last;
+    if (entry.options.sync_dist) value = sync_(value, ReduceOp::Mean);
+    emit(out, *entry.options.on_epoch ? name + "_step" : name, value.item<double>(), entry.options);
+  }
+  return out;
+}
+
+MetricValues MetricCollector::epoch_values() const {
+  MetricValues out;
+  for (const auto& [name, entry] : entries_) {
+    if (!*entry.options.on_epoch || !entry.total.defined()) continue;
+    double value = 0;
+    if (entry.options.reduce_fx == ReduceFx::Mean) {
+      auto pair = torch::stack({entry.total, torch::full({}, entry.weight, entry.total.options())});
+      if (entry.options.sync_dist) pair = sync_(pair, ReduceOp::Sum);
+      value = (pair[0] / pair[1]).item<double>();
+    } else {
+      static const std::map<ReduceFx, ReduceOp> ops{
+          {ReduceFx::Sum, ReduceOp::Sum}, {ReduceFx::Max, ReduceOp::Max}, {ReduceFx::Min, ReduceOp::Min}};
+      auto total = entry.total;
+      if (entry.options.sync_dist) total = sync_(total, ops.at(entry.options.reduce_fx));
+      value = total.item<double>();
+    }
+    if (*entry.options.on_step) {
+      emit(out, name + "_epoch", value, entry.options);
+      out.callback[name] = value;
+    } else {
+      emit(out, name, value, entry.options);
+    }
+  }
+  return out;
+}
+
+}  // namespace volt

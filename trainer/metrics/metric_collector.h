@@ -1,0 +1,68 @@
+#pragma once
+// Collects what a Module logs during one loop (a training epoch, a validation or test run) and
+// turns it into step values and epoch aggregates with Lightning's naming: a name logged only per
+// step or only per epoch keeps its name; one logged both ways becomes <name>_step and
+// <name>_epoch (and <name> holds the epoch value for callbacks). Tensors stay on their device
+// until a value is asked for, so logging never forces a device synchronization by itself.
+#include <torch/torch.h>
+
+#include <functional>
+#include <map>
+#include <string>
+
+#include "strategies/reduce_op.h"
+#include "trainer/metrics/log_options.h"
+#include "trainer/trainer_state.h"
+
+namespace volt {
+
+// Metrics by destination: what goes to the loggers, to the progress bar, and to callbacks
+// (ModelCheckpoint / EarlyStopping monitors read `callback`, which holds everything).
+struct MetricValues {
+  std::map<std::string, double> logger;
+  std::map<std::string, double> prog_bar;
+  std::map<std::string, double> callback;
+};
+
+class MetricCollector {
+ public:
+  // Reduces a tensor across ranks (the strategy's all_reduce; the identity on one process).
+  using SyncFn = std::function<torch::Tensor(const torch::Tensor&, ReduceOp)>;
+  explicit MetricCollector(SyncFn sync);
+
+  // Starts a new loop: forgets everything logged before. `stage` decides log()'s defaults.
+  void reset(RunningStage stage);
+  // Whether logging now happens inside a *_step (per batch) or in an epoch-level hook.
+  void set_in_step(bool in_step, int64_t batch_size = 1);
+  // Marks the start of a batch: step values from the previous batch stop being "fresh".
+  void begin_batch();
+
+  // Throws ConfigurationError for an empty name, a tensor with more than one element, or a name
+  // already logged in this loop with different on_step/on_epoch/reduce_fx/sync_dist.
+  void log(const std::string& name, const torch::Tensor& value, const LogOptions& options);
+
+  // Values logged on_step during the current batch (synced per step where asked).
+  MetricValues step_values() const;
+  // Aggregates of everything logged on_epoch since reset(); a collective when any name uses
+  // sync_dist (every rank must call it at the same point).
+  MetricValues epoch_values() const;
+
+  RunningStage stage() const { return stage_; }
+
+ private:
+  struct Entry {
+    LogOptions options;  // on_step / on_epoch resolved
+    torch::Tensor last;  // latest value, detached, as float64
+    bool fresh = false;  // logged during the current batch
+    torch::Tensor total; // Σ value·weight (Mean), Σ value (Sum), running Max/Min
+    double weight = 0;   // Σ weight, for Mean
+  };
+
+  SyncFn sync_;
+  RunningStage stage_ = RunningStage::None;
+  bool in_step_ = false;
+  int64_t batch_size_ = 1;
+  std::map<std::string, Entry> entries_;
+};
+
+}  // namespace volt

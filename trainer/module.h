@@ -1,0 +1,69 @@
+#pragma once
+// volt::Module — the user's model: what a step computes, which optimizers train it, and hooks into
+// the loop. Lightning's LightningModule, as a torch::nn::Module.
+#include <torch/torch.h>
+
+#include <string>
+
+#include "trainer/data/batch.h"
+#include "trainer/error.h"
+#include "trainer/hyperparameters.h"
+#include "trainer/metrics/log_options.h"
+#include "trainer/optim/optimizer_config.h"
+
+namespace volt {
+
+class Trainer;
+
+// Thrown by the default validation_step/test_step/predict_step: the Trainer treats it as "this
+// module does not define that step" (skipping validation, or failing test/predict clearly).
+class StepNotDefined : public Error {
+ public:
+  using Error::Error;
+};
+
+class Module : public torch::nn::Module {
+ public:
+  // The loss of one (micro-)batch. Returning an undefined tensor skips this batch's backward; a
+  // window whose micro-batches all return undefined takes no optimizer step.
+  virtual torch::Tensor training_step(const Batch& batch, int64_t batch_idx) = 0;
+  virtual void validation_step(const Batch& batch, int64_t batch_idx);
+  virtual void test_step(const Batch& batch, int64_t batch_idx);
+  virtual torch::Tensor predict_step(const Batch& batch, int64_t batch_idx);
+  virtual OptimizerConfig configure_optimizers() = 0;
+
+  // Hooks, in the order the loop calls them (every one a no-op by default).
+  virtual void on_fit_start() {}
+  virtual void on_train_epoch_start() {}
+  virtual void on_before_backward(const torch::Tensor& loss) {}
+  virtual void on_after_backward() {}
+  virtual void on_before_optimizer_step(torch::optim::Optimizer& optimizer) {}
+  virtual void on_before_zero_grad(torch::optim::Optimizer& optimizer) {}
+  virtual void on_train_epoch_end() {}
+  virtual void on_validation_epoch_start() {}
+  virtual void on_validation_epoch_end() {}
+  virtual void on_test_epoch_start() {}
+  virtual void on_test_epoch_end() {}
+  virtual void on_fit_end() {}
+
+  // Records a scalar for the loggers, the progress bar and callbacks (see LogOptions for the
+  // defaults, which depend on the hook that logs). Valid only while a Trainer runs this module.
+  void log(const std::string& name, const torch::Tensor& value, const LogOptions& options = {});
+  void log(const std::string& name, double value, const LogOptions& options = {});
+
+  // Hyperparameters are logged by every logger at fit start and stored in checkpoints.
+  void save_hyperparameters(Hyperparameters hparams) { hparams_ = std::move(hparams); }
+  const Hyperparameters& hparams() const { return hparams_; }
+
+  // The Trainer running this module; throws ConfigurationError when none is.
+  const Trainer& trainer() const;
+  int64_t current_epoch() const;
+  int64_t global_step() const;
+
+ private:
+  friend class Trainer;
+  Trainer* trainer_ = nullptr;  // set by the Trainer for the duration of fit/validate/test/predict
+  Hyperparameters hparams_;
+};
+
+}  // namespace volt

@@ -1,0 +1,300 @@
+#include "trainer/trainer.h"
+
+#include <filesystem>
+
+#include "callbacks/callback_registry.h"
+#include "callbacks/model_summary.h"
+#include "callbacks/progress_bar.h"
+#include "loggers/logger_registry.h"
+#include "strategies/strategy_registry.h"
+#include "trainer/loops/evaluation_loop.h"
+#include "trainer/loops/fit_loop.h"
+#include "trainer/compat.h"
+#include "trainer/cpu_threads.h"
+#include "trainer/reproducibility.h"
+
+namespace volt {
+namespace {
+
+torch::Device resolve_device(const TrainerOptions& options) {
+  const bool cuda = torch::cuda::is_available();
+  if (options.accelerator == "cuda") {
+    check<NotSupportedError>(cuda, "--accelerator cuda: LibTorch sees no CUDA device",
+                             compat::kBuiltWithCuda ? "" : " (this LibTorch is CPU-only)",
+                             "; use --accelerator cpu");
+    return torch::Device(torch::kCUDA, 0);
+  }
+  if (options.accelerator == "auto" && cuda) return torch::Device(torch::kCUDA, 0);
+  return torch::kCPU;
+}
+
+// fit(module, train_loader, val_loader) as a DataModule.
+class DataModuleOfLoaders : public DataModule {
+ public:
+  DataModuleOfLoaders(std::shared_ptr<DataLoader> train, std::shared_ptr<DataLoader> val)
+      : train_(std::move(train)), val_(std::move(val)) {}
+  std::shared_ptr<DataLoader> train_dataloader() override { return train_; }
+  std::shared_ptr<DataLoader> val_dataloader() override { return val_; }
+
+ private:
+  std::shared_ptr<DataLoader> train_, val_;
+};
+
+}  // namespace
+
+Trainer::Trainer(TrainerOptions options) : Trainer(options, nullptr, true) {}
+
+Trainer::Trainer(TrainerOptions options, std::shared_ptr<Strategy> strategy)
+    : Trainer(std::move(options), std::move(strategy), false) {}
+
+Trainer::Trainer(TrainerOptions options, std::shared_ptr<Strategy> strategy, bool from_registry)
+    : options_(std::move(options)),
+      train_collector_([this](const torch::Tensor& value, ReduceOp op) { return strategy_->all_reduce(value, op); }),
+      eval_collector_([this](const torch::Tensor& value, ReduceOp op) { return strategy_->all_reduce(value, op); }) {
+  options_.validate();
+  if (from_registry) strategy = strategy_registry().create(options_.strategy);
+  options_.validate();
+  check<ConfigurationError>(strategy != nullptr, "Trainer: expected a strategy, got nullptr");
+  init(std::move(strategy));
+}
+
+MetricCollector& Trainer::metric_collector() {
+  return stage_ == RunningStage::Training || stage_ == RunningStage::None ? train_collector_ : eval_collector_;
+}
+
+Trainer::~Trainer() {
+  if (strategy_) strategy_->teardown();
+}
+
+void Trainer::init(std::shared_ptr<Strategy> strategy) {
+  strategy_ = std::move(strategy);
+  const torch::Device device = resolve_device(options_);
+  precision_ = make_precision(options_.precision, device);
+  strategy_->set_precision(precision_);
+  // fast_dev_run is a smoke test: it must leave nothing behind (Lightning's rule).
+  if (options_.fast_dev_run == 0) {
+    const std::map<std::string, std::string> context{{"save_dir", options_.default_root_dir}};
+    for (const auto& spec : options_.loggers) loggers_.push_back(logger_registry().create(spec, context));
+  }
+  for (const auto& spec : options_.callbacks) callbacks_.push_back(callback_registry().create(spec));
+}
+
+void Trainer::add_callback(std::shared_ptr<Callback> callback) {
+  check<ConfigurationError>(callback != nullptr, "Trainer::add_callback: expected a callback, got nullptr");
+  callbacks_.push_back(std::move(callback));
+}
+
+void Trainer::add_logger(std::shared_ptr<Logger> logger) {
+  check<ConfigurationError>(logger != nullptr, "Trainer::add_logger: expected a logger, got nullptr");
+  if (options_.fast_dev_run == 0) loggers_.push_back(std::move(logger));
+}
+
+std::string Trainer::log_dir() const {
+  return loggers_.empty() ? options_.default_root_dir : loggers_.front()->log_dir();
+}
+
+int64_t Trainer::estimated_stepping_batches() const {
+  const int64_t k = options_.accumulate_grad_batches;
+  const int64_t per_epoch = (num_training_batches_ + k - 1) / k;
+  const int64_t epochs = max_epochs();
+  const int64_t by_epochs = epochs == -1 ? -1 : per_epoch * epochs;
+  if (options_.max_steps == -1) return by_epochs;
+  return by_epochs == -1 ? options_.max_steps : std::min(by_epochs, options_.max_steps);
+}
+
+void Trainer::setup(TrainerFn fn, const std::shared_ptr<Module>& module,
+                    const std::shared_ptr<DataModule>& data) {
+  check<ConfigurationError>(module != nullptr, "Trainer: expected a module, got nullptr");
+  check<ConfigurationError>(data != nullptr, "Trainer: expected a data module, got nullptr");
+  check<ConfigurationError>(module->trainer_ == nullptr || module->trainer_ == this,
+                            "Trainer: this module is already being run by another Trainer");
+  fn_ = fn;
+  status_ = TrainerStatus::Running;
+  module_ = module;
+  data_ = data;
+  module_->trainer_ = this;
+  if (!environment_ready_) {
+    StrategyEnvironment environment;
+    environment.device = resolve_device(options_);
+    environment.devices = options_.devices;
+    environment.num_nodes = options_.num_nodes;
+    configure_cpu_threads(options_.devices);
+    strategy_->setup_environment(environment);
+    environment_ready_ = true;
+  }
+  if (options_.seed) seed_everything(*options_.seed);
+  set_deterministic(options_.deterministic);
+  if (fn == TrainerFn::Fitting) {
+    // Defaults Lightning adds unless the user configured their own.
+    bool has_progress_bar = false, has_summary = false;
+    for (const auto& c : callbacks_) {
+      has_progress_bar |= dynamic_cast<ProgressBar*>(c.get()) != nullptr;
+      has_summary |= dynamic_cast<ModelSummary*>(c.get()) != nullptr;
+    }
+    if (options_.enable_model_summary && !has_summary) callbacks_.push_back(std::make_shared<ModelSummary>());
+    if (options_.enable_progress_bar && !has_progress_bar) callbacks_.push_back(std::make_shared<ProgressBar>());
+  } else if (options_.enable_progress_bar &&
+             std::none_of(callbacks_.begin(), callbacks_.end(),
+                          [](const auto& c) { return dynamic_cast<ProgressBar*>(c.get()) != nullptr; })) {
+    callbacks_.push_back(std::make_shared<ProgressBar>());
+  }
+  data_->setup(fn);
+  strategy_->setup_module(*module_);
+  precision_->convert_module(*module_);
+  call_callbacks(&Callback::setup, to_string(fn));
+}
+
+void Trainer::setup_optimizers() {
+  OptimizerConfig config = module_->configure_optimizers();
+  config.validate();
+  optimizers_ = strategy_->setup_optimizers(config.optimizers);
+  schedulers_ = config.schedulers;
+}
+
+void Trainer::teardown() {
+  if (module_) {
+    call_callbacks(&Callback::teardown, to_string(fn_));
+    module_->trainer_ = nullptr;
+  }
+  stage_ = RunningStage::None;
+}
+
+template <typename Body>
+void Trainer::run_guarded(TrainerFn fn, const std::shared_ptr<Module>& module,
+                          const std::shared_ptr<DataModule>& data, Body&& body) {
+  try {
+    setup(fn, module, data);
+    body();
+    status_ = TrainerStatus::Finished;
+    if (loggers_active()) {
+      for (auto& logger : loggers_) logger->finalize(status_);
+    }
+    teardown();
+  } catch (const std::exception& error) {
+    status_ = TrainerStatus::Interrupted;
+    if (module_) {
+      for (auto& callback : callbacks_) {
+        try {
+          callback->on_exception(*this, *module_, error);
+        } catch (...) {
+          // The original error is the one to report; a failing on_exception must not hide it.
+        }
+      }
+      if (loggers_active()) {
+        for (auto& logger : loggers_) logger->finalize(status_);
+      }
+      teardown();
+    }
+    throw;
+  }
+}
+
+bool Trainer::loggers_active() const { return !loggers_.empty() && strategy_->is_global_zero(); }
+
+void Trainer::fit(std::shared_ptr<Module> module, std::shared_ptr<DataLoader> train,
+                  std::shared_ptr<DataLoader> val, const std::string& ckpt_path) {
+  fit(std::move(module), std::make_shared<DataModuleOfLoaders>(std::move(train), std::move(val)), ckpt_path);
+}
+
+void Trainer::fit(std::shared_ptr<Module> module, std::shared_ptr<DataModule> data,
+                  const std::string& ckpt_path) {
+  run_guarded(TrainerFn::Fitting, module, data, [&] {
+    auto train = data_->train_dataloader();
+    check<ConfigurationError>(train != nullptr,
+                              "Trainer::fit: the data module provides no train_dataloader()");
+    auto val = data_->val_dataloader();
+    // The loop resolves the batch limits first, so that configure_optimizers can read
+    // estimated_stepping_batches() (e.g. for a schedule over the whole fit).
+    FitLoop loop(*this, prepare_loader(train, true), val ? prepare_loader(val, false) : nullptr);
+    setup_optimizers();
+    if (!ckpt_path.empty()) restore_checkpoint(ckpt_path);
+    loop.run();
+  });
+}
+
+std::map<std::string, double> Trainer::validate(std::shared_ptr<Module> module,
+                                                std::shared_ptr<DataModule> data,
+                                                const std::string& ckpt_path) {
+  std::map<std::string, double> metrics;
+  run_guarded(TrainerFn::Validating, module, data, [&] {
+    auto loader = data_->val_dataloader();
+    check<ConfigurationError>(loader != nullptr, "Trainer::validate: the data module provides no val_dataloader()");
+    if (!ckpt_path.empty()) restore_checkpoint(ckpt_path);
+    metrics = run_evaluation(RunningStage::Validating, prepare_loader(loader, false));
+  });
+  return metrics;
+}
+
+std::map<std::string, double> Trainer::test(std::shared_ptr<Module> module, std::shared_ptr<DataModule> data,
+                                            const std::string& ckpt_path) {
+  std::map<std::string, double> metrics;
+  run_guarded(TrainerFn::Testing, module, data, [&] {
+    auto loader = data_->test_dataloader();
+    check<ConfigurationError>(loader != nullptr, "Trainer::test: the data module provides no test_dataloader()");
+    if (!ckpt_path.empty()) restore_checkpoint(ckpt_path);
+    metrics = run_evaluation(RunningStage::Testing, prepare_loader(loader, false));
+  });
+  return metrics;
+}
+
+std::vector<torch::Tensor> Trainer::predict(std::shared_ptr<Module> module, std::shared_ptr<DataModule> data,
+                                            const std::string& ckpt_path) {
+  std::vector<torch::Tensor> predictions;
+  run_guarded(TrainerFn::Predicting, module, data, [&] {
+    auto loader = data_->predict_dataloader();
+    check<ConfigurationError>(loader != nullptr,
+                              "Trainer::predict: the data module provides no predict_dataloader()");
+    if (!ckpt_path.empty()) restore_checkpoint(ckpt_path);
+    EvaluationLoop loop(*this, RunningStage::Predicting, prepare_loader(loader, false));
+    predictions = loop.predict();
+  });
+  return predictions;
+}
+
+std::map<std::string, double> Trainer::run_evaluation(RunningStage stage,
+                                                      const std::shared_ptr<DataLoader>& loader) {
+  EvaluationLoop loop(*this, stage, loader);
+  return loop.run();
+}
+
+std::shared_ptr<DataLoader> Trainer::prepare_loader(std::shared_ptr<DataLoader> loader, bool training) const {
+  // The user's loader unless this process needs another sampler; then a copy with it, so the
+  // user's object is never mutated.
+  const auto topology = strategy_->topology();
+  if (topology.world_size == 1) return loader;
+  // Each rank sees its own share: training gets DistributedSampler's equal, padded shares;
+  // evaluation an unpadded split so that every sample counts once in the metrics.
+  auto copy = std::make_shared<DataLoader>(loader->dataset_ptr(), loader->options());
+  const int64_t n = loader->dataset().size();
+  if (training) {
+    copy->set_sampler(std::make_shared<DistributedSampler>(n, topology.world_size, topology.global_rank,
+                                                           loader->options().shuffle, loader->options().seed,
+                                                           loader->options().drop_last));
+  } else {
+    copy->set_sampler(std::make_shared<UnpaddedDistributedSampler>(n, topology.world_size, topology.global_rank));
+  }
+  return copy;
+}
+
+void Trainer::publish_metrics(const MetricValues& values, bool to_loggers) {
+  for (const auto& [name, value] : values.callback) callback_metrics_[name] = value;
+  for (const auto& [name, value] : values.prog_bar) progress_bar_metrics_[name] = value;
+  if (to_loggers && !values.logger.empty()) log_to_loggers(values.logger);
+}
+
+void Trainer::log_to_loggers(std::map<std::string, double> metrics) {
+  metrics["epoch"] = static_cast<double>(progress_.epoch);
+  for (const auto& [name, value] : metrics) logged_metrics_[name] = value;
+  if (!loggers_active()) return;
+  for (auto& logger : loggers_) logger->log_metrics(metrics, progress_.global_step);
+}
+
+void Trainer::save_checkpoint(const std::string& path, bool weights_only) {
+  throw NotSupportedError("Trainer::save_checkpoint: checkpoints are not implemented yet");
+}
+
+void Trainer::restore_checkpoint(const std::string& path) {
+  throw NotSupportedError("Trainer: resuming from '" + path + "' is not implemented yet");
+}
+
+}  // namespace volt

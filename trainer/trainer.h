@@ -1,0 +1,168 @@
+#pragma once
+// volt::Trainer — owns the loop (fit / validate / test / predict), gradient accumulation,
+// clipping, step and epoch limits, logging cadence and checkpoint triggers. Everything about
+// other processes it delegates to its Strategy; numbers to the Strategy's Precision.
+//
+// One Trainer runs one thing at a time on one thread. Callbacks and the Module see its state
+// through the const accessors below.
+#include <torch/torch.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "callbacks/callback.h"
+#include "loggers/logger.h"
+#include "strategies/strategy.h"
+#include "trainer/data/data_module.h"
+#include "trainer/metrics/metric_collector.h"
+#include "trainer/module.h"
+#include "trainer/trainer_options.h"
+#include "trainer/trainer_state.h"
+
+namespace volt {
+
+class FitLoop;
+class EvaluationLoop;
+
+// Where the fit loop stands; everything a resumed run needs to continue at the next batch.
+struct FitProgress {
+  int64_t epoch = 0;           // current epoch (0-based)
+  int64_t global_step = 0;     // optimizer steps taken (one per accumulation window)
+  int64_t next_batch = 0;      // index, within `epoch`, of the next training batch to run
+  int64_t window_micro_batches = 0;  // micro-batches accumulated so far in the open window
+  bool window_has_backward = false;  // whether any of them ran backward
+};
+
+class Trainer {
+ public:
+  // Validates the options and resolves every name (strategy, precision, loggers, callbacks)
+  // now, so that a bad setting fails here rather than mid-run.
+  explicit Trainer(TrainerOptions options = {});
+  // Uses `strategy` (built in code) instead of options.strategy.
+  Trainer(TrainerOptions options, std::shared_ptr<Strategy> strategy);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  void add_callback(std::shared_ptr<Callback> callback);
+  void add_logger(std::shared_ptr<Logger> logger);
+
+  // Trains `module` on `data`; with `ckpt_path` ("last" or a file) resumes from a checkpoint.
+  void fit(std::shared_ptr<Module> module, std::shared_ptr<DataModule> data,
+           const std::string& ckpt_path = "");
+  void fit(std::shared_ptr<Module> module, std::shared_ptr<DataLoader> train,
+           std::shared_ptr<DataLoader> val = nullptr, const std::string& ckpt_path = "");
+  // Run one evaluation pass and return its epoch metrics (e.g. {"test_acc": 0.91}).
+  std::map<std::string, double> validate(std::shared_ptr<Module> module, std::shared_ptr<DataModule> data,
+                                         const std::string& ckpt_path = "");
+  std::map<std::string, double> test(std::shared_ptr<Module> module, std::shared_ptr<DataModule> data,
+                                     const std::string& ckpt_path = "");
+  // predict_step's output for every batch of the predict loader, in order.
+  std::vector<torch::Tensor> predict(std::shared_ptr<Module> module, std::shared_ptr<DataModule> data,
+                                     const std::string& ckpt_path = "");
+
+  // Writes a checkpoint of the whole training state (or the weights only) through the strategy.
+  void save_checkpoint(const std::string& path, bool weights_only = false);
+
+  // ---- state, for callbacks and modules
+  const TrainerOptions& options() const { return options_; }
+  int64_t current_epoch() const { return progress_.epoch; }
+  int64_t global_step() const { return progress_.global_step; }
+  const FitProgress& fit_progress() const { return progress_; }
+  int64_t max_epochs() const { return options_.resolved_max_epochs(); }
+  TrainerFn fn() const { return fn_; }
+  RunningStage stage() const { return stage_; }
+  TrainerStatus status() const { return status_; }
+  bool sanity_checking() const { return stage_ == RunningStage::SanityChecking; }
+  bool should_stop() const { return should_stop_; }
+  // Asks the fit loop to stop at the next step boundary (once min_epochs are done).
+  void set_should_stop(bool stop) { should_stop_ = stop; }
+
+  // Training batches per epoch after limit_train_batches / overfit_batches / fast_dev_run.
+  int64_t num_training_batches() const { return num_training_batches_; }
+  // Batches of the evaluation loop that runs now (or ran last).
+  int64_t num_eval_batches() const { return num_eval_batches_; }
+  // Optimizer steps the whole fit will take given its limits (-1 when unbounded).
+  int64_t estimated_stepping_batches() const;
+
+  const std::map<std::string, double>& callback_metrics() const { return callback_metrics_; }
+  const std::map<std::string, double>& logged_metrics() const { return logged_metrics_; }
+  const std::map<std::string, double>& progress_bar_metrics() const { return progress_bar_metrics_; }
+
+  const std::vector<std::shared_ptr<Callback>>& callbacks() const { return callbacks_; }
+  const std::vector<std::shared_ptr<Logger>>& loggers() const { return loggers_; }
+  Strategy& strategy() const { return *strategy_; }
+  Precision& precision() const { return *precision_; }
+  const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers() const { return optimizers_; }
+  const std::vector<SchedulerConfig>& lr_schedulers() const { return schedulers_; }
+  bool is_global_zero() const { return strategy_->is_global_zero(); }
+  // Directory of the first logger, or default_root_dir without loggers.
+  std::string log_dir() const;
+
+ private:
+  friend class Module;
+  friend class FitLoop;
+  friend class EvaluationLoop;
+
+  Trainer(TrainerOptions options, std::shared_ptr<Strategy> strategy, bool from_registry);
+  void init(std::shared_ptr<Strategy> strategy);
+  // Everything before a loop runs: environment (once), module attach, device, optimizers.
+  void setup(TrainerFn fn, const std::shared_ptr<Module>& module, const std::shared_ptr<DataModule>& data);
+  // configure_optimizers, through the strategy (fit only).
+  void setup_optimizers();
+  void teardown();
+  // Runs `body` with status bookkeeping, on_exception callbacks and teardown around it.
+  template <typename Body>
+  void run_guarded(TrainerFn fn, const std::shared_ptr<Module>& module,
+                   const std::shared_ptr<DataModule>& data, Body&& body);
+  std::shared_ptr<DataLoader> prepare_loader(std::shared_ptr<DataLoader> loader, bool training) const;
+  std::map<std::string, double> run_evaluation(RunningStage stage, const std::shared_ptr<DataLoader>& loader);
+  void restore_checkpoint(const std::string& path);
+
+  // Calls `hook` on every callback, in the order they were added.
+  template <typename... HookArgs, typename... Args>
+  void call_callbacks(void (Callback::*hook)(Trainer&, Module&, HookArgs...), Args&&... args) {
+    for (auto& callback : callbacks_) ((*callback).*hook)(*this, *module_, args...);
+  }
+  // Where Module::log goes now: the training loop's collector, or the evaluation loop's while
+  // one runs (a validation inside fit must not disturb the training epoch's aggregates).
+  MetricCollector& metric_collector();
+  // Merges `values` into the trainer's metric maps and sends `values.logger` to the loggers.
+  void publish_metrics(const MetricValues& values, bool to_loggers);
+  void log_to_loggers(std::map<std::string, double> metrics);
+  bool loggers_active() const;
+
+  TrainerOptions options_;
+  std::shared_ptr<Strategy> strategy_;
+  std::shared_ptr<Precision> precision_;
+  std::vector<std::shared_ptr<Callback>> callbacks_;
+  std::vector<std::shared_ptr<Logger>> loggers_;
+  MetricCollector train_collector_;
+  MetricCollector eval_collector_;
+
+  std::shared_ptr<Module> module_;
+  std::shared_ptr<DataModule> data_;
+  std::vector<std::shared_ptr<torch::optim::Optimizer>> optimizers_;
+  std::vector<SchedulerConfig> schedulers_;
+  bool environment_ready_ = false;
+  bool validation_step_defined_ = true;
+
+  TrainerFn fn_ = TrainerFn::Fitting;
+  RunningStage stage_ = RunningStage::None;
+  TrainerStatus status_ = TrainerStatus::Initializing;
+  FitProgress progress_;
+  bool should_stop_ = false;
+  int64_t num_training_batches_ = 0;
+  int64_t num_eval_batches_ = 0;
+  std::optional<std::chrono::steady_clock::time_point> deadline_;
+
+  std::map<std::string, double> callback_metrics_;
+  std::map<std::string, double> logged_metrics_;
+  std::map<std::string, double> progress_bar_metrics_;
+};
+
+}  // namespace volt

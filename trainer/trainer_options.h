@@ -1,0 +1,88 @@
+#pragma once
+// Everything a Trainer can be told, with Lightning's names and defaults. Each field is also a
+// command-line flag in dash form (max_epochs → --max-epochs); `--help` lists them with defaults.
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "trainer/batch_limit.h"
+#include "trainer/error.h"
+
+namespace boost::program_options {
+class options_description;
+class variables_map;
+}  // namespace boost::program_options
+
+namespace volt {
+
+enum class GradientClipAlgorithm { Norm, Value };
+
+struct TrainerOptions {
+  // ---- hardware and distribution
+  std::string accelerator = "auto";   // cpu | cuda | auto (cuda when LibTorch sees a GPU)
+  int64_t devices = 1;                // processes per node; >= 1
+  int64_t num_nodes = 1;              // >= 1
+  std::string strategy = "auto";      // NAME[:key=value,...], a registered strategy (--list-strategies)
+  std::string precision = "32-true";  // see precision_names()
+
+  // ---- how long
+  std::optional<int64_t> max_epochs;  // unset: 1000 unless max_steps is set; -1: no limit
+  int64_t min_epochs = 0;             // training does not stop early before this many epochs
+  int64_t max_steps = -1;             // optimizer steps (accumulation windows); -1: no limit
+  std::string max_time;               // wall-clock limit "DD:HH:MM:SS"; empty: none
+
+  // ---- optimization
+  int64_t accumulate_grad_batches = 1;             // micro-batches per optimizer step; >= 1
+  std::optional<double> gradient_clip_val;         // unset: no clipping; > 0
+  GradientClipAlgorithm gradient_clip_algorithm = GradientClipAlgorithm::Norm;
+
+  // ---- evaluation
+  BatchLimit val_check_interval = BatchLimit::fraction(1.0);  // fraction of an epoch or batches
+  int64_t check_val_every_n_epoch = 1;                        // >= 1
+  BatchLimit limit_train_batches = BatchLimit::fraction(1.0);
+  BatchLimit limit_val_batches = BatchLimit::fraction(1.0);
+  BatchLimit limit_test_batches = BatchLimit::fraction(1.0);
+  BatchLimit limit_predict_batches = BatchLimit::fraction(1.0);
+  int64_t num_sanity_val_steps = 2;   // validation batches before training; -1: all
+
+  // ---- logging and output
+  int64_t log_every_n_steps = 50;     // optimizer steps between logger writes; >= 1
+  std::string default_root_dir = ".";
+  std::vector<std::string> loggers{"csv"};  // registered loggers NAME[:k=v,...]; empty: none
+  std::vector<std::string> callbacks;       // registered callbacks NAME[:k=v,...]
+  bool enable_checkpointing = true;   // a ModelCheckpoint unless one is configured
+  bool enable_progress_bar = true;
+  bool enable_model_summary = true;
+
+  // ---- debugging and reproducibility
+  int64_t fast_dev_run = 0;           // n > 0: n batches of each loop, one epoch, no logging/checkpoints
+  BatchLimit overfit_batches = BatchLimit::fraction(0.0);  // > 0: train and validate on these train batches
+  bool deterministic = false;         // deterministic algorithms only
+  std::optional<uint64_t> seed;       // seeds torch and volt's samplers
+
+  // Throws ConfigurationError naming the flag, the value and what is allowed.
+  void validate() const;
+  // max_time as a duration (unset when empty); throws ConfigurationError when malformed.
+  std::optional<std::chrono::seconds> max_time_duration() const;
+  // max_epochs after Lightning's defaulting rule; -1 means no limit.
+  int64_t resolved_max_epochs() const;
+
+  // Parses volt's flags (and, when given, the program's own flags beside them). Throws
+  // HelpRequested for --help / --list-strategies (volt::run_main prints it and exits 0) and
+  // ConfigurationError for an unknown flag or a bad value.
+  static TrainerOptions from_args(int argc, const char* const argv[]);
+  static TrainerOptions from_args(int argc, const char* const argv[],
+                                  const boost::program_options::options_description& program_options,
+                                  boost::program_options::variables_map* program_values);
+};
+
+// Not an error: the user asked for help text, which this carries (what()).
+class HelpRequested : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace volt
