@@ -1,0 +1,16 @@
+#pragma once
+// CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), the checksum of volt's checkpoints and
+// of TensorBoard's record framing. Neither Debian nor LibTorch ships a CRC32C for C++.
+#include <cstddef>
+#include <cstdint>
+
+namespace volt {
+
+// CRC-32C of `size` bytes, continuing from `crc` (0 to start; pass a previous result to extend it).
+uint32_t crc32c(const void* data, size_t size, uint32_t crc = 0);
+
+// TFRecord's masked form: a rotated, offset CRC, so that a CRC stored inside data that is itself
+// checksummed does not produce degenerate values.
+inline uint32_t masked_crc32c(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
+
+}  // namespace volt
