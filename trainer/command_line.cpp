@@ -141,7 +141,11 @@ TrainerOptions TrainerOptions::from_args(int argc, const char* const argv[],
   all.add(volt_flags(TrainerOptions{}));
   po::variables_map vm;
   try {
-    po::store(po::command_line_parser(argc, argv).options(all).run(), vm);
+    po::store(po::command_line_parser(argc, argv)
+                      .options(all)
+                      // No abbreviations: a typo such as --max-epoch must not pass for --max-epochs.
+                      .style(po::command_line_style::default_style & ~po::command_line_style::allow_guessing)
+                      .run(), vm);
     po::notify(vm);
   } catch (const po::unknown_option& e) {
     const auto suggestion = closest_match(e.get_option_name(), long_names(all));

@@ -27,6 +27,7 @@ FitLoop::FitLoop(Trainer& trainer, std::shared_ptr<DataLoader> train, std::share
     train_ = trainer_.prepare_loader(sequential_copy(*train_), true);
     val_ = train_;
     n = options.overfit_batches.resolve(train_->num_batches());
+    val_max_batches_ = n;
   } else {
     n = options.limit_train_batches.resolve(train_->num_batches());
   }
@@ -59,7 +60,8 @@ void FitLoop::run() {
 
   const int64_t sanity_steps = options.fast_dev_run > 0 ? 0 : options.num_sanity_val_steps;
   if (validation_enabled_ && sanity_steps != 0) {
-    EvaluationLoop sanity(t, RunningStage::SanityChecking, val_, sanity_steps);
+    const int64_t cap = val_max_batches_ < 0 ? sanity_steps : std::min(sanity_steps, val_max_batches_);
+    EvaluationLoop sanity(t, RunningStage::SanityChecking, val_, sanity_steps < 0 ? val_max_batches_ : cap);
     sanity.run();
     validation_enabled_ = t.validation_step_defined_;
   }
@@ -235,7 +237,7 @@ void FitLoop::validate_if_due(int64_t batch_idx) {
 
 void FitLoop::run_validation() {
   Trainer& t = trainer_;
-  EvaluationLoop validation(t, RunningStage::Validating, val_);
+  EvaluationLoop validation(t, RunningStage::Validating, val_, val_max_batches_);
   validation.run();
   validation_enabled_ = t.validation_step_defined_;
 }

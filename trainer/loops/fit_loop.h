@@ -32,6 +32,7 @@ class FitLoop {
   Trainer& trainer_;
   std::shared_ptr<DataLoader> train_;
   std::shared_ptr<DataLoader> val_;
+  int64_t val_max_batches_ = -1;  // overfit_batches: validate on the same batches it trains on
   int64_t val_check_batch_ = 0;  // validate after every this many training batches
   bool validation_enabled_ = false;
 };

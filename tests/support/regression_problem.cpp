@@ -1,0 +1,75 @@
+#include "tests/support/regression_problem.h"
+
+namespace volt::testing {
+
+RegressionModule::RegressionModule(RegressionOptions opts) : options(std::move(opts)) {
+  linear = register_module("linear", torch::nn::Linear(options.features, 1));
+  if (options.dropout > 0) dropout = register_module("dropout", torch::nn::Dropout(options.dropout));
+}
+
+torch::Tensor RegressionModule::training_step(const Batch& batch, int64_t batch_idx) {
+  ++training_steps;
+  if (options.skip_batch && options.skip_batch(batch_idx)) return {};
+  auto x = batch.input;
+  if (dropout) x = dropout->forward(x);
+  auto loss = torch::mse_loss(linear->forward(x), batch.target);
+  if (options.loss_weight) loss = loss * options.loss_weight(batch_idx);
+  log("train_loss", loss);
+  return loss;
+}
+
+void RegressionModule::validation_step(const Batch& batch, int64_t batch_idx) {
+  ++validation_steps;
+  log("val_loss", torch::mse_loss(linear->forward(batch.input), batch.target));
+}
+
+OptimizerConfig RegressionModule::configure_optimizers() {
+  std::shared_ptr<torch::optim::Optimizer> optimizer;
+  if (options.adam) {
+    optimizer = std::make_shared<torch::optim::Adam>(parameters(), torch::optim::AdamOptions(options.lr));
+  } else {
+    optimizer = std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(options.lr));
+  }
+  if (!options.step_scheduler) return optimizer;
+  return OptimizerConfig(optimizer, {std::make_shared<StepLR>(*optimizer, 1, 0.5), SchedulerInterval::Step});
+}
+
+torch::Tensor RegressionModule::flat_parameters() const {
+  std::vector<torch::Tensor> flat;
+  for (const auto& p : parameters()) flat.push_back(p.detach().flatten());
+  return torch::cat(flat);
+}
+
+std::shared_ptr<TensorDataset> regression_dataset(int64_t samples, int64_t features, uint64_t seed) {
+  auto generator = at::detail::createCPUGenerator(seed);
+  auto x = torch::randn({samples, features}, generator);
+  auto w = torch::randn({features, 1}, generator);
+  auto y = x.matmul(w) + 0.1 * torch::randn({samples, 1}, generator);
+  return std::make_shared<TensorDataset>(x, y);
+}
+
+RegressionData::RegressionData(int64_t samples, int64_t batch_size, bool shuffle, uint64_t seed,
+                               int64_t val_samples) {
+  DataLoaderOptions options;
+  options.batch_size = batch_size;
+  options.shuffle = shuffle;
+  options.seed = seed;
+  train_ = std::make_shared<DataLoader>(regression_dataset(samples, 8, seed), options);
+  if (val_samples > 0) {
+    options.shuffle = false;
+    val_ = std::make_shared<DataLoader>(regression_dataset(val_samples, 8, seed + 1), options);
+  }
+}
+
+TrainerOptions quiet_options(const std::string& root_dir) {
+  TrainerOptions options;
+  options.default_root_dir = root_dir;
+  options.loggers.clear();
+  options.enable_checkpointing = false;
+  options.enable_progress_bar = false;
+  options.enable_model_summary = false;
+  options.num_sanity_val_steps = 0;
+  return options;
+}
+
+}  // namespace volt::testing

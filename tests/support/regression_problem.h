@@ -1,0 +1,65 @@
+#pragma once
+// A small, fully deterministic training problem for loop tests: linear regression with no
+// batch-dependent layers, so that accumulating micro-batches is mathematically the same as one
+// large batch. Every knob a loop test needs (optimizer, scheduler, dropout, skipped steps) is a
+// field of RegressionOptions.
+#include <torch/torch.h>
+
+#include <functional>
+#include <memory>
+
+#include "trainer/volt.h"
+
+namespace volt::testing {
+
+struct RegressionOptions {
+  int64_t features = 8;
+  bool adam = false;             // Adam instead of SGD
+  double lr = 0.05;
+  double dropout = 0.0;          // > 0 adds a dropout layer (randomness for determinism tests)
+  bool step_scheduler = false;   // a StepLR(step_size 1, gamma 0.5) advanced per optimizer step
+  // Return an undefined loss (skip backward) for these batches.
+  std::function<bool(int64_t batch_idx)> skip_batch;
+  // Multiplies the loss of a batch (unset: 1).
+  std::function<double(int64_t batch_idx)> loss_weight;
+};
+
+class RegressionModule : public Module {
+ public:
+  explicit RegressionModule(RegressionOptions options = {});
+  torch::Tensor training_step(const Batch& batch, int64_t batch_idx) override;
+  void validation_step(const Batch& batch, int64_t batch_idx) override;
+  OptimizerConfig configure_optimizers() override;
+  void on_before_optimizer_step(torch::optim::Optimizer& optimizer) override { ++optimizer_steps; }
+
+  // Parameters flattened into one tensor, for comparisons.
+  torch::Tensor flat_parameters() const;
+
+  int64_t optimizer_steps = 0;
+  int64_t training_steps = 0;
+  int64_t validation_steps = 0;
+  torch::nn::Linear linear{nullptr};
+  torch::nn::Dropout dropout{nullptr};
+  RegressionOptions options;
+};
+
+// `samples` rows of y = x·w + noise, fixed by `seed`.
+std::shared_ptr<TensorDataset> regression_dataset(int64_t samples, int64_t features = 8, uint64_t seed = 0);
+
+class RegressionData : public DataModule {
+ public:
+  RegressionData(int64_t samples, int64_t batch_size, bool shuffle = false, uint64_t seed = 0,
+                 int64_t val_samples = 0);
+  std::shared_ptr<DataLoader> train_dataloader() override { return train_; }
+  std::shared_ptr<DataLoader> val_dataloader() override { return val_; }
+  std::shared_ptr<DataLoader> test_dataloader() override { return val_; }
+
+ private:
+  std::shared_ptr<DataLoader> train_;
+  std::shared_ptr<DataLoader> val_;
+};
+
+// Options for a quiet Trainer in tests: no progress bar, summary, checkpointing or loggers.
+TrainerOptions quiet_options(const std::string& root_dir);
+
+}  // namespace volt::testing
