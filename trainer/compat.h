@@ -2,10 +2,14 @@
 // Every difference between LibTorch 1.13 (Debian, CPU) and 2.x (CUDA builds) that volt meets
 // lives here, so the rest of the code reads the same for both.
 #include <ATen/Context.h>
+#include <ATen/core/Tensor.h>
+#include <c10/util/C++17.h>
 #include <ATen/autocast_mode.h>
 #include <c10/core/DeviceType.h>
 #include <c10/core/ScalarType.h>
 #include <torch/version.h>
+
+#include <string>
 
 namespace volt::compat {
 
@@ -21,6 +25,20 @@ inline constexpr bool kTorch2 = TORCH_VERSION_MAJOR >= 2;
 inline void set_deterministic_algorithms(bool enabled) {
   at::globalContext().setDeterministicAlgorithms(enabled, /*warn_only=*/false);
 }
+
+// The key under which torch::optim::Optimizer::state() keeps a parameter's state: the address of
+// its TensorImpl, printed into a string in 1.13 and as a plain pointer in 2.x.
+#if TORCH_VERSION_MAJOR >= 2
+using OptimizerStateKey = void*;
+inline OptimizerStateKey optimizer_state_key(const at::Tensor& parameter) {
+  return parameter.unsafeGetTensorImpl();
+}
+#else
+using OptimizerStateKey = std::string;
+inline OptimizerStateKey optimizer_state_key(const at::Tensor& parameter) {
+  return c10::guts::to_string(parameter.unsafeGetTensorImpl());
+}
+#endif
 
 // Autocast state is thread-local and per device type. LibTorch before 2.4 has one function per
 // device type (set_cpu_enabled, set_autocast_gpu_dtype, ...); 2.4 made the device type an

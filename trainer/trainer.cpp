@@ -1,12 +1,15 @@
 #include "trainer/trainer.h"
 
 #include <filesystem>
+#include <iostream>
 
 #include "callbacks/callback_registry.h"
 #include "callbacks/model_summary.h"
 #include "callbacks/progress_bar.h"
 #include "loggers/logger_registry.h"
 #include "strategies/strategy_registry.h"
+#include "trainer/checkpoint/checkpoint_connector.h"
+#include "trainer/checkpoint/last_checkpoint.h"
 #include "trainer/loops/evaluation_loop.h"
 #include "trainer/loops/fit_loop.h"
 #include "trainer/compat.h"
@@ -223,7 +226,9 @@ void Trainer::fit(std::shared_ptr<Module> module, std::shared_ptr<DataModule> da
     // estimated_stepping_batches() (e.g. for a schedule over the whole fit).
     FitLoop loop(*this, prepare_loader(train, true), val ? prepare_loader(val, false) : nullptr);
     setup_optimizers();
-    if (!ckpt_path.empty()) restore_checkpoint(ckpt_path);
+    pending_rng_state_.reset();
+    const std::string& resume_from = ckpt_path.empty() ? options_.ckpt_path : ckpt_path;
+    if (!resume_from.empty()) restore_checkpoint(resume_from);
     loop.run();
   });
 }
@@ -305,12 +310,35 @@ void Trainer::log_to_loggers(std::map<std::string, double> metrics) {
   for (auto& logger : loggers_) logger->log_metrics(metrics, progress_.global_step);
 }
 
-void Trainer::save_checkpoint(const std::string& path, bool weights_only) {
-  throw NotSupportedError("Trainer::save_checkpoint: checkpoints are not implemented yet");
+void Trainer::save_checkpoint(const std::filesystem::path& path, bool weights_only) {
+  CheckpointConnector connector(*this);
+  strategy_->save_checkpoint(connector.dump(weights_only), path);
 }
 
-void Trainer::restore_checkpoint(const std::string& path) {
-  throw NotSupportedError("Trainer: resuming from '" + path + "' is not implemented yet");
+void Trainer::remove_checkpoint(const std::filesystem::path& path) { strategy_->remove_checkpoint(path); }
+
+std::filesystem::path Trainer::checkpoint_dir() const {
+  return std::filesystem::path(loggers_.empty() ? options_.default_root_dir : loggers_.front()->log_dir()) /
+         "checkpoints";
+}
+
+bool Trainer::restore_checkpoint(const std::string& path) {
+  std::filesystem::path file = path;
+  if (path == "last") {
+    file = find_last_checkpoint(options_.default_root_dir, {checkpoint_dir()});
+    if (file.empty()) {
+      check<CheckpointError>(fn_ == TrainerFn::Fitting, "ckpt_path 'last': no checkpoint under '",
+                             options_.default_root_dir, "'; pass a checkpoint file");
+      if (is_global_zero()) {
+        std::cerr << "volt: ckpt_path 'last': no checkpoint under '" << options_.default_root_dir
+                  << "' yet; training starts from scratch" << std::endl;
+      }
+      return false;
+    }
+  }
+  const StateDict checkpoint = strategy_->load_checkpoint(file);
+  CheckpointConnector(*this).restore(checkpoint, "checkpoint '" + file.string() + "'");
+  return true;
 }
 
 }  // namespace volt
