@@ -71,6 +71,9 @@ struct RunOptions {
   std::optional<double> clip;
   GradientClipAlgorithm clip_algorithm = GradientClipAlgorithm::Norm;
   std::shared_ptr<Strategy> strategy;      // null: single_device
+  int64_t epochs = 1;
+  std::string resume_from;                 // a checkpoint to resume from
+  std::string save_to;                     // where to save a checkpoint after fit
 };
 
 struct RunResult {
@@ -85,7 +88,7 @@ struct RunResult {
 RunResult train(const RunOptions& run) {
   TemporaryDirectory dir;
   auto options = quiet_options(dir.path());
-  options.max_epochs = 1;
+  options.max_epochs = run.epochs;
   options.precision = "bf16-mixed";
   options.log_every_n_steps = 1;
   options.accumulate_grad_batches = run.accumulate;
@@ -100,7 +103,8 @@ RunResult train(const RunOptions& run) {
   Trainer trainer(options, run.strategy, precision);
   auto logger = std::make_shared<CapturingLogger>();
   trainer.add_logger(logger);
-  trainer.fit(model, std::make_shared<RegressionData>(64, 8));  // 8 batches
+  trainer.fit(model, std::make_shared<RegressionData>(64, 8), run.resume_from);  // 8 batches an epoch
+  if (!run.save_to.empty()) trainer.save_checkpoint(run.save_to);
   return {model->flat_parameters(), trainer.optimizers()[0]->param_groups()[0].options().get_lr(),
           trainer.global_step(), model->optimizer_steps, precision, logger->rows};
 }
@@ -172,6 +176,27 @@ TEST(AmpTrainer, AnInfReportedByAnotherRankSkipsTheStepHere) {
   EXPECT_EQ(strategy->max_calls, 8) << "one found-inf reduction per optimizer step";
   EXPECT_EQ(scaled.precision->scaler()->skipped_steps(), 1);
   EXPECT_EQ(scaled.optimizer_steps, 8) << "the hooks and clipping still ran before the skipped step";
+}
+
+TEST(AmpTrainer, ScalerStateTravelsThroughACheckpoint) {
+  // Two epochs in one go, against one epoch, a checkpoint, and a resumed second epoch with a
+  // fresh scaler: the scale, its growth tracker and the skip count must carry over exactly.
+  // Interval 3 leaves the growth tracker at 2 when epoch 1 ends, so the resumed run's first step
+  // grows the scale only if the tracker was restored.
+  TemporaryDirectory dir;
+  const GradScalerOptions scaler{.growth_interval = 3};
+  const auto uninterrupted = train({.inject = {2, 5}, .scaler_options = scaler, .epochs = 2});
+  const auto first = train({.inject = {2, 5}, .scaler_options = scaler, .save_to = dir.file("epoch1.ckpt")});
+  EXPECT_EQ(first.precision->scaler()->growth_tracker(), 2);
+  const auto resumed = train({.inject = {2, 5}, .scaler_options = {}, .epochs = 2, .resume_from = dir.file("epoch1.ckpt")});
+  expect_same_parameters(uninterrupted, resumed);
+  const auto& a = *uninterrupted.precision->scaler();
+  const auto& b = *resumed.precision->scaler();
+  EXPECT_EQ(b.get_scale(), a.get_scale());
+  EXPECT_EQ(b.growth_tracker(), a.growth_tracker());
+  EXPECT_EQ(b.skipped_steps(), 4);
+  EXPECT_EQ(a.skipped_steps(), 4);
+  EXPECT_DOUBLE_EQ(resumed.lr, uninterrupted.lr);
 }
 
 // Two linear layers with an optimizer and a step scheduler each.
