@@ -3,21 +3,29 @@
 // checkpointing, logging and validation off) and once as a plain loop; repetitions interleaved,
 // medians compared. Prints a table of volt/raw per model; the target is <= 1.03.
 //
-//   build/bench/trainer_overhead [--repetitions 7] [--mlp-steps 300] [--cnn-steps 20]
+// Wall time is what a user waits for; process CPU time (user + system, all threads) is printed beside
+// it because on a shared machine it moves far less with other jobs' load than wall time does. With
+// --threads 1 both sides run single-threaded, which makes the CPU-time ratio robust on a busy machine.
+//
+//   build/bench/trainer_overhead [--repetitions 7] [--mlp-steps 300] [--cnn-steps 20] [--threads 0]
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include <time.h>
+
 #include <boost/program_options.hpp>
 
 #include "fashion_mnist/classifier.h"
 #include "trainer/cpu_threads.h"
+#include "trainer/malloc_tuning.h"
 #include "trainer/run_main.h"
 #include "trainer/volt.h"
 
@@ -47,9 +55,29 @@ class Mlp : public volt::Module {
   torch::nn::Sequential net_{nullptr};
 };
 
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+// Wall and process CPU seconds of one run.
+struct Times {
+  double wall = 0;
+  double cpu = 0;
+};
+
+double process_cpu_seconds() {
+  timespec now{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
 }
+
+class Stopwatch {
+ public:
+  Times elapsed() const {
+    return {std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start_).count(),
+            process_cpu_seconds() - cpu_start_};
+  }
+
+ private:
+  std::chrono::steady_clock::time_point wall_start_ = std::chrono::steady_clock::now();
+  double cpu_start_ = process_cpu_seconds();
+};
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -65,8 +93,8 @@ std::shared_ptr<volt::DataLoader> make_loader(std::vector<int64_t> input_shape, 
                                             volt::DataLoaderOptions{.batch_size = kBatch});
 }
 
-double time_volt(const std::shared_ptr<volt::Module>& model, const std::shared_ptr<volt::DataLoader>& data,
-                 int64_t steps) {
+Times time_volt(const std::shared_ptr<volt::Module>& model, const std::shared_ptr<volt::DataLoader>& data,
+                int64_t steps) {
   volt::TrainerOptions options;
   options.max_epochs = 1;
   options.max_steps = steps;
@@ -76,17 +104,17 @@ double time_volt(const std::shared_ptr<volt::Module>& model, const std::shared_p
   options.enable_model_summary = false;
   options.num_sanity_val_steps = 0;
   options.default_root_dir = "/tmp";
-  const auto start = std::chrono::steady_clock::now();
+  const Stopwatch stopwatch;
   volt::Trainer trainer(options);
   trainer.fit(model, data);
-  return seconds_since(start);
+  return stopwatch.elapsed();
 }
 
 // The hand-written loop: what a LibTorch user writes without a framework.
 template <typename Model, typename MakeOptimizer, typename MakeScheduler, typename Step>
-double time_raw(Model& model, const volt::DataLoader& data, int64_t steps, MakeOptimizer make_optimizer,
-                MakeScheduler make_scheduler, Step step) {
-  const auto start = std::chrono::steady_clock::now();
+Times time_raw(Model& model, const volt::DataLoader& data, int64_t steps, MakeOptimizer make_optimizer,
+               MakeScheduler make_scheduler, Step step) {
+  const Stopwatch stopwatch;
   auto optimizer = make_optimizer(model.parameters());
   auto scheduler = make_scheduler(*optimizer, steps);
   model.train();
@@ -98,14 +126,28 @@ double time_raw(Model& model, const volt::DataLoader& data, int64_t steps, MakeO
     if (scheduler) scheduler->step();
     optimizer->zero_grad();
   }
-  return seconds_since(start);
+  return stopwatch.elapsed();
 }
 
 struct Row {
   std::string model;
   int64_t steps;
-  double volt_s;
-  double raw_s;
+  Times volt;  // medians
+  Times raw;
+};
+
+// Medians of each column of interleaved runs.
+struct Samples {
+  std::vector<double> volt_wall, volt_cpu, raw_wall, raw_cpu;
+  void add(Times volt, Times raw) {
+    volt_wall.push_back(volt.wall);
+    volt_cpu.push_back(volt.cpu);
+    raw_wall.push_back(raw.wall);
+    raw_cpu.push_back(raw.cpu);
+  }
+  Row row(std::string model, int64_t steps) const {
+    return {std::move(model), steps, {median(volt_wall), median(volt_cpu)}, {median(raw_wall), median(raw_cpu)}};
+  }
 };
 
 }  // namespace
@@ -113,11 +155,13 @@ struct Row {
 int main(int argc, char** argv) {
   return volt::run_main([&] {
     namespace po = boost::program_options;
-    int64_t repetitions = 7, mlp_steps = 300, cnn_steps = 20;
+    int64_t repetitions = 7, mlp_steps = 300, cnn_steps = 20, threads_flag = 0;
     po::options_description flags("trainer_overhead");
     flags.add_options()("repetitions", po::value(&repetitions)->default_value(repetitions), "interleaved pairs")
         ("mlp-steps", po::value(&mlp_steps)->default_value(mlp_steps), "steps per MLP run")
         ("cnn-steps", po::value(&cnn_steps)->default_value(cnn_steps), "steps per CNN run")
+        ("threads", po::value(&threads_flag)->default_value(threads_flag),
+         "intra-op and BLAS threads for both sides (0: what the Trainer picks for one process)")
         ("help", "this text");
     po::variables_map vm;
     po::store(po::parse_command_line(argc, argv, flags), vm);
@@ -126,35 +170,52 @@ int main(int argc, char** argv) {
       std::cout << flags;
       return;
     }
-    // Both sides run with the thread settings the Trainer picks for one process.
+    // The Trainer keeps freed memory in glibc's heap (malloc_tuning, on by default); this process
+    // setting would otherwise carry over from the first volt run into the raw loop at a random point.
+    // Both sides run under it from the start, so the table compares the training loops alone
+    // (the allocator's own effect is in README's "Performance notes").
+    volt::keep_freed_memory_in_heap();
+
+    // The Trainer keeps freed memory in glibc's heap (malloc_tuning, on by default); this process
+    // setting would otherwise carry over from the first volt run into the raw loop at a random point.
+    // Both sides run under it from the start, so the table compares the training loops alone
+    // (the allocator's own effect is in README's "Performance notes").
+    volt::keep_freed_memory_in_heap();
+
+    // Both sides run with the thread settings the Trainer picks for one process, or --threads
+    // (through OMP_NUM_THREADS, which the Trainer leaves alone as it would a user's setting).
+    if (threads_flag > 0) {
+      setenv("OMP_NUM_THREADS", std::to_string(threads_flag).c_str(), 1);
+      volt::set_cpu_threads(threads_flag);
+    }
     const int64_t threads = volt::configure_cpu_threads(1);
 
     std::vector<Row> rows;
     {
       auto data = make_loader({784}, mlp_steps);
-      std::vector<double> volt_times, raw_times;
+      Samples samples;
       for (int64_t r = 0; r < repetitions; ++r) {
         torch::manual_seed(r);
-        volt_times.push_back(time_volt(std::make_shared<Mlp>(), data, mlp_steps));
+        const Times volt = time_volt(std::make_shared<Mlp>(), data, mlp_steps);
         torch::manual_seed(r);
         Mlp raw;
-        raw_times.push_back(time_raw(
+        samples.add(volt, time_raw(
             raw, *data, mlp_steps, Mlp::make_optimizer,
             [](torch::optim::Optimizer&, int64_t) { return std::shared_ptr<volt::LRScheduler>(); },
             [](Mlp& m, const volt::Batch& b) { return torch::nn::functional::cross_entropy(m.forward(b.input), b.target); }));
       }
-      rows.push_back({"MLP 784-128-10, SGD", mlp_steps, median(volt_times), median(raw_times)});
+      rows.push_back(samples.row("MLP 784-128-10, SGD", mlp_steps));
     }
     {
       auto data = make_loader({1, 28, 28}, cnn_steps);
-      std::vector<double> volt_times, raw_times;
+      Samples samples;
       fashion_mnist::ClassifierOptions options;
       for (int64_t r = 0; r < repetitions; ++r) {
         torch::manual_seed(r);
-        volt_times.push_back(time_volt(std::make_shared<fashion_mnist::Classifier>(options), data, cnn_steps));
+        const Times volt = time_volt(std::make_shared<fashion_mnist::Classifier>(options), data, cnn_steps);
         torch::manual_seed(r);
         fashion_mnist::Classifier raw(options);
-        raw_times.push_back(time_raw(
+        samples.add(volt, time_raw(
             raw, *data, cnn_steps,
             [&](std::vector<torch::Tensor> params) {
               return std::make_shared<torch::optim::AdamW>(
@@ -169,15 +230,17 @@ int main(int argc, char** argv) {
               return torch::nn::functional::cross_entropy(logits, b.target);
             }));
       }
-      rows.push_back({"Example CNN (Fashion-MNIST), AdamW + cosine", cnn_steps, median(volt_times), median(raw_times)});
+      rows.push_back(samples.row("Example CNN (Fashion-MNIST), AdamW + cosine", cnn_steps));
     }
 
     std::printf("trainer_overhead: batch %lld, %lld interleaved repetitions, %lld intra-op threads, medians\n\n",
                 static_cast<long long>(kBatch), static_cast<long long>(repetitions), static_cast<long long>(threads));
-    std::printf("| model | steps | volt (s) | raw LibTorch (s) | volt/raw |\n|---|---:|---:|---:|---:|\n");
+    std::printf("| model | steps | volt wall (s) | raw wall (s) | volt/raw wall | volt CPU (s) | raw CPU (s) | volt/raw CPU |\n"
+                "|---|---:|---:|---:|---:|---:|---:|---:|\n");
     for (const auto& row : rows) {
-      std::printf("| %s | %lld | %.3f | %.3f | %.3f |\n", row.model.c_str(), static_cast<long long>(row.steps),
-                  row.volt_s, row.raw_s, row.volt_s / row.raw_s);
+      std::printf("| %s | %lld | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |\n", row.model.c_str(),
+                  static_cast<long long>(row.steps), row.volt.wall, row.raw.wall, row.volt.wall / row.raw.wall,
+                  row.volt.cpu, row.raw.cpu, row.volt.cpu / row.raw.cpu);
     }
   });
 }

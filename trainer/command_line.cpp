@@ -32,6 +32,8 @@ po::options_description volt_flags(const TrainerOptions& d) {
       ("list-loggers", "print the registered loggers with their options and exit")
       ("accelerator", po::value<std::string>()->default_value(d.accelerator), "cpu | cuda | auto")
       ("devices", po::value<int64_t>()->default_value(d.devices), "processes per node")
+      ("malloc-tuning", po::value<bool>()->default_value(d.malloc_tuning),
+       "keep freed memory in the heap (glibc) instead of re-faulting it every step")
       ("num-nodes", po::value<int64_t>()->default_value(d.num_nodes), "number of nodes")
       ("strategy", po::value<std::string>()->default_value(d.strategy),
        "NAME[:key=value,...] (see --list-strategies)")
@@ -82,6 +84,7 @@ TrainerOptions options_from(const po::variables_map& vm) {
   TrainerOptions o;
   o.accelerator = vm["accelerator"].as<std::string>();
   o.devices = vm["devices"].as<int64_t>();
+  o.malloc_tuning = vm["malloc-tuning"].as<bool>();
   o.num_nodes = vm["num-nodes"].as<int64_t>();
   o.strategy = vm["strategy"].as<std::string>();
   o.precision = vm["precision"].as<std::string>();

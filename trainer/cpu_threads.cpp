@@ -23,9 +23,13 @@ int64_t configure_cpu_threads(int64_t processes_per_node) {
   if (std::getenv("OMP_NUM_THREADS") != nullptr) return torch::get_num_threads();
   const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
   const int64_t share = std::max<int64_t>(1, cores / std::max<int64_t>(1, processes_per_node));
-  torch::set_num_threads(static_cast<int>(share));
-  set_blas_threads(static_cast<int>(share));
+  set_cpu_threads(share);
   return share;
+}
+
+void set_cpu_threads(int64_t threads) {
+  torch::set_num_threads(static_cast<int>(threads));
+  set_blas_threads(static_cast<int>(threads));
 }
 
 }  // namespace volt

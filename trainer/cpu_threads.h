@@ -10,4 +10,7 @@ namespace volt {
 // Returns the thread count in effect.
 int64_t configure_cpu_threads(int64_t processes_per_node);
 
+// Sets LibTorch's intra-op pool and OpenBLAS to `threads` threads (benchmarks that pin a count).
+void set_cpu_threads(int64_t threads);
+
 }  // namespace volt

@@ -14,6 +14,7 @@
 #include "trainer/loops/fit_loop.h"
 #include "trainer/compat.h"
 #include "trainer/cpu_threads.h"
+#include "trainer/malloc_tuning.h"
 #include "trainer/reproducibility.h"
 
 namespace volt {
@@ -138,6 +139,7 @@ void Trainer::setup(TrainerFn fn, const std::shared_ptr<Module>& module,
     environment.devices = options_.devices;
     environment.num_nodes = options_.num_nodes;
     configure_cpu_threads(options_.devices);
+    if (options_.malloc_tuning) keep_freed_memory_in_heap();
     strategy_->setup_environment(environment);
     environment_ready_ = true;
   }

@@ -27,6 +27,7 @@ struct TrainerOptions {
   int64_t num_nodes = 1;              // >= 1
   std::string strategy = "auto";      // NAME[:key=value,...], a registered strategy (--list-strategies)
   std::string precision = "32-true";  // see precision_names()
+  bool malloc_tuning = true;          // keep freed memory in the heap (glibc); see malloc_tuning.h
 
   // ---- how long
   std::optional<int64_t> max_epochs;  // unset: 1000 unless max_steps is set; -1: no limit

@@ -39,6 +39,7 @@ TEST(Options, DefaultsAreLightnings) {
   EXPECT_TRUE(o.enable_checkpointing);
   EXPECT_FALSE(o.gradient_clip_val.has_value());
   EXPECT_EQ(o.gradient_clip_algorithm, GradientClipAlgorithm::Norm);
+  EXPECT_TRUE(o.malloc_tuning);
 }
 
 TEST(Options, FlagsSetEveryField) {
@@ -51,7 +52,8 @@ TEST(Options, FlagsSetEveryField) {
                         "0", "--overfit-batches", "0", "--deterministic", "--seed", "42",
                         "--default-root-dir", "/tmp/x", "--enable-checkpointing=false",
                         "--enable-progress-bar=false", "--enable-model-summary=false", "--accelerator",
-                        "cpu", "--devices", "1", "--num-nodes", "1", "--strategy", "single_device"});
+                        "cpu", "--devices", "1", "--num-nodes", "1", "--strategy", "single_device",
+                        "--malloc-tuning=false"});
   EXPECT_EQ(o.resolved_max_epochs(), 3);
   EXPECT_EQ(o.min_epochs, 1);
   EXPECT_EQ(o.max_steps, 100);
@@ -76,6 +78,7 @@ TEST(Options, FlagsSetEveryField) {
   EXPECT_FALSE(o.enable_model_summary);
   EXPECT_EQ(o.accelerator, "cpu");
   EXPECT_EQ(o.strategy, "single_device");
+  EXPECT_FALSE(o.malloc_tuning);
 }
 
 TEST(Options, AnUnknownFlagNamesTheClosestOne) {
