@@ -94,7 +94,7 @@ INSTANTIATE_TEST_SUITE_P(
         // Not in PyTorch's layout: stored as LibTorch's own archive.
         Case{"LBFGS",
              [](std::vector<torch::Tensor> p, bool v) {
-               return std::make_shared<torch::optim::LBFGS>(p, torch::optim::LBFGSOptions(0.1).history_size(v ? 3 : 5));
+               return std::make_shared<torch::optim::LBFGS>(p, torch::optim::LBFGSOptions(v ? 0.5 : 0.1).history_size(4));
              }}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 

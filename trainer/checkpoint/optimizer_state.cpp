@@ -293,7 +293,11 @@ void load_optimizer_state_dict(Optimizer& optimizer, const StateDict& state, con
       archive.load_from(static_cast<const char*>(bytes.data_ptr()), static_cast<size_t>(bytes.numel()));
       optimizer.load(archive);
     } catch (const c10::Error& error) {
-      throw CheckpointError(what + ": cannot restore " + current_type + " state: " + error.what_without_backtrace());
+      throw CheckpointError(what + ": cannot restore " + current_type + " state: " + error.what_without_backtrace() +
+                            "; configure_optimizers must build the same optimizer as the run that wrote the checkpoint");
+    } catch (const std::exception& error) {  // LibTorch's own loaders also throw standard exceptions
+      throw CheckpointError(what + ": cannot restore " + current_type + " state (" + error.what() +
+                            "); configure_optimizers must build the same optimizer as the run that wrote the checkpoint");
     }
     return;
   }
