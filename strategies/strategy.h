@@ -79,6 +79,9 @@ class Strategy {
   }
   virtual void teardown() {}
 
+  // Holds `precision` and installs all_reduce(·, Max) as its found-inf reducer, so that a skipped
+  // AMP step is skipped on every rank. That reducer calls this strategy, which must therefore
+  // outlive the precision's use.
   void set_precision(std::shared_ptr<Precision> precision);
   Precision& precision() const;
 

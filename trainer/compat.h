@@ -4,6 +4,9 @@
 #include <ATen/Context.h>
 #include <ATen/core/Tensor.h>
 #include <c10/util/C++17.h>
+#include <ATen/autocast_mode.h>
+#include <c10/core/DeviceType.h>
+#include <c10/core/ScalarType.h>
 #include <torch/version.h>
 
 #include <string>
@@ -36,5 +39,52 @@ inline OptimizerStateKey optimizer_state_key(const at::Tensor& parameter) {
   return c10::guts::to_string(parameter.unsafeGetTensorImpl());
 }
 #endif
+
+// Autocast state is thread-local and per device type. LibTorch before 2.4 has one function per
+// device type (set_cpu_enabled, set_autocast_gpu_dtype, ...); 2.4 made the device type an
+// argument and deprecated the old names.
+#define VOLT_TORCH_DEVICE_AUTOCAST_API \
+  (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
+
+inline bool autocast_enabled(c10::DeviceType device_type) {
+#if VOLT_TORCH_DEVICE_AUTOCAST_API
+  return at::autocast::is_autocast_enabled(device_type);
+#else
+  return device_type == c10::DeviceType::CPU ? at::autocast::is_cpu_enabled() : at::autocast::is_enabled();
+#endif
+}
+
+inline void set_autocast_enabled(c10::DeviceType device_type, bool enabled) {
+#if VOLT_TORCH_DEVICE_AUTOCAST_API
+  at::autocast::set_autocast_enabled(device_type, enabled);
+#else
+  if (device_type == c10::DeviceType::CPU) {
+    at::autocast::set_cpu_enabled(enabled);
+  } else {
+    at::autocast::set_enabled(enabled);
+  }
+#endif
+}
+
+inline c10::ScalarType autocast_dtype(c10::DeviceType device_type) {
+#if VOLT_TORCH_DEVICE_AUTOCAST_API
+  return at::autocast::get_autocast_dtype(device_type);
+#else
+  return device_type == c10::DeviceType::CPU ? at::autocast::get_autocast_cpu_dtype()
+                                             : at::autocast::get_autocast_gpu_dtype();
+#endif
+}
+
+inline void set_autocast_dtype(c10::DeviceType device_type, c10::ScalarType dtype) {
+#if VOLT_TORCH_DEVICE_AUTOCAST_API
+  at::autocast::set_autocast_dtype(device_type, dtype);
+#else
+  if (device_type == c10::DeviceType::CPU) {
+    at::autocast::set_autocast_cpu_dtype(dtype);
+  } else {
+    at::autocast::set_autocast_gpu_dtype(dtype);
+  }
+#endif
+}
 
 }  // namespace volt::compat

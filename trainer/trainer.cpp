@@ -43,14 +43,23 @@ class DataModuleOfLoaders : public DataModule {
   std::shared_ptr<DataLoader> train_, val_;
 };
 
+std::shared_ptr<Precision> given_precision(std::shared_ptr<Precision> precision) {
+  check<ConfigurationError>(precision != nullptr, "Trainer: expected a precision, got nullptr");
+  return precision;
+}
+
 }  // namespace
 
-Trainer::Trainer(TrainerOptions options) : Trainer(options, nullptr, true) {}
+Trainer::Trainer(TrainerOptions options) : Trainer(options, nullptr, nullptr, true) {}
 
 Trainer::Trainer(TrainerOptions options, std::shared_ptr<Strategy> strategy)
-    : Trainer(std::move(options), std::move(strategy), false) {}
+    : Trainer(std::move(options), std::move(strategy), nullptr, false) {}
 
-Trainer::Trainer(TrainerOptions options, std::shared_ptr<Strategy> strategy, bool from_registry)
+Trainer::Trainer(TrainerOptions options, std::shared_ptr<Strategy> strategy, std::shared_ptr<Precision> precision)
+    : Trainer(std::move(options), strategy, given_precision(std::move(precision)), strategy == nullptr) {}
+
+Trainer::Trainer(TrainerOptions options, std::shared_ptr<Strategy> strategy, std::shared_ptr<Precision> precision,
+                 bool from_registry)
     : options_(std::move(options)),
       train_collector_([this](const torch::Tensor& value, ReduceOp op) { return strategy_->all_reduce(value, op); }),
       eval_collector_([this](const torch::Tensor& value, ReduceOp op) { return strategy_->all_reduce(value, op); }) {
@@ -58,7 +67,7 @@ Trainer::Trainer(TrainerOptions options, std::shared_ptr<Strategy> strategy, boo
   if (from_registry) strategy = strategy_registry().create(options_.strategy);
   options_.validate();
   check<ConfigurationError>(strategy != nullptr, "Trainer: expected a strategy, got nullptr");
-  init(std::move(strategy));
+  init(std::move(strategy), std::move(precision));
 }
 
 MetricCollector& Trainer::metric_collector() {
@@ -69,10 +78,17 @@ Trainer::~Trainer() {
   if (strategy_) strategy_->teardown();
 }
 
-void Trainer::init(std::shared_ptr<Strategy> strategy) {
+void Trainer::init(std::shared_ptr<Strategy> strategy, std::shared_ptr<Precision> precision) {
   strategy_ = std::move(strategy);
-  const torch::Device device = resolve_device(options_);
-  precision_ = make_precision(options_.precision, device);
+  if (precision) {
+    const auto asked = canonical_precision_name(options_.precision);
+    check<ConfigurationError>(precision->name() == asked, "Trainer: the Precision object given is '",
+                              precision->name(), "' but options.precision is '", options_.precision,
+                              "'; set options.precision to '", precision->name(), "'");
+    precision_ = std::move(precision);
+  } else {
+    precision_ = make_precision(options_.precision, resolve_device(options_));
+  }
   strategy_->set_precision(precision_);
   // fast_dev_run is a smoke test: it must leave nothing behind (Lightning's rule).
   if (options_.fast_dev_run == 0) {

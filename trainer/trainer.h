@@ -51,6 +51,10 @@ class Trainer {
   explicit Trainer(TrainerOptions options = {});
   // Uses `strategy` (built in code) instead of options.strategy.
   Trainer(TrainerOptions options, std::shared_ptr<Strategy> strategy);
+  // Uses `precision` (built in code, e.g. a MixedPrecision with its own GradScaler) instead of
+  // resolving options.precision, which must name the same precision; a null `strategy` resolves
+  // options.strategy.
+  Trainer(TrainerOptions options, std::shared_ptr<Strategy> strategy, std::shared_ptr<Precision> precision);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -124,8 +128,9 @@ class Trainer {
   friend class EvaluationLoop;
   friend class CheckpointConnector;
 
-  Trainer(TrainerOptions options, std::shared_ptr<Strategy> strategy, bool from_registry);
-  void init(std::shared_ptr<Strategy> strategy);
+  Trainer(TrainerOptions options, std::shared_ptr<Strategy> strategy, std::shared_ptr<Precision> precision,
+          bool from_registry);
+  void init(std::shared_ptr<Strategy> strategy, std::shared_ptr<Precision> precision);
   // Everything before a loop runs: environment (once), module attach, device, optimizers.
   void setup(TrainerFn fn, const std::shared_ptr<Module>& module, const std::shared_ptr<DataModule>& data);
   // configure_optimizers, through the strategy (fit only).
