@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <thread>
 
-#include "tests/support/test_support.h"
+#include "tests/checkpoint/checkpoint_test_support.h"
 #include "trainer/checkpoint/checkpoint_io.h"
 #include "trainer/error.h"
 
@@ -52,12 +52,6 @@ int save_in_a_child_killed_before_rename(const StateDict& state, const fs::path&
   return status;
 }
 
-std::vector<std::string> entries(const std::string& directory) {
-  std::vector<std::string> names;
-  for (const auto& entry : fs::directory_iterator(directory)) names.push_back(entry.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
 
 TEST(AtomicWrite, AKillBeforeTheRenameLeavesThePreviousCheckpoint) {
   TemporaryDirectory dir;
@@ -70,7 +64,7 @@ TEST(AtomicWrite, AKillBeforeTheRenameLeavesThePreviousCheckpoint) {
   // The final name still holds the complete previous checkpoint; the new bytes sit in a hidden
   // temporary file.
   EXPECT_TRUE(torch::equal(io.load(path).get_tensor("weights"), torch::full({256}, 1.0)));
-  const auto names = entries(dir.path());
+  const auto names = directory_entries(dir.path());
   ASSERT_EQ(names.size(), 2u);
   EXPECT_EQ(names[1], "last.ckpt");
   EXPECT_EQ(names[0].rfind(".last.ckpt.tmp-", 0), 0u) << names[0];
@@ -78,7 +72,7 @@ TEST(AtomicWrite, AKillBeforeTheRenameLeavesThePreviousCheckpoint) {
   // The next save replaces the checkpoint and cleans up after the dead writer.
   io.save(state_with(3.0), path);
   EXPECT_TRUE(torch::equal(io.load(path).get_tensor("weights"), torch::full({256}, 3.0)));
-  EXPECT_EQ(entries(dir.path()), std::vector<std::string>{"last.ckpt"});
+  EXPECT_EQ(directory_entries(dir.path()), std::vector<std::string>{"last.ckpt"});
 }
 
 TEST(AtomicWrite, AKilledFirstWriteLeavesNoFileUnderTheFinalName) {

@@ -3,13 +3,24 @@
 // modules with schedulers the regression problem does not offer.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "tests/support/regression_problem.h"
 #include "tests/support/test_support.h"
 
 namespace volt::testing {
+
+// The names in a directory, sorted.
+inline std::vector<std::string> directory_entries(const std::filesystem::path& directory) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(directory)) names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
 
 // Stands for a crash: thrown right after a checkpoint was written.
 struct Interrupted : std::runtime_error {

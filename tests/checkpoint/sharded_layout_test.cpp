@@ -36,12 +36,6 @@ torch::Tensor fit(const std::string& root, std::shared_ptr<Strategy> strategy, s
   return model->flat_parameters();
 }
 
-std::vector<std::string> entries(const fs::path& directory) {
-  std::vector<std::string> names;
-  for (const auto& entry : fs::directory_iterator(directory)) names.push_back(entry.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
 
 TEST(ShardedLayout, WritesADirectoryOfShardsAndResumesBitwise) {
   TemporaryDirectory dir;
@@ -50,8 +44,8 @@ TEST(ShardedLayout, WritesADirectoryOfShardsAndResumesBitwise) {
   fit(dir.path(), std::make_shared<ShardingStrategy>(),
       std::make_shared<SaveAndInterrupt>(path, SavePoint::TrainBatchEnd, 1, 2), "");
   ASSERT_TRUE(fs::is_directory(path));
-  EXPECT_EQ(entries(path), std::vector<std::string>{"shard_0.ckpt"});
-  EXPECT_EQ(entries(path.parent_path()), std::vector<std::string>{"step.ckpt"}) << "a temporary directory was left";
+  EXPECT_EQ(directory_entries(path), std::vector<std::string>{"shard_0.ckpt"});
+  EXPECT_EQ(directory_entries(path.parent_path()), std::vector<std::string>{"step.ckpt"}) << "a temporary directory was left";
   const auto shard = CheckpointIO().load(path / "shard_0.ckpt");
   EXPECT_EQ(shard.get_string("layout"), "sharded");
   EXPECT_EQ(shard.child("shard").get_int("world_size"), 1);
@@ -73,7 +67,7 @@ TEST(ShardedLayout, ASecondSaveReplacesTheDirectoryWhole) {
   auto model = std::make_shared<RegressionModule>();
   EXPECT_THROW(trainer.fit(model, std::make_shared<RegressionData>(64, 8)), Interrupted);
   EXPECT_EQ(CheckpointIO().load(path / "shard_0.ckpt").get_int("global_step"), 8 + 6);
-  EXPECT_EQ(entries(dir.path()), std::vector<std::string>{"last.ckpt"});
+  EXPECT_EQ(directory_entries(dir.path()), std::vector<std::string>{"last.ckpt"});
 }
 
 TEST(ShardedLayout, AnotherStrategyOrWorldSizeIsRefused) {

@@ -90,15 +90,13 @@ TEST(TrainerCheckpointErrors, SavingWithoutAModelIsAnError) {
   EXPECT_THROW(trainer.save_checkpoint(dir.file("x.ckpt")), ConfigurationError);
 }
 
-// Known failure on main, fixed on the checkpoint branch (issue 4 is still open): RegressionModule has no test_step,
-// so this must go through validate().
-TEST(TrainerCheckpoint, DISABLED_TestLoadsTheCheckpointsWeights) {
+TEST(TrainerCheckpoint, ValidateLoadsTheCheckpointsWeights) {
   TemporaryDirectory dir;
   const auto path = regression_checkpoint(dir, /*weights_only=*/true);
   torch::manual_seed(123);
   auto model = std::make_shared<RegressionModule>();
   Trainer trainer(quiet_options(dir.path()));
-  trainer.test(model, std::make_shared<RegressionData>(32, 8, false, 0, 16), path);
+  trainer.validate(model, std::make_shared<RegressionData>(32, 8, false, 0, 16), path);
   StateDict expected = CheckpointIO().load(path).child("state_dict");
   EXPECT_TRUE(torch::equal(model->linear->weight, expected.get_tensor("linear.weight")));
   EXPECT_TRUE(torch::equal(model->linear->bias, expected.get_tensor("linear.bias")));

@@ -30,6 +30,18 @@ TEST(Crc32c, ExtendsAcrossChunks) {
   }
 }
 
+TEST(Crc32c, TheInstructionAndTheTablesAgreeAtEveryAlignment) {
+  std::vector<unsigned char> bytes(4096 + 16);
+  uint32_t state = 12345;
+  for (auto& b : bytes) b = static_cast<unsigned char>((state = state * 1103515245u + 12345u) >> 24);
+  for (size_t offset = 0; offset < 16; ++offset) {
+    for (size_t size : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{63}, size_t{4096}}) {
+      EXPECT_EQ(crc32c(bytes.data() + offset, size, 0x1234u), detail::crc32c_software(bytes.data() + offset, size, 0x1234u))
+          << "offset " << offset << ", size " << size;
+    }
+  }
+}
+
 TEST(Crc32c, MaskIsTFRecords) {
   // masked_crc32c of the CRC of an empty string, as TensorFlow's record writer computes it.
   EXPECT_EQ(masked_crc32c(crc32c("", 0)), 0xA282EAD8u);

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "trainer/checkpoint/checkpoint_format.h"
+#include "trainer/checkpoint/rank_gather.h"
 #include "trainer/checkpoint/rng_state.h"
 #include "trainer/checkpoint/training_state.h"
 #include "trainer/trainer.h"
@@ -107,6 +108,9 @@ StateDict CheckpointConnector::dump(bool weights_only) {
     }
     checkpoint.set("loggers", loggers);
     checkpoint.set("rng_states", rng_state_dict());
+    if (topology.world_size > 1 && layout == CheckpointLayout::Full) {
+      checkpoint.set("rng_states_per_rank", gather_rng_states());
+    }
     for (auto& callback : t.callbacks_) callback->on_save_checkpoint(t, module, checkpoint);
   }
   module.on_save_checkpoint(checkpoint);
@@ -129,19 +133,46 @@ StateDict CheckpointConnector::dump_fit_loop() {
   // Inside an accumulation window the gradients accumulated so far are part of the state: the
   // step at the window's end needs them.
   if (p.window_micro_batches > 0 && p.window_has_backward) {
-    check<NotSupportedError>(topology.world_size == 1 || t.strategy_->checkpoint_layout() == CheckpointLayout::Sharded,
-                             "Trainer::save_checkpoint: saving inside an accumulation window (after micro-batch ",
-                             p.window_micro_batches, " of ", t.options_.accumulate_grad_batches, ") with ",
-                             topology.world_size, " ranks needs every rank's local gradients, which a full "
-                             "checkpoint does not hold yet; save at a step boundary (e.g. ModelCheckpoint's "
-                             "every_n_train_steps)");
-    StateDict grads;
-    for (const auto& p : t.module_->named_parameters()) {
-      if (p.value().grad().defined()) grads.set(p.key(), p.value().grad());
+    if (topology.world_size == 1 || t.strategy_->checkpoint_layout() == CheckpointLayout::Sharded) {
+      StateDict grads;
+      for (const auto& p : t.module_->named_parameters()) {
+        if (p.value().grad().defined()) grads.set(p.key(), p.value().grad());
+      }
+      fit_loop.set("accumulated_grads", grads);
+    } else {
+      fit_loop.set("accumulated_grads_per_rank", gather_accumulated_grads());
     }
-    fit_loop.set("accumulated_grads", grads);
   }
   return fit_loop;
+}
+
+c10::IValue CheckpointConnector::gather_accumulated_grads() {
+  // Each rank's own gradients (they differ: ranks accumulate locally until the window closes).
+  // Which parameters have one is gathered first, so every rank takes part in the same gathers.
+  Trainer& t = trainer_;
+  Strategy& strategy = *t.strategy_;
+  const auto parameters = t.module_->named_parameters();
+  auto has_grad = torch::zeros({static_cast<int64_t>(parameters.size())}, torch::kInt32);
+  for (size_t i = 0; i < parameters.size(); ++i) has_grad[static_cast<int64_t>(i)] = parameters[i].value().grad().defined() ? 1 : 0;
+  const auto flags = gather_from_ranks(strategy, has_grad);
+  const int64_t world = static_cast<int64_t>(flags.size());
+  std::vector<StateDict> per_rank(static_cast<size_t>(world));
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    bool anywhere = false;
+    for (const auto& f : flags) anywhere |= f[static_cast<int64_t>(i)].item<int32_t>() != 0;
+    if (!anywhere) continue;
+    const auto& parameter = parameters[i].value();
+    const auto grad = parameter.grad().defined() ? parameter.grad() : torch::zeros_like(parameter);
+    const auto all = gather_from_ranks(strategy, grad);
+    for (int64_t r = 0; r < world; ++r) {
+      if (flags[static_cast<size_t>(r)][static_cast<int64_t>(i)].item<int32_t>() != 0) {
+        per_rank[static_cast<size_t>(r)].set(parameters[i].key(), all[static_cast<size_t>(r)]);
+      }
+    }
+  }
+  c10::impl::GenericList out(c10::AnyType::get());
+  for (const auto& grads : per_rank) out.push_back(grads.to_ivalue());
+  return out;
 }
 
 void CheckpointConnector::restore(const StateDict& checkpoint, const std::string& source) {
@@ -253,7 +284,51 @@ void CheckpointConnector::restore_training_state(const StateDict& checkpoint, co
     warn(t, source + " was written by strategy '" + strategy_section.get_string("name") + "', this run uses '" +
                 strategy.name() + "': that strategy's own state is not restored");
   }
-  t.pending_rng_state_ = checkpoint.child("rng_states");
+  t.pending_rng_state_ = rng_state_for_this_rank(checkpoint, source);
+}
+
+c10::IValue CheckpointConnector::gather_rng_states() {
+  // The CPU generator's state and, on CUDA, that of this rank's device: what a rank's random
+  // numbers come from (ranks may be seeded differently).
+  Strategy& strategy = *trainer_.strategy_;
+  const auto device = strategy.root_device();
+  const auto cpu = gather_from_ranks(strategy, rng_state_dict().get_tensor("torch"));
+  std::vector<torch::Tensor> cuda;
+  if (device.is_cuda()) {
+    cuda = gather_from_ranks(strategy, at::globalContext().defaultGenerator(device).get_state());
+  }
+  c10::impl::GenericList per_rank(c10::AnyType::get());
+  for (size_t r = 0; r < cpu.size(); ++r) {
+    StateDict entry;
+    entry.set("torch", cpu[r]);
+    if (!cuda.empty()) entry.set("torch.cuda.device", cuda[r]);
+    per_rank.push_back(entry.to_ivalue());
+  }
+  return per_rank;
+}
+
+StateDict CheckpointConnector::rng_state_for_this_rank(const StateDict& checkpoint, const std::string& source) {
+  const auto topology = trainer_.strategy_->topology();
+  StateDict states = checkpoint.child("rng_states");
+  if (!checkpoint.contains("rng_states_per_rank")) {
+    if (topology.world_size > 1 && layout_of(checkpoint) == CheckpointLayout::Full) {
+      warn(trainer_, source + " holds one rank's random states; every one of the " + std::to_string(topology.world_size) +
+                         " ranks continues from them");
+    }
+    return states;
+  }
+  const auto per_rank = checkpoint.at("rng_states_per_rank");
+  check<CheckpointError>(per_rank.isList(), source, ": 'rng_states_per_rank' is not a list");
+  const auto& list = per_rank.toListRef();
+  if (static_cast<int64_t>(list.size()) != topology.world_size) {
+    warn(trainer_, source + " holds the random states of " + std::to_string(list.size()) + " ranks, this run has " +
+                       std::to_string(topology.world_size) + ": every rank continues from rank 0's");
+    return states;
+  }
+  const auto mine = StateDict::from_ivalue(list[static_cast<size_t>(topology.global_rank)], source + " rng state");
+  states.set("torch", mine.get_tensor("torch"));
+  if (mine.contains("torch.cuda.device")) states.set("torch.cuda.device", mine.get_tensor("torch.cuda.device"));
+  return states;
 }
 
 void CheckpointConnector::restore_fit_loop(const StateDict& fit_loop, const std::string& source) {
@@ -292,8 +367,21 @@ void CheckpointConnector::restore_fit_loop(const StateDict& fit_loop, const std:
     const auto metrics = fit_loop.child("callback_metrics");
     for (const auto& name : metrics.keys()) t.callback_metrics_[name] = metrics.get_double(name);
   }
-  // The gradients of an open accumulation window.
-  const StateDict grads = fit_loop.contains("accumulated_grads") ? fit_loop.child("accumulated_grads") : StateDict();
+  // The gradients of an open accumulation window: this process's, or this rank's of all ranks'.
+  StateDict grads = fit_loop.contains("accumulated_grads") ? fit_loop.child("accumulated_grads") : StateDict();
+  if (fit_loop.contains("accumulated_grads_per_rank")) {
+    const auto topology = t.strategy_->topology();
+    const auto per_rank = fit_loop.at("accumulated_grads_per_rank");
+    check<CheckpointError>(per_rank.isList(), source, ": 'accumulated_grads_per_rank' is not a list");
+    const auto& list = per_rank.toListRef();
+    if (static_cast<int64_t>(list.size()) == topology.world_size) {
+      grads = StateDict::from_ivalue(list[static_cast<size_t>(topology.global_rank)], source + " accumulated gradients");
+    } else {
+      warn(t, source + " was written inside an accumulation window by " + std::to_string(list.size()) +
+                  " ranks, this run has " + std::to_string(topology.world_size) +
+                  ": the window's gradients so far are dropped, so its step averages fewer micro-batches");
+    }
+  }
   torch::NoGradGuard no_grad;
   for (auto& p : t.module_->named_parameters()) {
     auto& parameter = p.value();

@@ -21,10 +21,12 @@ class Trainer;
 //   "lr_schedulers"       [scheduler state per scheduler]
 //   "precision"           {"name", "state"} (the GradScaler's state for *-mixed)
 //   "loops"               {"fit_loop": progress, "train_data", "train_metrics",
-//                          "callback_metrics", "accumulated_grads"}
+//                          "callback_metrics", "accumulated_grads" (one process or a shard) or
+//                          "accumulated_grads_per_rank" (full layout, several ranks)}
 //   "callbacks"           {Callback::state_key(): Callback::state_dict()}
 //   "loggers"             [{"name", "version", "log_dir"}]
-//   "rng_states"          {"torch": CPU generator state, "torch.cuda": [...]}
+//   "rng_states"          {"torch": CPU generator state, "torch.cuda": [...]} of the writing rank
+//   "rng_states_per_rank" [{"torch", "torch.cuda.device"}] per rank (full layout, several ranks)
 // Callbacks' and the module's on_save_checkpoint hooks may add keys of their own.
 class CheckpointConnector {
  public:
@@ -43,6 +45,12 @@ class CheckpointConnector {
   void restore_callbacks(const StateDict& checkpoint);
   StateDict dump_fit_loop();
   void restore_fit_loop(const StateDict& fit_loop, const std::string& source);
+  // Every rank's random states / gradients of the open accumulation window, for a full
+  // checkpoint of several ranks. [collective]
+  c10::IValue gather_rng_states();
+  c10::IValue gather_accumulated_grads();
+  // The random states this rank continues from.
+  StateDict rng_state_for_this_rank(const StateDict& checkpoint, const std::string& source);
 
   Trainer& trainer_;
 };

@@ -73,9 +73,9 @@ StateDict CheckpointIO::load(const fs::path& path) { return read_checkpoint_file
 
 void CheckpointIO::remove(const fs::path& path) {
   std::error_code error;
-  fs::remove_all(path, error);
+  const auto removed = fs::remove_all(path, error);
   check<CheckpointError>(!error, "checkpoint: cannot remove '", path.string(), "': ", error.message());
-  if (path.has_parent_path()) sync_directory(path.parent_path());
+  if (removed > 0) sync_directory(path.has_parent_path() ? path.parent_path() : fs::path("."));
 }
 
 }  // namespace volt

@@ -247,6 +247,27 @@ StateDict archive_state_dict(const Optimizer& optimizer) {
   return state;
 }
 
+// LibTorch's Optimizer::load restores the per-parameter state but keeps the optimizer's own group
+// options, while the state was built under the saved ones (an LBFGS history sized by the saved
+// history_size would be indexed past the new one's). Like PyTorch's load_state_dict, the saved
+// options replace the current ones; each group's options read themselves (a virtual serialize),
+// so this works for any optimizer type.
+void load_archive_group_options(Optimizer& optimizer, torch::serialize::InputArchive& archive) {
+  torch::serialize::InputArchive groups_archive;
+  archive.read("param_groups", groups_archive);
+  torch::Tensor count;
+  groups_archive.read("param_groups/size", count);
+  auto& groups = optimizer.param_groups();
+  check<CheckpointError>(count.item<int64_t>() == static_cast<int64_t>(groups.size()), "the checkpoint has ",
+                         count.item<int64_t>(), " param groups but this optimizer has ", groups.size());
+  for (size_t i = 0; i < groups.size(); ++i) {
+    torch::serialize::InputArchive group_archive, options_archive;
+    groups_archive.read("param_groups/" + std::to_string(i), group_archive);
+    group_archive.read("options", options_archive);
+    groups[i].options().serialize(options_archive);
+  }
+}
+
 }  // namespace
 
 StateDict optimizer_state_dict(const Optimizer& optimizer) {
@@ -292,8 +313,16 @@ void load_optimizer_state_dict(Optimizer& optimizer, const StateDict& state, con
       torch::serialize::InputArchive archive;
       archive.load_from(static_cast<const char*>(bytes.data_ptr()), static_cast<size_t>(bytes.numel()));
       optimizer.load(archive);
+      load_archive_group_options(optimizer, archive);
+    } catch (const CheckpointError& error) {
+      throw CheckpointError(what + ": cannot restore " + current_type + " state: " + error.what() +
+                            "; configure_optimizers must build the same optimizer as the run that wrote the checkpoint");
     } catch (const c10::Error& error) {
-      throw CheckpointError(what + ": cannot restore " + current_type + " state: " + error.what_without_backtrace());
+      throw CheckpointError(what + ": cannot restore " + current_type + " state: " + error.what_without_backtrace() +
+                            "; configure_optimizers must build the same optimizer as the run that wrote the checkpoint");
+    } catch (const std::exception& error) {  // LibTorch's own loaders also throw standard exceptions
+      throw CheckpointError(what + ": cannot restore " + current_type + " state (" + error.what() +
+                            "); configure_optimizers must build the same optimizer as the run that wrote the checkpoint");
     }
     return;
   }

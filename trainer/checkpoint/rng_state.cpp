@@ -43,8 +43,12 @@ StateDict rng_state_dict() {
   return state;
 }
 
-void load_rng_state_dict(const StateDict& state) {
+void load_rng_state_dict(const StateDict& state, const torch::Device& device) {
   set_state(at::detail::getDefaultCPUGenerator(), state.get_tensor("torch"), "CPU");
+  if (state.contains("torch.cuda.device") && device.is_cuda() && cuda_devices() > 0) {
+    set_state(at::globalContext().defaultGenerator(device), state.get_tensor("torch.cuda.device"), "CUDA device");
+    return;
+  }
   if (!state.contains("torch.cuda")) return;
   const auto cuda = state.at("torch.cuda");
   check<CheckpointError>(cuda.isList(), "checkpoint: rng_states['torch.cuda'] is not a list");

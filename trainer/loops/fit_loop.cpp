@@ -72,7 +72,7 @@ void FitLoop::run() {
   module.train();
   t.call_callbacks(&Callback::on_train_start);
   if (t.pending_rng_state_) {
-    load_rng_state_dict(*t.pending_rng_state_);
+    load_rng_state_dict(*t.pending_rng_state_, t.strategy_->root_device());
     t.pending_rng_state_.reset();
   }
   // No training batches (limit_train_batches=0): nothing to train, like Lightning. An epoch that

@@ -1,6 +1,7 @@
 #include "trainer/util/crc32c.h"
 
 #include <array>
+#include <cstring>
 
 namespace volt {
 namespace {
@@ -27,9 +28,35 @@ const Tables& tables() {
   return t;
 }
 
+#if defined(__x86_64__)
+// SSE4.2's crc32 instruction computes exactly this CRC, 8 bytes per instruction (several GB/s).
+__attribute__((target("sse4.2"))) uint32_t crc32c_sse42(const void* data, size_t size, uint32_t crc) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  uint64_t c = ~crc;
+  for (; size > 0 && (reinterpret_cast<uintptr_t>(p) & 7) != 0; --size) c = __builtin_ia32_crc32qi(static_cast<uint32_t>(c), *p++);
+  for (; size >= 8; size -= 8, p += 8) {
+    uint64_t word;
+    std::memcpy(&word, p, 8);
+    c = __builtin_ia32_crc32di(c, word);
+  }
+  for (; size > 0; --size) c = __builtin_ia32_crc32qi(static_cast<uint32_t>(c), *p++);
+  return ~static_cast<uint32_t>(c);
+}
+#endif
+
 }  // namespace
 
 uint32_t crc32c(const void* data, size_t size, uint32_t crc) {
+#if defined(__x86_64__)
+  static const bool hardware = __builtin_cpu_supports("sse4.2");
+  if (hardware) return crc32c_sse42(data, size, crc);
+#endif
+  return detail::crc32c_software(data, size, crc);
+}
+
+namespace detail {
+
+uint32_t crc32c_software(const void* data, size_t size, uint32_t crc) {
   const auto& t = tables();
   const auto* p = static_cast<const unsigned char*>(data);
   crc = ~crc;
@@ -43,5 +70,7 @@ uint32_t crc32c(const void* data, size_t size, uint32_t crc) {
   while (size--) crc = (crc >> 8) ^ t[0][(crc ^ *p++) & 0xFF];
   return ~crc;
 }
+
+}  // namespace detail
 
 }  // namespace volt

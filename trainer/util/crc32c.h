@@ -7,7 +7,13 @@
 namespace volt {
 
 // CRC-32C of `size` bytes, continuing from `crc` (0 to start; pass a previous result to extend it).
+// Uses the CPU's crc32 instruction where it has one (x86-64 with SSE4.2), tables otherwise.
 uint32_t crc32c(const void* data, size_t size, uint32_t crc = 0);
+
+namespace detail {
+// The table-driven version, on every CPU (tests compare it with the instruction).
+uint32_t crc32c_software(const void* data, size_t size, uint32_t crc = 0);
+}  // namespace detail
 
 // TFRecord's masked form: a rotated, offset CRC, so that a CRC stored inside data that is itself
 // checksummed does not produce degenerate values.
