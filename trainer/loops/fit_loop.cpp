@@ -70,7 +70,11 @@ void FitLoop::run() {
   module.train();
   t.call_callbacks(&Callback::on_train_start);
   // No training batches (limit_train_batches=0): nothing to train, like Lightning.
-  while (t.num_training_batches_ > 0 && !done()) run_epoch();
+  while (t.num_training_batches_ > 0) {
+    agree_on_stopping();
+    if (done()) break;
+    run_epoch();
+  }
   t.call_callbacks(&Callback::on_train_end);
   t.stage_ = RunningStage::None;
 
@@ -91,8 +95,14 @@ bool FitLoop::done() const {
   const auto& p = trainer_.progress_;
   const int64_t max_epochs = trainer_.options_.resolved_max_epochs();
   if (max_epochs != -1 && p.epoch >= max_epochs) return true;
-  if (steps_exhausted() || time_exhausted()) return true;
+  if (steps_exhausted() || time_up_) return true;
   return trainer_.should_stop_ && p.epoch >= trainer_.options_.min_epochs;
+}
+
+void FitLoop::agree_on_stopping() {
+  Trainer& t = trainer_;
+  t.should_stop_ = t.strategy_->broadcast_decision(t.should_stop_);
+  if (t.deadline_) time_up_ = t.strategy_->broadcast_decision(time_exhausted());
 }
 
 void FitLoop::run_epoch() {
@@ -109,7 +119,8 @@ void FitLoop::run_epoch() {
     const int64_t b = p.next_batch;
     run_batch(b);
     validate_if_due(b);
-    if (steps_exhausted() || time_exhausted()) break;
+    agree_on_stopping();
+    if (steps_exhausted() || time_up_) break;
     // should_stop set by a callback mid-epoch ends the epoch once min_epochs are behind us.
     if (t.should_stop_ && p.epoch >= t.options_.min_epochs) break;
   }
@@ -176,6 +187,7 @@ void FitLoop::run_batch(int64_t batch_idx) {
   if (stepped && p.global_step % t.options_.log_every_n_steps == 0) {
     auto metrics = step_values.logger;
     for (const auto& [name, value] : t.precision_->metrics()) metrics[name] = value;
+    for (const auto& [name, value] : t.strategy_->metrics()) metrics[name] = value;
     if (!metrics.empty()) t.log_to_loggers(metrics);
   }
   t.call_callbacks(&Callback::on_train_batch_end, loss, batch, batch_idx);
