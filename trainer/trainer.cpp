@@ -1,12 +1,15 @@
 #include "trainer/trainer.h"
 
 #include <filesystem>
+#include <iostream>
 
 #include "callbacks/callback_registry.h"
 #include "callbacks/model_summary.h"
 #include "callbacks/progress_bar.h"
 #include "loggers/logger_registry.h"
 #include "strategies/strategy_registry.h"
+#include "trainer/checkpoint/checkpoint_connector.h"
+#include "trainer/checkpoint/last_checkpoint.h"
 #include "trainer/loops/evaluation_loop.h"
 #include "trainer/loops/fit_loop.h"
 #include "trainer/compat.h"
@@ -40,14 +43,23 @@ class DataModuleOfLoaders : public DataModule {
   std::shared_ptr<DataLoader> train_, val_;
 };
 
+std::shared_ptr<Precision> given_precision(std::shared_ptr<Precision> precision) {
+  check<ConfigurationError>(precision != nullptr, "Trainer: expected a precision, got nullptr");
+  return precision;
+}
+
 }  // namespace
 
-Trainer::Trainer(TrainerOptions options) : Trainer(options, nullptr, true) {}
+Trainer::Trainer(TrainerOptions options) : Trainer(options, nullptr, nullptr, true) {}
 
 Trainer::Trainer(TrainerOptions options, std::shared_ptr<Strategy> strategy)
-    : Trainer(std::move(options), std::move(strategy), false) {}
+    : Trainer(std::move(options), std::move(strategy), nullptr, false) {}
 
-Trainer::Trainer(TrainerOptions options, std::shared_ptr<Strategy> strategy, bool from_registry)
+Trainer::Trainer(TrainerOptions options, std::shared_ptr<Strategy> strategy, std::shared_ptr<Precision> precision)
+    : Trainer(std::move(options), strategy, given_precision(std::move(precision)), strategy == nullptr) {}
+
+Trainer::Trainer(TrainerOptions options, std::shared_ptr<Strategy> strategy, std::shared_ptr<Precision> precision,
+                 bool from_registry)
     : options_(std::move(options)),
       train_collector_([this](const torch::Tensor& value, ReduceOp op) { return strategy_->all_reduce(value, op); }),
       eval_collector_([this](const torch::Tensor& value, ReduceOp op) { return strategy_->all_reduce(value, op); }) {
@@ -61,7 +73,7 @@ Trainer::Trainer(TrainerOptions options, std::shared_ptr<Strategy> strategy, boo
   if (from_registry) strategy = create_strategy(options_.strategy, topology.world_size, origin);
   check<ConfigurationError>(strategy != nullptr, "Trainer: expected a strategy, got nullptr");
   check_strategy_fits(*strategy, topology.world_size, origin);
-  init(std::move(strategy));
+  init(std::move(strategy), std::move(precision));
 }
 
 MetricCollector& Trainer::metric_collector() {
@@ -72,10 +84,17 @@ Trainer::~Trainer() {
   if (strategy_) strategy_->teardown();
 }
 
-void Trainer::init(std::shared_ptr<Strategy> strategy) {
+void Trainer::init(std::shared_ptr<Strategy> strategy, std::shared_ptr<Precision> precision) {
   strategy_ = std::move(strategy);
-  const torch::Device device = resolve_device(options_);
-  precision_ = make_precision(options_.precision, device);
+  if (precision) {
+    const auto asked = canonical_precision_name(options_.precision);
+    check<ConfigurationError>(precision->name() == asked, "Trainer: the Precision object given is '",
+                              precision->name(), "' but options.precision is '", options_.precision,
+                              "'; set options.precision to '", precision->name(), "'");
+    precision_ = std::move(precision);
+  } else {
+    precision_ = make_precision(options_.precision, resolve_device(options_));
+  }
   strategy_->set_precision(precision_);
   // fast_dev_run is a smoke test: it must leave nothing behind (Lightning's rule).
   if (options_.fast_dev_run == 0) {
@@ -217,7 +236,9 @@ void Trainer::fit(std::shared_ptr<Module> module, std::shared_ptr<DataModule> da
     // estimated_stepping_batches() (e.g. for a schedule over the whole fit).
     FitLoop loop(*this, prepare_loader(train, true), val ? prepare_loader(val, false) : nullptr);
     setup_optimizers();
-    if (!ckpt_path.empty()) restore_checkpoint(ckpt_path);
+    pending_rng_state_.reset();
+    const std::string& resume_from = ckpt_path.empty() ? options_.ckpt_path : ckpt_path;
+    if (!resume_from.empty()) restore_checkpoint(resume_from);
     loop.run();
   });
 }
@@ -308,12 +329,35 @@ void Trainer::agree_on_logger_versions() {
   }
 }
 
-void Trainer::save_checkpoint(const std::string& path, bool weights_only) {
-  throw NotSupportedError("Trainer::save_checkpoint: checkpoints are not implemented yet");
+void Trainer::save_checkpoint(const std::filesystem::path& path, bool weights_only) {
+  CheckpointConnector connector(*this);
+  strategy_->save_checkpoint(connector.dump(weights_only), path);
 }
 
-void Trainer::restore_checkpoint(const std::string& path) {
-  throw NotSupportedError("Trainer: resuming from '" + path + "' is not implemented yet");
+void Trainer::remove_checkpoint(const std::filesystem::path& path) { strategy_->remove_checkpoint(path); }
+
+std::filesystem::path Trainer::checkpoint_dir() const {
+  return std::filesystem::path(loggers_.empty() ? options_.default_root_dir : loggers_.front()->log_dir()) /
+         "checkpoints";
+}
+
+bool Trainer::restore_checkpoint(const std::string& path) {
+  std::filesystem::path file = path;
+  if (path == "last") {
+    file = find_last_checkpoint(options_.default_root_dir, {checkpoint_dir()});
+    if (file.empty()) {
+      check<CheckpointError>(fn_ == TrainerFn::Fitting, "ckpt_path 'last': no checkpoint under '",
+                             options_.default_root_dir, "'; pass a checkpoint file");
+      if (is_global_zero()) {
+        std::cerr << "volt: ckpt_path 'last': no checkpoint under '" << options_.default_root_dir
+                  << "' yet; training starts from scratch" << std::endl;
+      }
+      return false;
+    }
+  }
+  const StateDict checkpoint = strategy_->load_checkpoint(file);
+  CheckpointConnector(*this).restore(checkpoint, "checkpoint '" + file.string() + "'");
+  return true;
 }
 
 }  // namespace volt

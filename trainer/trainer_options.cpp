@@ -47,10 +47,7 @@ void TrainerOptions::validate() const {
                             master_port);
   check<ConfigurationError>(timeout.count() > 0, "--timeout: expected > 0 seconds, got ",
                             static_cast<double>(timeout.count()) / 1000.0);
-  const auto& precisions = precision_names();
-  if (std::find(precisions.begin(), precisions.end(), precision) == precisions.end()) {
-    make_precision(precision, torch::kCPU);  // throws with the valid values and a suggestion
-  }
+  canonical_precision_name(precision);  // throws with the valid values and a suggestion
   check<ConfigurationError>(!max_epochs || *max_epochs >= -1, "--max-epochs: expected >= -1, got ",
                             max_epochs.value_or(0));
   check<ConfigurationError>(min_epochs >= 0, "--min-epochs: expected >= 0, got ", min_epochs);

@@ -9,6 +9,7 @@
 #include "loggers/logger_registry.h"
 #include "strategies/strategy.h"
 #include "strategies/strategy_registry.h"
+#include "trainer/checkpoint/weights.h"
 #include "trainer/data/batch.h"
 #include "trainer/data/data_loader.h"
 #include "trainer/data/data_module.h"
