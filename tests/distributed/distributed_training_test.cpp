@@ -21,13 +21,15 @@ struct Trained {
   std::vector<double> params;
   double val_samples;
   std::string log_dir, env;
+  int64_t restarts;
 };
 
 std::vector<Trained> trained_lines(const std::string& output) {
-  static const std::regex pattern("TRAINED rank=(\\d+) params=(\\S+) val_samples=(\\S+) log_dir=(\\S+) env=(\\w+)");
+  static const std::regex pattern(
+      "TRAINED rank=(\\d+) params=(\\S+) val_samples=(\\S+) log_dir=(\\S+) env=(\\w+) restarts=(\\d+)");
   std::vector<Trained> out;
   for (std::sregex_iterator it(output.begin(), output.end(), pattern), end; it != end; ++it) {
-    Trained t{std::stoll((*it)[1]), {}, std::stod((*it)[3]), (*it)[4], (*it)[5]};
+    Trained t{std::stoll((*it)[1]), {}, std::stod((*it)[3]), (*it)[4], (*it)[5], std::stoll((*it)[6])};
     std::stringstream params((*it)[2]);
     std::string value;
     while (std::getline(params, value, ',')) t.params.push_back(std::stod(value));
@@ -115,6 +117,28 @@ TEST_F(DistributedTrainingTest, TorchrunRunEqualsOneProcessWithTheGlobalBatch) {
   EXPECT_EQ(lines[0].env, "torchelastic");
   EXPECT_EQ(lines[0].params, lines[1].params);
   expect_close(lines[0].params, reference_params(), 1e-5, "torchrun 2 ranks × batch 8 vs 1 process × batch 16");
+}
+
+// torchrun --max_restarts 1: rank 1 throws at the start of epoch 1 (after last.ckpt of epoch 0
+// was written); every rank exits non-zero, torchrun restarts the group as attempt 1 (keys under
+// /worker/attempt_1 of the agent's store), and --ckpt-path last resumes it: the result equals the
+// uninterrupted run.
+TEST_F(DistributedTrainingTest, TorchrunRestartResumesFromTheLastCheckpoint) {
+  testing::TemporaryDirectory dir;
+  const int64_t port = find_free_port();
+  const auto result = run_command("/usr/bin/python3 -m torch.distributed.run --no_python --nproc_per_node 2 "
+                                  "--max_restarts 1 --redirects 1 --tee 1 --master_port " + std::to_string(port) +
+                                      " " + train_command(dir.path(), "--batch-size 8 --strategy test_grad_avg "
+                                      "--checkpoint-every-epoch --crash-rank 1 --crash-epoch 1 --ckpt-path last"),
+                                  300);
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("deliberate crash at the start of epoch 1"), std::string::npos) << result.output;
+  const auto lines = trained_lines(result.output);
+  ASSERT_EQ(lines.size(), 2u) << result.output;
+  EXPECT_EQ(lines[0].restarts, 1);
+  EXPECT_EQ(lines[0].params, lines[1].params);
+  expect_close(lines[0].params, reference_params(), 1e-5, "restarted and resumed vs uninterrupted");
+  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/volt_logs/version_0/checkpoints/last.ckpt"));
 }
 
 }  // namespace

@@ -27,6 +27,7 @@ constexpr int kMaxChildren = 1024;
 std::atomic<pid_t> g_child_pids[kMaxChildren];  // 0: free slot or reaped
 std::atomic<int> g_child_count{0};
 std::atomic<int64_t> g_stop_grace_ms{5000};
+std::atomic<bool> g_forwarding_signal{false};  // children ending now were stopped by us
 
 void sleep_ms(long ms) {
   timespec t{ms / 1000, (ms % 1000) * 1000000};
@@ -36,6 +37,7 @@ void sleep_ms(long ms) {
 // Forwards the signal to every child, reaps them (SIGKILL after the grace period), then ends this
 // process by the same signal. Only async-signal-safe calls.
 void forward_signal_and_exit(int signal_number) {
+  g_forwarding_signal.store(true);
   const int count = g_child_count.load();
   for (int i = 0; i < count; ++i) {
     if (const pid_t pid = g_child_pids[i].load(); pid > 0) kill(pid, signal_number);
@@ -159,7 +161,7 @@ struct ProcessLauncher::State {
       c.status = r == c.pid ? status : 0;
       g_child_pids[c.slot].store(0);
       any = true;
-      if (r == c.pid && status_failed(status) && !parent_stopping && !failure) {
+      if (r == c.pid && status_failed(status) && !parent_stopping && !g_forwarding_signal.load() && !failure) {
         failure = name(c) + " " + describe_status(status);
         std::cerr << "volt launcher: " << *failure << "; stopping the other ranks" << std::endl;
         signal_running(SIGTERM);

@@ -8,6 +8,10 @@
 //                       (--strategy test_grad_avg registers a plain gradient-averaging
 //                       ParallelStrategy here, as a user would); prints "TRAINED rank=..
 //                       params=.. log_dir=.." with the final parameters to 17 digits
+//                       --checkpoint-every-epoch saves last.ckpt at every epoch end; with
+//                       --crash-rank R --crash-epoch E rank R throws at the start of epoch E on
+//                       the first attempt (TORCHELASTIC_RESTART_COUNT unset or 0), so that
+//                       torchrun --max_restarts 1 ... --ckpt-path last resumes the group
 //   --mode sampler      fit over a dataset whose inputs are the sample indices (10 samples,
 //                       batch 2, shuffled, 2 epochs); prints "SEEN rank=.. epoch=.. indices=.."
 // Exit status 0 only when every check held.
@@ -25,6 +29,7 @@
 #include "strategies/process_group_setup.h"
 #include "strategies/strategy_registry.h"
 #include "tests/support/regression_problem.h"
+#include "callbacks/callback.h"
 #include "trainer/cluster/cluster_environment.h"
 #include "trainer/error.h"
 #include "trainer/run_main.h"
@@ -102,9 +107,31 @@ class WorkerModule : public testing::RegressionModule {
   }
 };
 
-void train(const TrainerOptions& options, int64_t batch_size) {
+// Saves <checkpoint_dir>/last.ckpt at every epoch end, and makes one rank fail once.
+class CheckpointAndCrash : public Callback {
+ public:
+  CheckpointAndCrash(bool save, int64_t crash_rank, int64_t crash_epoch)
+      : save_(save), crash_rank_(crash_rank), crash_epoch_(crash_epoch) {}
+  void on_train_epoch_start(Trainer& trainer, Module&) override {
+    const auto restarts = current_environment()["TORCHELASTIC_RESTART_COUNT"];
+    if (trainer.strategy().topology().global_rank == crash_rank_ && trainer.current_epoch() == crash_epoch_ &&
+        (restarts.empty() || restarts == "0")) {
+      throw Error("worker: deliberate crash at the start of epoch " + std::to_string(crash_epoch_));
+    }
+  }
+  void on_train_epoch_end(Trainer& trainer, Module&) override {
+    if (save_) trainer.save_checkpoint(trainer.checkpoint_dir() / "last.ckpt");
+  }
+
+ private:
+  bool save_;
+  int64_t crash_rank_, crash_epoch_;
+};
+
+void train(const TrainerOptions& options, int64_t batch_size, std::shared_ptr<Callback> extra) {
   register_test_strategy();
   Trainer trainer(options);
+  trainer.add_callback(std::move(extra));
   auto module = std::make_shared<WorkerModule>();
   trainer.fit(module, std::make_shared<testing::RegressionData>(64, batch_size, false, 7, 13));
   const auto params = module->flat_parameters();
@@ -114,7 +141,8 @@ void train(const TrainerOptions& options, int64_t batch_size) {
   std::ostringstream line;
   line << "TRAINED rank=" << trainer.strategy().topology().global_rank << " params=" << text.str()
        << " val_samples=" << trainer.callback_metrics().at("val_samples") << " log_dir=" << trainer.log_dir()
-       << " env=" << trainer.cluster_environment().name() << "\n";
+       << " env=" << trainer.cluster_environment().name()
+       << " restarts=" << trainer.cluster_environment().restart_count() << "\n";
   std::cout << line.str() << std::flush;
 }
 
@@ -174,11 +202,19 @@ int main(int argc, char** argv) {
     own.add_options()("mode", po::value<std::string>()->default_value("collectives"), "collectives | fail")
         ("fail-rank", po::value<int64_t>()->default_value(-1), "rank that misbehaves in --mode fail")
         ("how", po::value<std::string>()->default_value("throw"), "throw | exit | kill | stall")
-        ("batch-size", po::value<int64_t>()->default_value(8), "training batch size (--mode train)");
+        ("batch-size", po::value<int64_t>()->default_value(8), "training batch size (--mode train)")
+        ("checkpoint-every-epoch", po::bool_switch(), "save last.ckpt at every epoch end (--mode train)")
+        ("crash-rank", po::value<int64_t>()->default_value(-1), "rank that throws once (--mode train)")
+        ("crash-epoch", po::value<int64_t>()->default_value(-1), "epoch at whose start it throws");
     po::variables_map vm;
     const auto options = TrainerOptions::from_args(argc, argv, own, &vm);
     const auto mode = vm["mode"].as<std::string>();
-    if (mode == "train") return train(options, vm["batch-size"].as<int64_t>());
+    if (mode == "train") {
+      return train(options, vm["batch-size"].as<int64_t>(),
+                   std::make_shared<CheckpointAndCrash>(vm["checkpoint-every-epoch"].as<bool>(),
+                                                        vm["crash-rank"].as<int64_t>(),
+                                                        vm["crash-epoch"].as<int64_t>()));
+    }
     if (mode == "sampler") return record_sampler(options);
     const auto cluster = cluster_of(options);
     auto communicator = start_process_group(*cluster, options.timeout);
