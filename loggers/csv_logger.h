@@ -17,6 +17,7 @@ class CSVLogger : public Logger {
                      int64_t flush_every_n_steps = 100);
   std::string name() const override { return name_; }
   int64_t version() const override { return directory_.version(); }
+  void set_version(int64_t version) override { directory_.set_version(version); }
   std::string log_dir() const override { return directory_.path(); }
 
   void log_metrics(const std::map<std::string, double>& metrics, int64_t step) override;

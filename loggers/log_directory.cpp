@@ -31,6 +31,11 @@ int64_t LogDirectory::version() const {
   return version_;
 }
 
+void LogDirectory::set_version(int64_t version) {
+  check<ConfigurationError>(version >= 0, "LogDirectory: expected a version >= 0, got ", version);
+  version_ = version;
+}
+
 std::string LogDirectory::path() const {
   return (fs::path(save_dir_) / name_ / ("version_" + std::to_string(version()))).string();
 }

@@ -10,6 +10,7 @@ class LogDirectory {
  public:
   LogDirectory(std::string save_dir, std::string name, int64_t version = -1);
   int64_t version() const;        // resolved on first call, then fixed
+  void set_version(int64_t version);  // fixes it (>= 0) without looking at the disk
   std::string path() const;       // <save_dir>/<name>/version_<N>
   void create() const;            // mkdir -p path()
 

@@ -18,11 +18,13 @@
 #include <chrono>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "strategies/reduce_op.h"
+#include "trainer/cluster/cluster_environment.h"
 #include "trainer/checkpoint/checkpoint_io.h"
 #include "trainer/checkpoint/optimizer_state.h"
 #include "trainer/module.h"
@@ -33,22 +35,15 @@
 
 namespace volt {
 
-// Where this process sits among all processes of the run.
-struct ProcessTopology {
-  int64_t global_rank = 0;
-  int64_t world_size = 1;
-  int64_t local_rank = 0;
-  int64_t local_world_size = 1;
-  int64_t node_rank = 0;
-  int64_t num_nodes = 1;
-};
-
 // What the Trainer resolved from its options before the strategy sets up.
 struct StrategyEnvironment {
   torch::Device device = torch::kCPU;           // the device this process computes on
   int64_t devices = 1;                          // processes per node the user asked for
   int64_t num_nodes = 1;
   std::chrono::milliseconds timeout{1800000};   // bound on every collective
+  // Who started the processes and where they meet (set by the Trainer; distributed strategies
+  // read their topology and rendezvous from it).
+  std::shared_ptr<const ClusterEnvironment> cluster;
 };
 
 // Note [Checkpoint layouts]
@@ -64,6 +59,9 @@ class Strategy {
  public:
   virtual ~Strategy() = default;
   virtual std::string name() const = 0;
+  // Whether this strategy can run several processes (a ParallelStrategy). The Trainer refuses a
+  // non-distributed strategy when the cluster environment has more than one process.
+  virtual bool is_distributed() const { return false; }
 
   // ---- lifecycle
   virtual void setup_environment(const StrategyEnvironment& environment);  // [collective]
@@ -78,6 +76,9 @@ class Strategy {
     return optimizers;
   }
   virtual void teardown() {}
+  // The run is failing with `error` on this rank (called by the Trainer before it rethrows).
+  // Distributed strategies tell the other ranks why, so their errors can name this one.
+  virtual void on_exception(const std::exception& error) {}
 
   // Holds `precision` and installs all_reduce(·, Max) as its found-inf reducer, so that a skipped
   // AMP step is skipped on every rank. That reducer calls this strategy, which must therefore
@@ -117,11 +118,17 @@ class Strategy {
 
   // ---- collectives for the Trainer (the identity on one process)
   virtual torch::Tensor all_reduce(const torch::Tensor& value, ReduceOp op) { return value; }  // [collective]
+  // `root`'s value, on every rank. [collective]
+  virtual torch::Tensor broadcast(const torch::Tensor& value, int64_t root = 0) { return value; }
   // Rank 0's decision, on every rank (stopping, checkpointing). [collective]
   virtual bool broadcast_decision(bool decision) { return decision; }
   // `all`: true iff every rank decided true; otherwise true iff any did. [collective]
   virtual bool reduce_boolean_decision(bool decision, bool all = true) { return decision; }
   virtual void barrier(const std::string& name = "") {}  // [collective]
+
+  // Numbers the strategy publishes beside the training metrics (e.g. bytes communicated); the
+  // fit loop logs them with every logged step.
+  virtual std::map<std::string, double> metrics() const { return {}; }
 
   // ---- checkpoints (strategies/strategy_checkpoint.cpp; Note [Checkpoint layouts])
   virtual CheckpointLayout checkpoint_layout() const { return CheckpointLayout::Full; }

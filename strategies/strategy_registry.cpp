@@ -8,13 +8,38 @@ namespace {
 void register_builtin_strategies(Registry<Strategy>& registry) {
   registry.add("single_device", "one process on one device, no communication", {},
                [](const OptionValues&) { return std::make_shared<SingleDeviceStrategy>(); });
-  // "auto" picks by the number of processes: one → single_device. Distributed strategies
-  // register themselves below as they are built.
-  registry.add("auto", "single_device for one process", {},
+  // "auto" picks by the number of processes (create_strategy): one → single_device, several →
+  // ddp. Its factory is the one-process case.
+  registry.add("auto", "single_device for one process, ddp for several", {},
                [](const OptionValues&) { return std::make_shared<SingleDeviceStrategy>(); });
 }
 
 }  // namespace
+
+void check_strategy_fits(const Strategy& strategy, int64_t world_size, const std::string& origin) {
+  check<ConfigurationError>(world_size == 1 || strategy.is_distributed(), "--strategy ", strategy.name(),
+                            " runs a single process, but ", world_size, " processes were asked for (", origin,
+                            "); choose a distributed strategy (see --list-strategies) or run one process");
+}
+
+std::shared_ptr<Strategy> create_strategy(const std::string& spec, int64_t world_size, const std::string& origin) {
+  auto& registry = strategy_registry();
+  const NamedSpec named = parse_named_spec(spec, "--strategy");
+  if (named.name == "auto" && world_size > 1) {
+    check<ConfigurationError>(named.values.empty(), "--strategy auto: takes no options, got '", spec, "'");
+    check<ConfigurationError>(registry.contains("ddp"), "--strategy auto: ", world_size,
+                              " processes (", origin, ") need a distributed strategy, but 'ddp' is not "
+                              "registered in this build; pass --strategy with one of: ", [&] {
+                                std::string names;
+                                for (const auto& n : registry.names()) names += (names.empty() ? "" : ", ") + n;
+                                return names;
+                              }());
+    return registry.create("ddp");
+  }
+  auto strategy = registry.create(spec);
+  check_strategy_fits(*strategy, world_size, origin);
+  return strategy;
+}
 
 Registry<Strategy>& strategy_registry() {
   static Registry<Strategy> registry = [] {

@@ -9,4 +9,13 @@ namespace volt {
 // strategy_registry().add(name, description, options, factory) before building a Trainer.
 Registry<Strategy>& strategy_registry();
 
+// Builds the strategy `spec` names for a run of `world_size` processes. "auto" resolves here, in
+// one place: single_device for one process; for more, "ddp" when it is registered, otherwise a
+// ConfigurationError saying so. A non-distributed strategy with more than one process is a
+// ConfigurationError naming the process count and where it came from (`origin`).
+std::shared_ptr<Strategy> create_strategy(const std::string& spec, int64_t world_size, const std::string& origin);
+
+// Checks that `strategy` can run `world_size` processes (see create_strategy).
+void check_strategy_fits(const Strategy& strategy, int64_t world_size, const std::string& origin);
+
 }  // namespace volt

@@ -7,6 +7,7 @@
 #include "callbacks/callback_registry.h"
 #include "loggers/logger_registry.h"
 #include "strategies/strategy_registry.h"
+#include "trainer/cluster/cluster_environment.h"
 #include "trainer/precision/precision.h"
 #include "trainer/registry/option_spec.h"
 #include "trainer/trainer_options.h"
@@ -39,6 +40,16 @@ po::options_description volt_flags(const TrainerOptions& d) {
        "NAME[:key=value,...] (see --list-strategies)")
       ("precision", po::value<std::string>()->default_value(d.precision),
        ("one of: " + joined(precision_names())).c_str())
+      ("cluster-environment", po::value<std::string>()->default_value(d.cluster_environment),
+       ("who started the processes: " + joined(cluster_environment_names()) + " (auto: detected)").c_str())
+      ("node-rank", po::value<int64_t>()->default_value(d.node_rank),
+       "this machine's node with volt's launcher (-1: NODE_RANK or 0)")
+      ("master-addr", po::value<std::string>()->default_value(d.master_addr),
+       "rendezvous host (default: MASTER_ADDR, else 127.0.0.1 on one node)")
+      ("master-port", po::value<int64_t>()->default_value(d.master_port),
+       "rendezvous port (0: MASTER_PORT, else a free port on one node, 29500 on several)")
+      ("timeout", po::value<double>()->default_value(static_cast<double>(d.timeout.count()) / 1000.0),
+       "seconds any collective may take before the run fails")
       ("max-epochs", po::value<int64_t>(), "epochs to train (default 1000 unless --max-steps; -1: no limit)")
       ("min-epochs", po::value<int64_t>()->default_value(d.min_epochs), "epochs before early stopping may stop")
       ("max-steps", po::value<int64_t>()->default_value(d.max_steps), "optimizer steps to train (-1: no limit)")
@@ -88,6 +99,13 @@ TrainerOptions options_from(const po::variables_map& vm) {
   o.num_nodes = vm["num-nodes"].as<int64_t>();
   o.strategy = vm["strategy"].as<std::string>();
   o.precision = vm["precision"].as<std::string>();
+  o.cluster_environment = vm["cluster-environment"].as<std::string>();
+  o.node_rank = vm["node-rank"].as<int64_t>();
+  o.master_addr = vm["master-addr"].as<std::string>();
+  o.master_port = vm["master-port"].as<int64_t>();
+  const double timeout_s = vm["timeout"].as<double>();
+  check<ConfigurationError>(timeout_s > 0 && timeout_s < 1e9, "--timeout: expected seconds > 0, got ", timeout_s);
+  o.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0 + 0.5));
   if (vm.count("max-epochs")) o.max_epochs = vm["max-epochs"].as<int64_t>();
   o.min_epochs = vm["min-epochs"].as<int64_t>();
   o.max_steps = vm["max-steps"].as<int64_t>();

@@ -2,12 +2,14 @@
 
 #include <iostream>
 
+#include "trainer/cluster/process_launcher.h"
 #include "trainer/error.h"
 #include "trainer/trainer_options.h"
 
 namespace volt {
+namespace {
 
-int run_main(const std::function<void()>& body) {
+int run_body(const std::function<void()>& body) {
   try {
     body();
     return 0;
@@ -28,5 +30,26 @@ int run_main(const std::function<void()>& body) {
     return 1;
   }
 }
+
+// With volt's launcher this process is local rank 0 of a group it started: it ends only after its
+// children, and fails when one of them did (naming it).
+int finish_children(int exit_code) {
+  auto& launcher = ProcessLauncher::instance();
+  if (!launcher.launched()) return exit_code;
+  if (exit_code != 0) {
+    if (auto failure = launcher.failure()) std::cerr << "error: the first failure was " << *failure << std::endl;
+    launcher.stop_children();
+    return exit_code;
+  }
+  if (auto failure = launcher.wait_for_children(launcher.finish_timeout())) {
+    std::cerr << "error: " << *failure << std::endl;
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int run_main(const std::function<void()>& body) { return finish_children(run_body(body)); }
 
 }  // namespace volt

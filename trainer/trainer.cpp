@@ -65,9 +65,15 @@ Trainer::Trainer(TrainerOptions options, std::shared_ptr<Strategy> strategy, std
       train_collector_([this](const torch::Tensor& value, ReduceOp op) { return strategy_->all_reduce(value, op); }),
       eval_collector_([this](const torch::Tensor& value, ReduceOp op) { return strategy_->all_reduce(value, op); }) {
   options_.validate();
-  if (from_registry) strategy = strategy_registry().create(options_.strategy);
-  options_.validate();
+  // Everything about processes is decided now, so that a mismatch fails here, not mid-run.
+  cluster_ = make_cluster_environment(options_.cluster_environment, current_environment(), options_.cluster_request());
+  const auto& topology = cluster_->topology();
+  const std::string origin = std::to_string(topology.local_world_size) + " per node × " +
+                             std::to_string(topology.num_nodes) + " node(s) from the " + cluster_->name() +
+                             " cluster environment";
+  if (from_registry) strategy = create_strategy(options_.strategy, topology.world_size, origin);
   check<ConfigurationError>(strategy != nullptr, "Trainer: expected a strategy, got nullptr");
+  check_strategy_fits(*strategy, topology.world_size, origin);
   init(std::move(strategy), std::move(precision));
 }
 
@@ -136,12 +142,15 @@ void Trainer::setup(TrainerFn fn, const std::shared_ptr<Module>& module,
   if (!environment_ready_) {
     StrategyEnvironment environment;
     environment.device = resolve_device(options_);
-    environment.devices = options_.devices;
-    environment.num_nodes = options_.num_nodes;
-    configure_cpu_threads(options_.devices);
+    environment.devices = cluster_->topology().local_world_size;
+    environment.num_nodes = cluster_->topology().num_nodes;
+    environment.timeout = options_.timeout;
+    environment.cluster = cluster_;
+    configure_cpu_threads(cluster_->topology().local_world_size);
     if (options_.malloc_tuning) keep_freed_memory_in_heap();
     strategy_->setup_environment(environment);
     environment_ready_ = true;
+    agree_on_logger_versions();
   }
   if (options_.seed) seed_everything(*options_.seed);
   set_deterministic(options_.deterministic);
@@ -193,6 +202,7 @@ void Trainer::run_guarded(TrainerFn fn, const std::shared_ptr<Module>& module,
     teardown();
   } catch (const std::exception& error) {
     status_ = TrainerStatus::Interrupted;
+    strategy_->on_exception(error);
     if (module_) {
       for (auto& callback : callbacks_) {
         try {
@@ -310,6 +320,15 @@ void Trainer::log_to_loggers(std::map<std::string, double> metrics) {
   for (const auto& [name, value] : metrics) logged_metrics_[name] = value;
   if (!loggers_active()) return;
   for (auto& logger : loggers_) logger->log_metrics(metrics, progress_.global_step);
+}
+
+void Trainer::agree_on_logger_versions() {
+  if (strategy_->topology().world_size == 1) return;
+  for (auto& logger : loggers_) {
+    const int64_t mine = strategy_->is_global_zero() ? logger->version() : 0;
+    const int64_t chosen = strategy_->broadcast(torch::tensor({mine}, torch::kLong), 0).item<int64_t>();
+    if (!strategy_->is_global_zero()) logger->set_version(chosen);
+  }
 }
 
 void Trainer::save_checkpoint(const std::filesystem::path& path, bool weights_only) {

@@ -115,6 +115,8 @@ class Trainer {
   const std::vector<std::shared_ptr<Callback>>& callbacks() const { return callbacks_; }
   const std::vector<std::shared_ptr<Logger>>& loggers() const { return loggers_; }
   Strategy& strategy() const { return *strategy_; }
+  // Who started the processes of this run and where they meet (torchelastic, slurm, mpi, volt).
+  const ClusterEnvironment& cluster_environment() const { return *cluster_; }
   Precision& precision() const { return *precision_; }
   const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers() const { return optimizers_; }
   const std::vector<SchedulerConfig>& lr_schedulers() const { return schedulers_; }
@@ -157,9 +159,12 @@ class Trainer {
   // Merges `values` into the trainer's metric maps and sends `values.logger` to the loggers.
   void publish_metrics(const MetricValues& values, bool to_loggers);
   void log_to_loggers(std::map<std::string, double> metrics);
+  // With several processes: every rank's loggers take global rank 0's version. [collective]
+  void agree_on_logger_versions();
   bool loggers_active() const;
 
   TrainerOptions options_;
+  std::shared_ptr<const ClusterEnvironment> cluster_;  // resolved at construction
   std::shared_ptr<Strategy> strategy_;
   std::shared_ptr<Precision> precision_;
   std::vector<std::shared_ptr<Callback>> callbacks_;

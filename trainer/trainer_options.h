@@ -18,6 +18,8 @@ class variables_map;
 
 namespace volt {
 
+struct ClusterRequest;
+
 enum class GradientClipAlgorithm { Norm, Value };
 
 struct TrainerOptions {
@@ -28,6 +30,12 @@ struct TrainerOptions {
   std::string strategy = "auto";      // NAME[:key=value,...], a registered strategy (--list-strategies)
   std::string precision = "32-true";  // see precision_names()
   bool malloc_tuning = true;          // keep freed memory in the heap (glibc); see malloc_tuning.h
+  // Several processes (README "Distributed runtime"): who starts them and where they meet.
+  std::string cluster_environment = "auto";  // auto | torchelastic | slurm | mpi | volt
+  int64_t node_rank = -1;             // this machine's node with volt's launcher; -1: NODE_RANK or 0
+  std::string master_addr;            // rendezvous host; "": MASTER_ADDR, else 127.0.0.1 on one node
+  int64_t master_port = 0;            // rendezvous port; 0: MASTER_PORT, else free (one node) or 29500
+  std::chrono::milliseconds timeout{std::chrono::minutes(30)};  // bound on every collective; > 0
 
   // ---- how long
   std::optional<int64_t> max_epochs;  // unset: 1000 unless max_steps is set; -1: no limit
@@ -71,6 +79,8 @@ struct TrainerOptions {
   std::optional<std::chrono::seconds> max_time_duration() const;
   // max_epochs after Lightning's defaulting rule; -1 means no limit.
   int64_t resolved_max_epochs() const;
+  // What devices, num_nodes, node_rank and master_addr/port ask of the cluster environment.
+  ClusterRequest cluster_request() const;
 
   // Parses volt's flags (and, when given, the program's own flags beside them). Throws
   // HelpRequested for --help / --list-strategies (volt::run_main prints it and exits 0) and

@@ -76,9 +76,16 @@ void FitLoop::run() {
     t.pending_rng_state_.reset();
   }
   // No training batches (limit_train_batches=0): nothing to train, like Lightning. An epoch that
-  // a restored checkpoint left unfinished is finished first, whatever the limits say now.
+  // a restored checkpoint left unfinished is finished first, whatever the limits say now. Rank 0's
+  // stop decisions are agreed on before each new epoch.
   const auto& p = t.progress_;
-  while (t.num_training_batches_ > 0 && (p.next_batch > 0 || p.epoch_end_started || !done())) run_epoch();
+  while (t.num_training_batches_ > 0) {
+    if (p.next_batch == 0 && !p.epoch_end_started) {
+      agree_on_stopping();
+      if (done()) break;
+    }
+    run_epoch();
+  }
   t.call_callbacks(&Callback::on_train_end);
   t.stage_ = RunningStage::None;
 
@@ -99,8 +106,14 @@ bool FitLoop::done() const {
   const auto& p = trainer_.progress_;
   const int64_t max_epochs = trainer_.options_.resolved_max_epochs();
   if (max_epochs != -1 && p.epoch >= max_epochs) return true;
-  if (steps_exhausted() || time_exhausted()) return true;
+  if (steps_exhausted() || time_up_) return true;
   return trainer_.should_stop_ && p.epoch >= trainer_.options_.min_epochs;
+}
+
+void FitLoop::agree_on_stopping() {
+  Trainer& t = trainer_;
+  t.should_stop_ = t.strategy_->broadcast_decision(t.should_stop_);
+  if (t.deadline_) time_up_ = t.strategy_->broadcast_decision(time_exhausted());
 }
 
 void FitLoop::run_epoch() {
@@ -123,7 +136,8 @@ void FitLoop::run_epoch() {
     while (true) {
       if (p.next_batch > 0) {
         if (!p.validation_checked) validate_if_due(p.next_batch - 1);
-        if (steps_exhausted() || time_exhausted()) break;
+        agree_on_stopping();
+        if (steps_exhausted() || time_up_) break;
         // should_stop set by a callback mid-epoch ends the epoch once min_epochs are behind us.
         if (t.should_stop_ && p.epoch >= t.options_.min_epochs) break;
       }
@@ -197,6 +211,7 @@ void FitLoop::run_batch(int64_t batch_idx) {
   if (stepped && p.global_step % t.options_.log_every_n_steps == 0) {
     auto metrics = step_values.logger;
     for (const auto& [name, value] : t.precision_->metrics()) metrics[name] = value;
+    for (const auto& [name, value] : t.strategy_->metrics()) metrics[name] = value;
     if (!metrics.empty()) t.log_to_loggers(metrics);
   }
   t.call_callbacks(&Callback::on_train_batch_end, loss, batch, batch_idx);

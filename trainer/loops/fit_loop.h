@@ -28,6 +28,9 @@ class FitLoop {
   bool done() const;
   bool steps_exhausted() const;
   bool time_exhausted() const;
+  // Makes every rank take global rank 0's stop decisions (should_stop, max_time), so that no rank
+  // leaves the loop while the others wait for it in a collective. [collective]
+  void agree_on_stopping();
 
   Trainer& trainer_;
   std::shared_ptr<DataLoader> train_;
@@ -35,6 +38,7 @@ class FitLoop {
   int64_t val_max_batches_ = -1;  // overfit_batches: validate on the same batches it trains on
   int64_t val_check_batch_ = 0;  // validate after every this many training batches
   bool validation_enabled_ = false;
+  bool time_up_ = false;  // max_time reached, as decided by global rank 0
 };
 
 }  // namespace volt

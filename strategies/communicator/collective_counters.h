@@ -1,0 +1,40 @@
+#pragma once
+// How much a Communicator has communicated, per kind of collective. Bytes per optimizer step is a
+// first-class number in volt (gradient compression is judged on it), so every collective counts
+// its calls and its payload.
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace volt {
+
+enum class CollectiveKind { AllReduce, Broadcast, AllGather, ReduceScatter, Reduce, Barrier };
+inline constexpr size_t kCollectiveKinds = 6;
+
+// "all_reduce", "broadcast", ... (the names the metrics use).
+std::string to_string(CollectiveKind kind);
+
+struct CollectiveCount {
+  int64_t calls = 0;
+  // Payload in bytes: the bytes of the tensor this rank hands to the collective (for all_gather
+  // its own contribution, for reduce_scatter the whole input). What actually crosses the wire
+  // depends on the algorithm (a ring all_reduce sends ~2·(n-1)/n of it per rank); the payload is
+  // the number that compares across algorithms and compression schemes.
+  int64_t bytes = 0;
+};
+
+struct CollectiveCounters {
+  std::array<CollectiveCount, kCollectiveKinds> by_kind{};
+
+  const CollectiveCount& operator[](CollectiveKind kind) const { return by_kind[static_cast<size_t>(kind)]; }
+  CollectiveCount& operator[](CollectiveKind kind) { return by_kind[static_cast<size_t>(kind)]; }
+  int64_t total_calls() const;
+  int64_t total_bytes() const;
+  // `<prefix><kind>_calls` and `<prefix><kind>_bytes` for every kind that was called, plus
+  // `<prefix>calls` and `<prefix>bytes` in total; e.g. {"comm/all_reduce_bytes": 4096, ...}.
+  std::map<std::string, double> as_metrics(const std::string& prefix = "comm/") const;
+  CollectiveCounters operator-(const CollectiveCounters& earlier) const;
+};
+
+}  // namespace volt

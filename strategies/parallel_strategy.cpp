@@ -1,0 +1,97 @@
+#include "strategies/parallel_strategy.h"
+
+#include "strategies/process_group_setup.h"
+#include "trainer/error.h"
+
+namespace volt {
+
+void ParallelStrategy::setup_environment(const StrategyEnvironment& environment) {
+  Strategy::setup_environment(environment);
+  check<ConfigurationError>(environment.cluster != nullptr, name(),
+                            ": expected the Trainer to resolve a cluster environment, got none");
+  cluster_ = environment.cluster;
+  communicator_ = start_process_group(*cluster_, environment.timeout, environment.device);
+  at_last_step_ = communicator_->counters();
+}
+
+void ParallelStrategy::setup_module(Module& module) {
+  Strategy::setup_module(module);
+  broadcast_module_state(module);
+}
+
+void ParallelStrategy::broadcast_module_state(Module& module) {
+  torch::NoGradGuard no_grad;
+  for (auto& parameter : module.parameters()) {
+    auto data = parameter.data();
+    communicator().broadcast(data, 0);
+  }
+  for (auto& buffer : module.buffers()) {
+    if (buffer.defined()) communicator().broadcast(buffer, 0);
+  }
+}
+
+void ParallelStrategy::after_optimizer_steps(int64_t global_step) {
+  Strategy::after_optimizer_steps(global_step);
+  const auto now = communicator().counters();
+  last_step_ = now - at_last_step_;
+  at_last_step_ = now;
+}
+
+void ParallelStrategy::teardown() {
+  Strategy::teardown();
+  communicator_.reset();
+}
+
+void ParallelStrategy::on_exception(const std::exception& error) {
+  if (!communicator_ || dynamic_cast<const DistributedError*>(&error) != nullptr) return;
+  communicator_->report_failure(error.what());
+}
+
+ProcessTopology ParallelStrategy::topology() const {
+  return cluster_ ? cluster_->topology() : ProcessTopology{};
+}
+
+Communicator& ParallelStrategy::communicator() const {
+  VOLT_INTERNAL_ASSERT(communicator_ != nullptr, name(), ": the process group is used before setup_environment()");
+  return *communicator_;
+}
+
+const ClusterEnvironment& ParallelStrategy::cluster() const {
+  VOLT_INTERNAL_ASSERT(cluster_ != nullptr, name(), ": the cluster environment is used before setup_environment()");
+  return *cluster_;
+}
+
+torch::Tensor ParallelStrategy::all_reduce(const torch::Tensor& value, ReduceOp op) {
+  auto reduced = value.detach().clone();
+  communicator().all_reduce(reduced, op);
+  return reduced;
+}
+
+torch::Tensor ParallelStrategy::broadcast(const torch::Tensor& value, int64_t root) {
+  auto copy = value.detach().clone();
+  communicator().broadcast(copy, root);
+  return copy;
+}
+
+bool ParallelStrategy::broadcast_decision(bool decision) {
+  auto flag = torch::tensor({decision ? 1 : 0}, torch::kInt);
+  communicator().broadcast(flag, 0);
+  return flag.item<int>() != 0;
+}
+
+bool ParallelStrategy::reduce_boolean_decision(bool decision, bool all) {
+  auto flag = torch::tensor({decision ? 1 : 0}, torch::kInt);
+  communicator().all_reduce(flag, all ? ReduceOp::Min : ReduceOp::Max);
+  return flag.item<int>() != 0;
+}
+
+void ParallelStrategy::barrier(const std::string&) { communicator().barrier(); }
+
+std::map<std::string, double> ParallelStrategy::metrics() const {
+  if (!communicator_) return {};
+  auto metrics = communicator_->counters().as_metrics("comm/");
+  metrics["comm/step_bytes"] = static_cast<double>(last_step_.total_bytes());
+  return metrics;
+}
+
+}  // namespace volt

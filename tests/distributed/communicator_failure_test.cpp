@@ -1,0 +1,167 @@
+// Failures are bounded in time and say what happened: a stalled peer hits the timeout, a peer
+// that goes away fails the others at once, a mismatched world size or an absent rank 0 is named.
+#include <gtest/gtest.h>
+
+#include <latch>
+#include <thread>
+
+#include "strategies/communicator/communicator.h"
+#include "tests/distributed/thread_ranks.h"
+#include "trainer/error.h"
+#include "trainer/util/network.h"
+
+namespace volt {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using testing::loopback_options;
+using testing::run_thread_ranks;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+TEST(CommunicatorFailureTest, StalledPeerHitsTheTimeout) {
+  const auto timeout = std::chrono::milliseconds(1500);
+  double failed_after = -1;
+  std::string message;
+  const auto errors = run_thread_ranks(2, [&](int64_t rank, int64_t port) {
+    auto c = Communicator::connect(loopback_options(rank, 2, port, timeout));
+    if (rank == 1) {
+      // Alive but never joins the collective: stalls past rank 0's timeout, then leaves.
+      std::this_thread::sleep_for(std::chrono::milliseconds(3500));
+      return;
+    }
+    auto t = torch::ones({8});
+    const auto start = Clock::now();
+    try {
+      c->all_reduce(t);
+    } catch (const DistributedError& e) {
+      failed_after = seconds_since(start);
+      message = e.what();
+    }
+  });
+  EXPECT_EQ(errors[0], "");
+  ASSERT_GE(failed_after, 0) << "rank 0's all_reduce did not fail";
+  // The timeout, then ~2 s of watching heartbeats to tell a stalled peer from a dead one.
+  EXPECT_GE(failed_after, 1.4);
+  EXPECT_LE(failed_after, 6.0);
+  EXPECT_NE(message.find("rank 0 of 2"), std::string::npos) << message;
+  EXPECT_NE(message.find("all_reduce #1"), std::string::npos) << message;
+  EXPECT_NE(message.find("1500 ms"), std::string::npos) << message;
+  EXPECT_NE(message.find("Rank 1 is alive but has started only 0 collective(s), not #1"), std::string::npos)
+      << message;
+}
+
+TEST(CommunicatorFailureTest, PeerThatLeavesFailsTheOthersQuickly) {
+  // The timeout is long; the failure must come from the closed connection, not from it.
+  const auto timeout = std::chrono::seconds(60);
+  double failed_after = -1;
+  std::string message;
+  const auto errors = run_thread_ranks(3, [&](int64_t rank, int64_t port) {
+    auto c = Communicator::connect(loopback_options(rank, 3, port, timeout));
+    auto warmup = torch::ones({4});
+    c->all_reduce(warmup);
+    if (rank == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      c.reset();  // closes its connections, like a process that died
+      return;
+    }
+    auto t = torch::ones({1 << 16});
+    const auto start = Clock::now();
+    try {
+      c->all_reduce(t);
+      c->all_reduce(t);
+    } catch (const DistributedError& e) {
+      if (rank == 0) {
+        failed_after = seconds_since(start);
+        message = e.what();
+      }
+      return;
+    }
+    throw std::runtime_error("all_reduce succeeded without rank 2");
+  });
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+  ASSERT_GE(failed_after, 0);
+  EXPECT_LE(failed_after, 6.0) << message;
+  EXPECT_NE(message.find("all_reduce #2"), std::string::npos) << message;
+  EXPECT_NE(message.find("Rank 2 sent no heartbeat"), std::string::npos) << message;
+}
+
+TEST(CommunicatorFailureTest, ReportedFailureIsQuotedByThePeers) {
+  std::vector<std::string> messages(3);
+  std::latch diagnosed(2);  // rank 0 hosts the store: it stays until rank 2 has read it too
+  const auto errors = run_thread_ranks(3, [&](int64_t rank, int64_t port) {
+    auto c = Communicator::connect(loopback_options(rank, 3, port, std::chrono::seconds(60)));
+    c->barrier();
+    if (rank == 1) {
+      c->report_failure("ValueError: loss is NaN at step 7");
+      return;  // the communicator closes its connections as the rank leaves
+    }
+    auto t = torch::ones({16});
+    try {
+      c->all_reduce(t);
+    } catch (const DistributedError& e) {
+      messages[static_cast<size_t>(rank)] = e.what();
+    }
+    diagnosed.arrive_and_wait();
+  });
+  for (const int64_t rank : {0, 2}) {
+    EXPECT_NE(messages[rank].find("Rank 1 failed first: ValueError: loss is NaN at step 7"), std::string::npos)
+        << "rank " << rank << ": " << messages[rank];
+  }
+}
+
+TEST(CommunicatorFailureTest, MismatchedWorldSizeIsNamed) {
+  const int64_t port = find_free_port();
+  std::string message;
+  std::thread rank0([&] {
+    try {
+      Communicator::connect(loopback_options(0, 2, port, std::chrono::seconds(3)));
+    } catch (const DistributedError&) {
+      // Times out waiting for a rank that believes in another world.
+    }
+  });
+  try {
+    Communicator::connect(loopback_options(1, 3, port, std::chrono::seconds(3)));
+  } catch (const DistributedError& e) {
+    message = e.what();
+  }
+  rank0.join();
+  EXPECT_NE(message.find("rank 0 was started with world size 2 but this rank with 3"), std::string::npos) << message;
+}
+
+TEST(CommunicatorFailureTest, AbsentRankZeroIsATimeoutNamingTheStore) {
+  const int64_t port = find_free_port();
+  const auto start = Clock::now();
+  try {
+    Communicator::connect(loopback_options(1, 2, port, std::chrono::milliseconds(1500)));
+    FAIL() << "connected without rank 0";
+  } catch (const DistributedError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("127.0.0.1:" + std::to_string(port)), std::string::npos) << message;
+    EXPECT_NE(message.find("rank 0"), std::string::npos) << message;
+  }
+  EXPECT_LE(seconds_since(start), 5.0);
+}
+
+TEST(CommunicatorFailureTest, PortInUseIsNamed) {
+  const int64_t port = find_free_port();
+  std::vector<std::string> messages(2);
+  // Two groups on the same port: the second rank 0 cannot start its store.
+  const auto errors = run_thread_ranks(2, [&](int64_t rank, int64_t) {
+    try {
+      auto c = Communicator::connect(loopback_options(0, 1, port, std::chrono::seconds(2)));
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    } catch (const DistributedError& e) {
+      messages[static_cast<size_t>(rank)] = e.what();
+    }
+  });
+  const std::string message = messages[0] + messages[1];
+  EXPECT_NE(message.find("cannot start the rendezvous store on 127.0.0.1:" + std::to_string(port)), std::string::npos)
+      << message;
+}
+
+}  // namespace
+}  // namespace volt

@@ -1,0 +1,199 @@
+// The Trainer over several processes, end to end: a gradient-averaging ParallelStrategy on two
+// ranks must train exactly like one process with twice the batch (the DistributedSampler splits
+// each global batch between the ranks); sync_dist gives the mean over ranks; evaluation counts each
+// sample once; only rank 0 writes logs, into one version directory that every rank agrees on;
+// communication bytes are logged. Launched by volt's launcher and by torchrun.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <regex>
+
+#include "tests/support/test_support.h"
+#include "trainer/util/network.h"
+
+namespace volt {
+namespace {
+
+using testing::run_command;
+
+struct Trained {
+  int64_t rank;
+  std::vector<double> params;
+  double val_samples;
+  std::string log_dir, env;
+  int64_t restarts;
+};
+
+std::vector<Trained> trained_lines(const std::string& output) {
+  static const std::regex pattern(
+      "TRAINED rank=(\\d+) params=(\\S+) val_samples=(\\S+) log_dir=(\\S+) env=(\\w+) restarts=(\\d+)");
+  std::vector<Trained> out;
+  for (std::sregex_iterator it(output.begin(), output.end(), pattern), end; it != end; ++it) {
+    Trained t{std::stoll((*it)[1]), {}, std::stod((*it)[3]), (*it)[4], (*it)[5], std::stoll((*it)[6])};
+    std::stringstream params((*it)[2]);
+    std::string value;
+    while (std::getline(params, value, ',')) t.params.push_back(std::stod(value));
+    out.push_back(t);
+  }
+  std::sort(out.begin(), out.end(), [](const Trained& a, const Trained& b) { return a.rank < b.rank; });
+  return out;
+}
+
+std::string train_command(const std::string& root, const std::string& extra) {
+  return testing::built_binary("tests/distributed_worker") + " --mode train --seed 3 --max-epochs 2 --timeout 60" +
+         " --enable-progress-bar false --enable-model-summary false --enable-checkpointing false" +
+         " --num-sanity-val-steps 0 --log-every-n-steps 1 --default-root-dir " + root + " " + extra;
+}
+
+void expect_close(const std::vector<double>& a, const std::vector<double>& b, double tolerance, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], tolerance) << what << ", parameter " << i;
+}
+
+class DistributedTrainingTest : public ::testing::Test {
+ protected:
+  // One process, batch 16: what two ranks with batch 8 each must reproduce.
+  static std::vector<double> reference_params() {
+    testing::TemporaryDirectory dir;
+    const auto result = run_command(train_command(dir.path(), "--batch-size 16 --strategy single_device"), 120);
+    EXPECT_EQ(result.exit_code, 0) << result.output;
+    const auto lines = trained_lines(result.output);
+    EXPECT_EQ(lines.size(), 1u) << result.output;
+    return lines.empty() ? std::vector<double>{} : lines[0].params;
+  }
+};
+
+TEST_F(DistributedTrainingTest, LauncherRunEqualsOneProcessWithTheGlobalBatch) {
+  testing::TemporaryDirectory dir;
+  const auto result = run_command(train_command(dir.path(), "--batch-size 8 --strategy test_grad_avg --devices 2"), 180);
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const auto lines = trained_lines(result.output);
+  ASSERT_EQ(lines.size(), 2u) << result.output;
+  EXPECT_EQ(lines[0].params, lines[1].params) << "ranks ended with different parameters";
+  expect_close(lines[0].params, reference_params(), 1e-5, "2 ranks × batch 8 vs 1 process × batch 16");
+
+  // Validation: 13 samples split 7/6 without padding, summed over ranks: each counted once.
+  EXPECT_EQ(lines[0].val_samples, 13.0);
+  EXPECT_EQ(lines[1].val_samples, 13.0);
+  EXPECT_EQ(lines[0].env, "volt");
+
+  // One log directory, chosen by rank 0, the same on both ranks; only rank 0 wrote into it.
+  EXPECT_EQ(lines[0].log_dir, lines[1].log_dir);
+  EXPECT_EQ(lines[0].log_dir, dir.path() + "/volt_logs/version_0");
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/volt_logs/version_1"));
+  const auto rows = testing::read_csv(lines[0].log_dir + "/metrics.csv");
+  int64_t synced_rows = 0, step_rows_48 = 0;
+  double last_bytes = 0;
+  for (const auto& row : rows) {
+    if (row.count("rank_plus_one")) {
+      ++synced_rows;
+      EXPECT_EQ(std::stod(row.at("rank_plus_one")), 1.5) << "sync_dist must give the mean of 1 and 2";
+      EXPECT_EQ(std::stod(row.at("rank_plus_one_local")), 1.0) << "without sync_dist rank 0 logs its own";
+    }
+    if (row.count("comm/bytes")) {
+      const double bytes = std::stod(row.at("comm/bytes"));
+      EXPECT_GE(bytes, last_bytes);
+      last_bytes = bytes;
+      // Within an epoch a step moves: the gradients (8 + 1 float32 = 36 bytes), the synced
+      // rank_plus_one (one float64, 8) and rank 0's stop decision (one int32, 4).
+      if (std::stod(row.at("comm/step_bytes")) == 48.0) ++step_rows_48;
+    }
+  }
+  EXPECT_EQ(synced_rows, 8);  // 2 epochs × 4 steps
+  EXPECT_GE(step_rows_48, 6) << "steps 2-4 of each epoch";
+  EXPECT_GT(last_bytes, 8 * 36.0);
+}
+
+TEST_F(DistributedTrainingTest, TorchrunRunEqualsOneProcessWithTheGlobalBatch) {
+  testing::TemporaryDirectory dir;
+  const int64_t port = find_free_port();
+  const auto result = run_command("/usr/bin/python3 -m torch.distributed.run --no_python --nproc_per_node 2 "
+                                  "--redirects 1 --tee 1 --master_port " + std::to_string(port) + " " +
+                                      train_command(dir.path(), "--batch-size 8 --strategy test_grad_avg"),
+                                  240);
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const auto lines = trained_lines(result.output);
+  ASSERT_EQ(lines.size(), 2u) << result.output;
+  EXPECT_EQ(lines[0].env, "torchelastic");
+  EXPECT_EQ(lines[0].params, lines[1].params);
+  expect_close(lines[0].params, reference_params(), 1e-5, "torchrun 2 ranks × batch 8 vs 1 process × batch 16");
+}
+
+// torchrun --max_restarts 1: rank 1 throws at the start of epoch 1 (after last.ckpt of epoch 0
+// was written); every rank exits non-zero, torchrun restarts the group as attempt 1 (keys under
+// /worker/attempt_1 of the agent's store), and --ckpt-path last resumes it: the result equals the
+// uninterrupted run.
+TEST_F(DistributedTrainingTest, TorchrunRestartResumesFromTheLastCheckpoint) {
+  testing::TemporaryDirectory dir;
+  const int64_t port = find_free_port();
+  const auto result = run_command("/usr/bin/python3 -m torch.distributed.run --no_python --nproc_per_node 2 "
+                                  "--max_restarts 1 --redirects 1 --tee 1 --master_port " + std::to_string(port) +
+                                      " " + train_command(dir.path(), "--batch-size 8 --strategy test_grad_avg "
+                                      "--checkpoint-every-epoch --crash-rank 1 --crash-epoch 1 --ckpt-path last"),
+                                  300);
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("deliberate crash at the start of epoch 1"), std::string::npos) << result.output;
+  const auto lines = trained_lines(result.output);
+  ASSERT_EQ(lines.size(), 2u) << result.output;
+  EXPECT_EQ(lines[0].restarts, 1);
+  EXPECT_EQ(lines[0].params, lines[1].params);
+  expect_close(lines[0].params, reference_params(), 1e-5, "restarted and resumed vs uninterrupted");
+  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/volt_logs/version_0/checkpoints/last.ckpt"));
+}
+
+}  // namespace
+}  // namespace volt
+
+namespace volt {
+namespace {
+
+// rank → epoch → indices, from the worker's "SEEN" lines.
+std::map<int64_t, std::map<int64_t, std::vector<int64_t>>> seen_lines(const std::string& output) {
+  static const std::regex pattern("SEEN rank=(\\d+) epoch=(\\d+) indices=([0-9,]+)");
+  std::map<int64_t, std::map<int64_t, std::vector<int64_t>>> seen;
+  for (std::sregex_iterator it(output.begin(), output.end(), pattern), end; it != end; ++it) {
+    auto& indices = seen[std::stoll((*it)[1])][std::stoll((*it)[2])];
+    std::stringstream list((*it)[3]);
+    std::string value;
+    while (std::getline(list, value, ',')) indices.push_back(std::stoll(value));
+  }
+  return seen;
+}
+
+class LaunchedSamplerTest : public ::testing::TestWithParam<int64_t> {};
+
+// 10 samples over n ranks: every rank gets ceil(10/n) of them; together they cover all 10, and
+// only the padding (n·ceil(10/n) − 10 repeats) appears twice; each epoch has its own order.
+TEST_P(LaunchedSamplerTest, RanksSeeEqualSharesThatCoverTheDataset) {
+  const int64_t n = GetParam();
+  testing::TemporaryDirectory dir;
+  const auto result = run_command(testing::built_binary("tests/distributed_worker") +
+                                      " --mode sampler --strategy test_grad_avg --max-epochs 2 --timeout 60"
+                                      " --enable-progress-bar false --enable-model-summary false --logger none"
+                                      " --enable-checkpointing false --devices " + std::to_string(n) +
+                                      " --default-root-dir " + dir.path(),
+                                  180);
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const auto seen = seen_lines(result.output);
+  ASSERT_EQ(static_cast<int64_t>(seen.size()), n) << result.output;
+  const int64_t share = (10 + n - 1) / n;
+  for (int64_t epoch = 0; epoch < 2; ++epoch) {
+    std::map<int64_t, int64_t> counts;
+    for (const auto& [rank, epochs] : seen) {
+      ASSERT_TRUE(epochs.count(epoch)) << "rank " << rank << " epoch " << epoch;
+      EXPECT_EQ(static_cast<int64_t>(epochs.at(epoch).size()), share) << "rank " << rank;
+      for (const int64_t i : epochs.at(epoch)) ++counts[i];
+    }
+    EXPECT_EQ(counts.size(), 10u) << "epoch " << epoch << " misses samples";
+    int64_t repeats = 0;
+    for (const auto& [index, count] : counts) repeats += count - 1;
+    EXPECT_EQ(repeats, share * n - 10) << "epoch " << epoch;
+  }
+  EXPECT_NE(seen.at(0).at(0), seen.at(0).at(1)) << "the shuffled order must change with the epoch";
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, LaunchedSamplerTest, ::testing::Values(2, 3),
+                         [](const auto& info) { return "world" + std::to_string(info.param); });
+
+}  // namespace
+}  // namespace volt

@@ -1,0 +1,196 @@
+// Ranks as processes, end to end: volt's launcher (success, a child that exits, is killed, stalls,
+// a parent that throws, SIGTERM forwarding), torchrun, mpirun, two "nodes" over loopback and over
+// a veth pair between network namespaces. Every run goes through build/tests/distributed_worker.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <chrono>
+#include <regex>
+#include <set>
+
+#include "tests/support/test_support.h"
+#include "trainer/util/network.h"
+
+namespace volt {
+namespace {
+
+using testing::ProcessResult;
+using testing::run_command;
+
+std::string worker() { return testing::built_binary("tests/distributed_worker"); }
+
+struct WorkerLine {
+  int64_t rank, world, local, local_world, node, nodes, pid;
+  std::string env;
+  double sum;
+};
+
+// The "WORKER rank=.. " lines of a run (torchrun's --tee prefixes them; the regex skips that).
+std::vector<WorkerLine> worker_lines(const std::string& output) {
+  static const std::regex pattern(
+      "WORKER rank=(\\d+) world=(\\d+) local=(\\d+)/(\\d+) node=(\\d+)/(\\d+) env=(\\w+) sum=([0-9.]+) pid=(\\d+)");
+  std::vector<WorkerLine> lines;
+  for (std::sregex_iterator it(output.begin(), output.end(), pattern), end; it != end; ++it) {
+    const auto& m = *it;
+    lines.push_back({std::stoll(m[1]), std::stoll(m[2]), std::stoll(m[3]), std::stoll(m[4]), std::stoll(m[5]),
+                     std::stoll(m[6]), std::stoll(m[9]), m[7], std::stod(m[8])});
+  }
+  return lines;
+}
+
+bool process_exists(int64_t pid) { return kill(static_cast<pid_t>(pid), 0) == 0; }
+
+// Every rank 0..world-1 reported once, with the closed-form sum, from the given environment.
+void expect_complete_group(const ProcessResult& result, int64_t world, const std::string& env,
+                           int64_t local_world, int64_t nodes) {
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const auto lines = worker_lines(result.output);
+  ASSERT_EQ(static_cast<int64_t>(lines.size()), world) << result.output;
+  std::set<int64_t> ranks;
+  for (const auto& line : lines) {
+    ranks.insert(line.rank);
+    EXPECT_EQ(line.world, world);
+    EXPECT_EQ(line.env, env);
+    EXPECT_EQ(line.local_world, local_world);
+    EXPECT_EQ(line.nodes, nodes);
+    EXPECT_EQ(line.node, line.rank / local_world);
+    EXPECT_EQ(line.local, line.rank % local_world);
+    EXPECT_EQ(line.sum, static_cast<double>(world * (world + 1) / 2));
+    EXPECT_FALSE(process_exists(line.pid)) << "rank " << line.rank << " (pid " << line.pid << ") outlived the run";
+  }
+  EXPECT_EQ(static_cast<int64_t>(ranks.size()), world);
+}
+
+double seconds(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+TEST(LauncherTest, StartsOneProcessPerDevice) {
+  const auto result = run_command(worker() + " --mode collectives --devices 3 --timeout 60", 120);
+  expect_complete_group(result, 3, "volt", 3, 1);
+}
+
+TEST(LauncherTest, ChildThatExitsIsNamedAndTheOthersStop) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto result = run_command(worker() + " --mode fail --fail-rank 2 --how exit --devices 3 --timeout 60", 120);
+  EXPECT_LT(seconds(start), 30.0) << "a dead peer must end the run in seconds, not at the 60 s timeout";
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  EXPECT_TRUE(std::regex_search(result.output, std::regex("rank 2 \\(local rank 2, pid \\d+\\) exited with status 3")))
+      << result.output;
+  for (const auto& line : worker_lines(result.output)) EXPECT_FALSE(process_exists(line.pid)) << line.rank;
+}
+
+TEST(LauncherTest, ChildKilledBySignalIsNamed) {
+  const auto result = run_command(worker() + " --mode fail --fail-rank 1 --how kill --devices 2 --timeout 60", 120);
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  EXPECT_TRUE(std::regex_search(result.output, std::regex("rank 1 \\(local rank 1, pid \\d+\\) was killed by signal 9")))
+      << result.output;
+}
+
+TEST(LauncherTest, ParentThatThrowsStopsItsChildren) {
+  const auto result = run_command(worker() + " --mode fail --fail-rank 0 --how throw --devices 3 --timeout 60", 120);
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_NE(result.output.find("deliberate failure"), std::string::npos) << result.output;
+  const auto lines = worker_lines(result.output);
+  EXPECT_EQ(lines.size(), 3u) << result.output;
+  for (const auto& line : lines) EXPECT_FALSE(process_exists(line.pid)) << line.rank;
+}
+
+TEST(LauncherTest, StalledChildEndsTheRunAtTheTimeout) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto result = run_command(worker() + " --mode fail --fail-rank 1 --how stall --devices 2 --timeout 3", 120);
+  const double took = seconds(start);
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  EXPECT_GE(took, 3.0);
+  EXPECT_LT(took, 40.0) << result.output;
+  EXPECT_NE(result.output.find("3000 ms"), std::string::npos) << result.output;
+  for (const auto& line : worker_lines(result.output)) EXPECT_FALSE(process_exists(line.pid)) << line.rank;
+}
+
+TEST(LauncherTest, SigtermIsForwardedAndNothingOutlivesTheParent) {
+  testing::TemporaryDirectory dir;
+  // Rank 1 stalls; the parent waits in a collective; then the parent gets SIGTERM.
+  const std::string script = worker() + " --mode fail --fail-rank 1 --how stall --devices 2 --timeout 120 > " +
+                             dir.file("out") + " 2>&1 & parent=$!; " +
+                             "for i in $(seq 200); do [ \"$(grep -c '^WORKER rank' " + dir.file("out") +
+                             ")\" = 2 ] && break; sleep 0.1; done; sleep 0.5; kill -TERM $parent; wait $parent; "
+                             "echo parent_status=$?; cat " + dir.file("out");
+  const auto start = std::chrono::steady_clock::now();
+  const auto result = run_command(script, 120);
+  EXPECT_LT(seconds(start), 60.0);
+  EXPECT_NE(result.output.find("parent_status=143"), std::string::npos) << result.output;  // 128 + SIGTERM
+  const auto lines = worker_lines(result.output);
+  ASSERT_EQ(lines.size(), 2u) << result.output;
+  for (const auto& line : lines) EXPECT_FALSE(process_exists(line.pid)) << "rank " << line.rank << " survived";
+}
+
+TEST(LauncherTest, TwoNodesOnOneMachine) {
+  const int64_t port = find_free_port();
+  const std::string common = " --mode collectives --devices 2 --num-nodes 2 --master-addr 127.0.0.1 --master-port " +
+                             std::to_string(port) + " --timeout 60";
+  const auto result = run_command(worker() + common + " --node-rank 1 & " + worker() + common +
+                                      " --node-rank 0; a=$?; wait $!; b=$?; [ $a = 0 ] && [ $b = 0 ]",
+                                  120);
+  expect_complete_group(result, 4, "volt", 2, 2);
+}
+
+TEST(LauncherTest, AutoStrategyWithSeveralProcessesSaysDDPIsMissing) {
+  const auto result = run_command(worker() + " --mode train --devices 2", 60);
+  EXPECT_EQ(result.exit_code, 2) << result.output;
+  EXPECT_NE(result.output.find("--strategy auto: 2 processes"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("'ddp' is not registered"), std::string::npos) << result.output;
+  const auto single = run_command(worker() + " --mode train --devices 2 --strategy single_device", 60);
+  EXPECT_EQ(single.exit_code, 2) << single.output;
+  EXPECT_NE(single.output.find("--strategy single_device runs a single process, but 2 processes"), std::string::npos)
+      << single.output;
+}
+
+TEST(TorchrunTest, StartsRanksThatFindEachOtherThroughTheAgentStore) {
+  const int64_t port = find_free_port();
+  const auto result = run_command("/usr/bin/python3 -m torch.distributed.run --no_python --nproc_per_node 2 "
+                                  "--redirects 1 --tee 1 --master_port " + std::to_string(port) + " " + worker() +
+                                      " --mode collectives --timeout 60",
+                                  180);
+  expect_complete_group(result, 2, "torchelastic", 2, 1);
+}
+
+TEST(MpirunTest, StartsRanksThatMeetThroughATCPStore) {
+  const int64_t port = find_free_port();
+  const auto result = run_command("mpirun --allow-run-as-root --oversubscribe -np 3 -x MASTER_PORT=" +
+                                      std::to_string(port) + " " + worker() + " --mode collectives --timeout 60",
+                                  180);
+  expect_complete_group(result, 3, "mpi", 3, 1);
+}
+
+// Two network namespaces joined by a veth pair: two "machines" with their own addresses, so the
+// ranks must bind to the right interface and reach each other through it, not through loopback.
+TEST(NetworkNamespaceTest, TwoNodesOverAVethPair) {
+  const std::string suffix = std::to_string(getpid() % 100000);
+  const std::string a = "volt_a" + suffix, b = "volt_b" + suffix;
+  const std::string subnet = "10.213." + std::to_string(getpid() % 200 + 10);
+  const std::string setup = "ip netns add " + a + " && ip netns add " + b + " && ip link add va" + suffix +
+                            " type veth peer name vb" + suffix + " && ip link set va" + suffix + " netns " + a +
+                            " && ip link set vb" + suffix + " netns " + b + " && ip -n " + a + " addr add " + subnet +
+                            ".1/24 dev va" + suffix + " && ip -n " + b + " addr add " + subnet + ".2/24 dev vb" +
+                            suffix + " && ip -n " + a + " link set va" + suffix + " up && ip -n " + b +
+                            " link set vb" + suffix + " up && ip -n " + a + " link set lo up && ip -n " + b +
+                            " link set lo up";
+  const std::string teardown = "ip netns del " + a + " 2>/dev/null; ip netns del " + b + " 2>/dev/null; true";
+  const auto prepared = run_command(setup, 30);
+  if (prepared.exit_code != 0) {
+    run_command(teardown, 30);
+    GTEST_SKIP() << "cannot create network namespaces here (needs root / CAP_NET_ADMIN and iproute2): "
+                 << prepared.output;
+  }
+  const std::string common = " --mode collectives --devices 2 --num-nodes 2 --master-addr " + subnet +
+                             ".1 --master-port 29533 --timeout 60";
+  const auto result = run_command("ip netns exec " + b + " " + worker() + common + " --node-rank 1 & ip netns exec " +
+                                      a + " " + worker() + common + " --node-rank 0; a=$?; wait $!; b=$?; [ $a = 0 ] && [ $b = 0 ]",
+                                  120);
+  run_command(teardown, 30);
+  expect_complete_group(result, 4, "volt", 2, 2);
+}
+
+}  // namespace
+}  // namespace volt

@@ -1,0 +1,242 @@
+// A program the multi-process tests start through every launcher (volt's, torchrun, mpirun,
+// two "nodes"). It accepts every Trainer flag plus:
+//   --mode collectives  join the group, check collectives against closed forms, print one
+//                       "WORKER rank=.. world=.. local=../.. node=../.. env=.. sum=.." line
+//   --mode fail         like collectives, then --fail-rank misbehaves (--how throw | exit |
+//                       kill | stall) while the others keep reducing; they must fail fast
+//   --mode train        Trainer.fit of a linear regression with the Trainer's own flags
+//                       (--strategy test_grad_avg registers a plain gradient-averaging
+//                       ParallelStrategy here, as a user would); prints "TRAINED rank=..
+//                       params=.. log_dir=.." with the final parameters to 17 digits
+//                       --checkpoint-every-epoch saves last.ckpt at every epoch end; with
+//                       --crash-rank R --crash-epoch E rank R throws at the start of epoch E on
+//                       the first attempt (TORCHELASTIC_RESTART_COUNT unset or 0), so that
+//                       torchrun --max_restarts 1 ... --ckpt-path last resumes the group
+//   --mode sampler      fit over a dataset whose inputs are the sample indices (10 samples,
+//                       batch 2, shuffled, 2 epochs); prints "SEEN rank=.. epoch=.. indices=.."
+// Exit status 0 only when every check held.
+#include <signal.h>
+#include <unistd.h>
+
+#include <boost/program_options.hpp>
+
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "strategies/parallel_strategy.h"
+#include "strategies/process_group_setup.h"
+#include "strategies/strategy_registry.h"
+#include "tests/support/regression_problem.h"
+#include "callbacks/callback.h"
+#include "trainer/cluster/cluster_environment.h"
+#include "trainer/error.h"
+#include "trainer/reproducibility.h"
+#include "trainer/run_main.h"
+#include "trainer/trainer_options.h"
+
+namespace po = boost::program_options;
+using namespace volt;
+
+namespace {
+
+std::shared_ptr<ClusterEnvironment> cluster_of(const TrainerOptions& options) {
+  return make_cluster_environment(options.cluster_environment, current_environment(), options.cluster_request());
+}
+
+// All-reduce of rank + 1, all_gather of ranks, a node-local sum: all closed forms.
+void check_collectives(Communicator& c, const ClusterEnvironment& cluster) {
+  const auto& t = cluster.topology();
+  const int64_t n = c.size();
+  auto sum = torch::tensor({static_cast<double>(c.rank() + 1)});
+  c.all_reduce(sum);
+  check<Error>(sum.item<double>() == static_cast<double>(n * (n + 1) / 2), "all_reduce: expected ", n * (n + 1) / 2,
+               ", got ", sum.item<double>());
+  const auto ranks = c.all_gather(torch::tensor({c.rank()}, torch::kLong)).flatten();
+  check<Error>(torch::equal(ranks, torch::arange(n, torch::kLong)), "all_gather: expected 0..", n - 1, ", got ", ranks);
+  auto groups = c.node_groups(t.node_rank);
+  auto local = torch::tensor({1.0});
+  groups.local->all_reduce(local);
+  check<Error>(local.item<double>() == static_cast<double>(t.local_world_size), "node-local all_reduce: expected ",
+               t.local_world_size, ", got ", local.item<double>());
+  // One write per line, so that lines of several processes sharing a pipe never interleave.
+  std::ostringstream line;
+  line << "WORKER rank=" << c.rank() << " world=" << n << " local=" << t.local_rank << "/" << t.local_world_size
+       << " node=" << t.node_rank << "/" << t.num_nodes << " env=" << cluster.name() << " sum=" << sum.item<double>()
+       << " pid=" << getpid() << "\n";
+  std::cout << line.str() << std::flush;
+}
+
+// Data parallelism in a dozen lines, registered like a user's own strategy: every optimizer step
+// averages the gradients over the ranks first (no buckets, no overlap: DDP does that properly).
+class GradientAveragingStrategy : public ParallelStrategy {
+ public:
+  std::string name() const override { return "test_grad_avg"; }
+  // Accumulation micro-batches need no no_sync(): nothing is communicated before the step.
+  bool optimizer_step(torch::optim::Optimizer& optimizer,
+                      const std::function<void(torch::optim::Optimizer&)>& before_step) override {
+    for (auto& group : optimizer.param_groups()) {
+      for (auto& p : group.params()) {
+        if (p.grad().defined()) communicator().all_reduce(p.mutable_grad(), ReduceOp::Mean);
+      }
+    }
+    return ParallelStrategy::optimizer_step(optimizer, before_step);
+  }
+};
+
+void register_test_strategy() {
+  strategy_registry().add("test_grad_avg", "test-only: averages gradients before every step", {},
+                          [](const OptionValues&) { return std::make_shared<GradientAveragingStrategy>(); });
+}
+
+// The regression module plus what the distributed tests read back: a per-step value synced
+// across ranks (rank + 1: the mean over n ranks is (n + 1) / 2) and the number of validation
+// samples summed over ranks (each sample must count exactly once).
+class WorkerModule : public testing::RegressionModule {
+ public:
+  torch::Tensor training_step(const Batch& batch, int64_t batch_idx) override {
+    auto loss = RegressionModule::training_step(batch, batch_idx);
+    const auto rank = static_cast<double>(trainer().strategy().topology().global_rank);
+    log("rank_plus_one", torch::tensor(rank + 1.0), {.sync_dist = true});
+    log("rank_plus_one_local", torch::tensor(rank + 1.0));
+    return loss;
+  }
+  void validation_step(const Batch& batch, int64_t batch_idx) override {
+    RegressionModule::validation_step(batch, batch_idx);
+    log("val_samples", static_cast<double>(batch.size()), {.reduce_fx = ReduceFx::Sum, .sync_dist = true});
+  }
+};
+
+// Saves <checkpoint_dir>/last.ckpt at every epoch end, and makes one rank fail once.
+class CheckpointAndCrash : public Callback {
+ public:
+  CheckpointAndCrash(bool save, int64_t crash_rank, int64_t crash_epoch)
+      : save_(save), crash_rank_(crash_rank), crash_epoch_(crash_epoch) {}
+  void on_train_epoch_start(Trainer& trainer, Module&) override {
+    const auto restarts = current_environment()["TORCHELASTIC_RESTART_COUNT"];
+    if (trainer.strategy().topology().global_rank == crash_rank_ && trainer.current_epoch() == crash_epoch_ &&
+        (restarts.empty() || restarts == "0")) {
+      throw Error("worker: deliberate crash at the start of epoch " + std::to_string(crash_epoch_));
+    }
+  }
+  void on_train_epoch_end(Trainer& trainer, Module&) override {
+    if (save_) trainer.save_checkpoint(trainer.checkpoint_dir() / "last.ckpt");
+  }
+
+ private:
+  bool save_;
+  int64_t crash_rank_, crash_epoch_;
+};
+
+void train(const TrainerOptions& options, int64_t batch_size, std::shared_ptr<Callback> extra) {
+  register_test_strategy();
+  Trainer trainer(options);
+  trainer.add_callback(std::move(extra));
+  // LibTorch seeds its default generator nondeterministically: seed before building the model,
+  // so that the one-process reference starts from the same weights as the ranks.
+  if (options.seed) seed_everything(*options.seed);
+  auto module = std::make_shared<WorkerModule>();
+  trainer.fit(module, std::make_shared<testing::RegressionData>(64, batch_size, false, 7, 13));
+  const auto params = module->flat_parameters();
+  std::ostringstream text;
+  text << std::setprecision(17);
+  for (int64_t i = 0; i < params.numel(); ++i) text << (i ? "," : "") << params[i].item<double>();
+  std::ostringstream line;
+  line << "TRAINED rank=" << trainer.strategy().topology().global_rank << " params=" << text.str()
+       << " val_samples=" << trainer.callback_metrics().at("val_samples") << " log_dir=" << trainer.log_dir()
+       << " env=" << trainer.cluster_environment().name()
+       << " restarts=" << trainer.cluster_environment().restart_count() << "\n";
+  std::cout << line.str() << std::flush;
+}
+
+// Records which sample indices this rank's training batches hold, per epoch.
+class IndexRecorder : public Module {
+ public:
+  IndexRecorder() { weight = register_parameter("weight", torch::ones({1})); }
+  torch::Tensor training_step(const Batch& batch, int64_t) override {
+    for (int64_t i = 0; i < batch.size(); ++i) {
+      seen[trainer().current_epoch()].push_back(static_cast<int64_t>(batch.input[i][0].item<double>()));
+    }
+    return (weight * batch.input.sum()).sum();
+  }
+  OptimizerConfig configure_optimizers() override {
+    return OptimizerConfig(std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(0.0)));
+  }
+  torch::Tensor weight;
+  std::map<int64_t, std::vector<int64_t>> seen;
+};
+
+void record_sampler(const TrainerOptions& options) {
+  register_test_strategy();
+  Trainer trainer(options);
+  auto module = std::make_shared<IndexRecorder>();
+  auto indices = torch::arange(10, torch::kFloat).unsqueeze(1);
+  DataLoaderOptions loader;
+  loader.batch_size = 2;
+  loader.shuffle = true;
+  loader.seed = 11;
+  trainer.fit(module, std::make_shared<DataLoader>(std::make_shared<TensorDataset>(indices, torch::zeros({10})), loader));
+  std::ostringstream lines;
+  for (const auto& [epoch, seen] : module->seen) {
+    lines << "SEEN rank=" << trainer.strategy().topology().global_rank << " epoch=" << epoch << " indices=";
+    for (size_t i = 0; i < seen.size(); ++i) lines << (i ? "," : "") << seen[i];
+    lines << "\n";
+  }
+  std::cout << lines.str() << std::flush;
+}
+
+void misbehave(const std::string& how) {
+  std::cout << "WORKER failing rank misbehaves: " << how << std::endl;
+  if (how == "throw") throw Error("worker: deliberate failure (--how throw)");
+  if (how == "exit") _exit(3);
+  if (how == "kill") raise(SIGKILL);
+  if (how == "stall") {
+    std::this_thread::sleep_for(std::chrono::seconds(600));
+    return;
+  }
+  throw ConfigurationError("worker: --how expects throw, exit, kill or stall, got '" + how + "'");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return run_main([&] {
+    po::options_description own("distributed_worker");
+    own.add_options()("mode", po::value<std::string>()->default_value("collectives"), "collectives | fail")
+        ("fail-rank", po::value<int64_t>()->default_value(-1), "rank that misbehaves in --mode fail")
+        ("how", po::value<std::string>()->default_value("throw"), "throw | exit | kill | stall")
+        ("batch-size", po::value<int64_t>()->default_value(8), "training batch size (--mode train)")
+        ("checkpoint-every-epoch", po::bool_switch(), "save last.ckpt at every epoch end (--mode train)")
+        ("crash-rank", po::value<int64_t>()->default_value(-1), "rank that throws once (--mode train)")
+        ("crash-epoch", po::value<int64_t>()->default_value(-1), "epoch at whose start it throws");
+    po::variables_map vm;
+    const auto options = TrainerOptions::from_args(argc, argv, own, &vm);
+    const auto mode = vm["mode"].as<std::string>();
+    if (mode == "train") {
+      return train(options, vm["batch-size"].as<int64_t>(),
+                   std::make_shared<CheckpointAndCrash>(vm["checkpoint-every-epoch"].as<bool>(),
+                                                        vm["crash-rank"].as<int64_t>(),
+                                                        vm["crash-epoch"].as<int64_t>()));
+    }
+    if (mode == "sampler") return record_sampler(options);
+    const auto cluster = cluster_of(options);
+    auto communicator = start_process_group(*cluster, options.timeout);
+    check_collectives(*communicator, *cluster);
+    if (mode == "collectives") return;
+    check<ConfigurationError>(mode == "fail", "worker: --mode expects collectives, fail or train, got '", mode, "'");
+    if (communicator->rank() == vm["fail-rank"].as<int64_t>()) {
+      try {
+        misbehave(vm["how"].as<std::string>());
+      } catch (const std::exception& e) {
+        communicator->report_failure(e.what());  // what ParallelStrategy::on_exception does
+        throw;
+      }
+    }
+    auto t = torch::ones({1024});
+    for (int step = 0; step < 1000000; ++step) {
+      communicator->all_reduce(t);
+      t.fill_(1.0);
+    }
+  });
+}
