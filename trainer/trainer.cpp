@@ -5,6 +5,7 @@
 #include "callbacks/callback_registry.h"
 #include "callbacks/model_summary.h"
 #include "callbacks/progress_bar.h"
+#include "loggers/console_logger.h"
 #include "loggers/logger_registry.h"
 #include "strategies/strategy_registry.h"
 #include "trainer/loops/evaluation_loop.h"
@@ -94,7 +95,7 @@ std::string Trainer::log_dir() const {
 }
 
 int64_t Trainer::estimated_stepping_batches() const {
-  const int64_t k = options_.accumulate_grad_batches;
+  const int64_t k = accumulate_grad_batches_;
   const int64_t per_epoch = (num_training_batches_ + k - 1) / k;
   const int64_t epochs = max_epochs();
   const int64_t by_epochs = epochs == -1 ? -1 : per_epoch * epochs;
@@ -133,6 +134,15 @@ void Trainer::setup(TrainerFn fn, const std::shared_ptr<Module>& module,
     }
     if (options_.enable_model_summary && !has_summary) callbacks_.push_back(std::make_shared<ModelSummary>());
     if (options_.enable_progress_bar && !has_progress_bar) callbacks_.push_back(std::make_shared<ProgressBar>());
+    // Without a progress bar, epoch summaries still reach the terminal, unless the user asked for
+    // no loggers at all (--logger none).
+    const bool has_console = std::any_of(loggers_.begin(), loggers_.end(), [](const auto& l) {
+      return dynamic_cast<ConsoleLogger*>(l.get()) != nullptr;
+    });
+    if (!options_.enable_progress_bar && !loggers_.empty() && !has_console) {
+      loggers_.push_back(std::make_shared<ConsoleLogger>());
+    }
+    accumulate_grad_batches_ = options_.accumulate_grad_batches;
   } else if (options_.enable_progress_bar &&
              std::none_of(callbacks_.begin(), callbacks_.end(),
                           [](const auto& c) { return dynamic_cast<ProgressBar*>(c.get()) != nullptr; })) {
@@ -287,6 +297,19 @@ void Trainer::log_to_loggers(std::map<std::string, double> metrics) {
   for (const auto& [name, value] : metrics) logged_metrics_[name] = value;
   if (!loggers_active()) return;
   for (auto& logger : loggers_) logger->log_metrics(metrics, progress_.global_step);
+}
+
+void Trainer::log_metrics(const std::map<std::string, double>& metrics) { log_to_loggers(metrics); }
+
+void Trainer::set_accumulate_grad_batches(int64_t micro_batches) {
+  check<ConfigurationError>(micro_batches >= 1, "Trainer: expected accumulate_grad_batches >= 1, got ",
+                            micro_batches);
+  if (micro_batches == accumulate_grad_batches_) return;
+  check<ConfigurationError>(progress_.window_micro_batches == 0 && progress_.next_batch == 0,
+                            "Trainer: accumulate_grad_batches can change only at the start of an epoch "
+                            "(on_train_epoch_start); asked for ", micro_batches, " at epoch ", progress_.epoch,
+                            ", batch ", progress_.next_batch);
+  accumulate_grad_batches_ = micro_batches;
 }
 
 void Trainer::save_checkpoint(const std::string& path, bool weights_only) {
