@@ -8,6 +8,8 @@
 namespace volt::testing {
 namespace {
 
+using Schedule = std::map<int64_t, int64_t>;
+
 struct Result {
   torch::Tensor weights;
   int64_t steps;
@@ -47,9 +49,9 @@ TEST(GradientAccumulationScheduler, ParsesTheCommandLineForm) {
   EXPECT_THROW(GradientAccumulationScheduler::parse("0-8"), ConfigurationError);
   EXPECT_THROW(GradientAccumulationScheduler::parse("0:8;0:4"), ConfigurationError);
   EXPECT_THROW(GradientAccumulationScheduler::parse("0:8x"), ConfigurationError);
-  EXPECT_THROW(GradientAccumulationScheduler({}), ConfigurationError);
-  EXPECT_THROW(GradientAccumulationScheduler({{0, 0}}), ConfigurationError);
-  EXPECT_THROW(GradientAccumulationScheduler({{-1, 2}}), ConfigurationError);
+  EXPECT_THROW((GradientAccumulationScheduler{Schedule{}}), ConfigurationError);
+  EXPECT_THROW((GradientAccumulationScheduler{Schedule{{0, 0}}}), ConfigurationError);
+  EXPECT_THROW((GradientAccumulationScheduler{Schedule{{-1, 2}}}), ConfigurationError);
   auto built = std::dynamic_pointer_cast<GradientAccumulationScheduler>(
       callback_registry().create("gradient_accumulation_scheduler:scheduling=0:2;3:1"));
   ASSERT_NE(built, nullptr);

@@ -40,7 +40,8 @@ class TwoOptimizerModule : public RegressionModule {
                           std::make_unique<torch::optim::SGDOptions>(torch::optim::SGDOptions(0.1)));
       groups.emplace_back(std::vector<torch::Tensor>{linear->bias},
                           std::make_unique<torch::optim::SGDOptions>(torch::optim::SGDOptions(0.01)));
-      return std::make_shared<torch::optim::SGD>(groups, torch::optim::SGDOptions(0.1));
+      return std::shared_ptr<torch::optim::Optimizer>(
+          std::make_shared<torch::optim::SGD>(groups, torch::optim::SGDOptions(0.1)));
     }
     auto sgd = std::make_shared<torch::optim::SGD>(std::vector<torch::Tensor>{linear->weight},
                                                    torch::optim::SGDOptions(0.1).momentum(0.9).weight_decay(1e-4));

@@ -106,7 +106,7 @@ TEST(TensorBoardLogger, NonFiniteValuesAreLeftOutOfHistograms) {
   TemporaryDirectory dir;
   TensorBoardLogger logger(dir.path(), "tb", 0, 0, 4);
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  logger.log_histogram("w", torch::tensor({1.0, nan, 3.0, INFINITY}), 5);
+  logger.log_histogram("w", torch::tensor({1.0, nan, 3.0, std::numeric_limits<double>::infinity()}), 5);
   logger.log_histogram("all_nan", torch::tensor({nan}), 5);  // nothing to write
   logger.save();
   const std::vector<std::string> expected{"file_version brain.Event:2",
