@@ -4,9 +4,11 @@
 #include "callbacks/ema.h"
 #include "callbacks/gradient_accumulation_scheduler.h"
 #include "callbacks/learning_rate_monitor.h"
+#include "callbacks/model_checkpoint.h"
 #include "callbacks/model_summary.h"
 #include "callbacks/progress_bar.h"
 #include "callbacks/timer.h"
+#include "trainer/trainer_options.h"
 
 namespace volt {
 namespace {
@@ -51,6 +53,40 @@ void register_builtin_callbacks(Registry<Callback>& registry) {
                  if (o.was_set("check_on_train_epoch_end")) e.check_on_train_epoch_end = o.get_bool("check_on_train_epoch_end");
                  e.verbose = o.get_bool("verbose");
                  return std::make_shared<EarlyStopping>(e);
+               });
+  registry.add("model_checkpoint", "save checkpoints during fit, keeping the best by a monitored metric",
+               {{"dirpath", OptionType::String, "", "directory; '': <log dir>/checkpoints"},
+                {"filename", OptionType::String, "", "template such as {epoch}-{step}-{val_acc:.3f}; '': {epoch}-{step}"},
+                {"monitor", OptionType::String, "", "metric that ranks checkpoints; '': the latest is kept"},
+                {"mode", OptionType::String, "min", "min or max: which direction is better"},
+                {"save_top_k", OptionType::Int, "1", "keep the k best; 0: none; -1: all"},
+                {"save_last", OptionType::Bool, "false", "also write last.ckpt at every save"},
+                {"save_weights_only", OptionType::Bool, "false", "the model's weights only"},
+                {"auto_insert_metric_name", OptionType::Bool, "true", "{epoch} becomes epoch=2"},
+                {"every_n_train_steps", OptionType::Int, "0", "save every n optimizer steps (0: off)"},
+                {"every_n_epochs", OptionType::Int, "", "save every n epochs (0: off; unset: 1 unless another trigger)"},
+                {"train_time_interval", OptionType::String, "", "save every DD:HH:MM:SS of training (unset: off)"},
+                {"save_on_train_epoch_end", OptionType::Bool, "",
+                 "save at the training epoch's end (true) or after validation (false); unset: Lightning's rule"},
+                {"verbose", OptionType::Bool, "false", "print every save and removal"}},
+               [](const OptionValues& o) {
+                 ModelCheckpointOptions m;
+                 m.dirpath = o.get_string("dirpath");
+                 m.filename = o.get_string("filename");
+                 m.monitor = o.get_string("monitor");
+                 m.mode = parse_monitor_mode(o.get_string("mode"), "ModelCheckpoint");
+                 m.save_top_k = o.get_int("save_top_k");
+                 m.save_last = o.get_bool("save_last");
+                 m.save_weights_only = o.get_bool("save_weights_only");
+                 m.auto_insert_metric_name = o.get_bool("auto_insert_metric_name");
+                 m.every_n_train_steps = o.get_int("every_n_train_steps");
+                 if (o.was_set("every_n_epochs")) m.every_n_epochs = o.get_int("every_n_epochs");
+                 if (o.was_set("train_time_interval")) {
+                   m.train_time_interval = parse_duration(o.get_string("train_time_interval"), "ModelCheckpoint");
+                 }
+                 if (o.was_set("save_on_train_epoch_end")) m.save_on_train_epoch_end = o.get_bool("save_on_train_epoch_end");
+                 m.verbose = o.get_bool("verbose");
+                 return std::make_shared<ModelCheckpoint>(m);
                });
   registry.add("learning_rate_monitor", "log each optimizer's learning rate (and momentum) to the loggers",
                {{"logging_interval", OptionType::String, "", "step, epoch, or '' for each scheduler's own"},

@@ -13,6 +13,10 @@ void Strategy::setup_module(Module& module) { module.to(root_device()); }
 void Strategy::set_precision(std::shared_ptr<Precision> precision) {
   check<ConfigurationError>(precision != nullptr, "Strategy: expected a precision, got nullptr");
   precision_ = std::move(precision);
+  // The skip decision of a GradScaler is global: any rank's inf skips every rank's step. On one
+  // process all_reduce is the identity; strategies that override it make this a collective.
+  precision_->set_found_inf_reducer(
+      [this](const torch::Tensor& found_inf) { return all_reduce(found_inf, ReduceOp::Max); });
 }
 
 Precision& Strategy::precision() const {

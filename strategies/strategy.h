@@ -16,12 +16,15 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "strategies/reduce_op.h"
+#include "trainer/checkpoint/checkpoint_io.h"
+#include "trainer/checkpoint/optimizer_state.h"
 #include "trainer/module.h"
 #include "trainer/precision/precision.h"
 #include "trainer/scope_guard.h"
@@ -48,6 +51,15 @@ struct StrategyEnvironment {
   std::chrono::milliseconds timeout{1800000};   // bound on every collective
 };
 
+// Note [Checkpoint layouts]
+// Full: one file, written by global rank 0, holding every parameter and the whole optimizer state
+// unsharded and under PyTorch's names; any strategy at any world size can load it (a sharding
+// strategy takes its shard from it). Sharded: a directory with one file per rank
+// (shard_<rank>.ckpt), each holding the whole training state except that "state_dict" and
+// "optimizer_states" are that rank's shard; only the same strategy at the same world size loads
+// it. Either is written atomically: readers see the previous checkpoint or the complete new one.
+enum class CheckpointLayout { Full, Sharded };
+
 class Strategy {
  public:
   virtual ~Strategy() = default;
@@ -67,6 +79,9 @@ class Strategy {
   }
   virtual void teardown() {}
 
+  // Holds `precision` and installs all_reduce(·, Max) as its found-inf reducer, so that a skipped
+  // AMP step is skipped on every rank. That reducer calls this strategy, which must therefore
+  // outlive the precision's use.
   void set_precision(std::shared_ptr<Precision> precision);
   Precision& precision() const;
 
@@ -108,6 +123,37 @@ class Strategy {
   virtual bool reduce_boolean_decision(bool decision, bool all = true) { return decision; }
   virtual void barrier(const std::string& name = "") {}  // [collective]
 
+  // ---- checkpoints (strategies/strategy_checkpoint.cpp; Note [Checkpoint layouts])
+  virtual CheckpointLayout checkpoint_layout() const { return CheckpointLayout::Full; }
+  // The module's parameters and buffers in `layout`, tensors on any device (the file stores CPU
+  // copies). [collective for strategies that shard]
+  virtual StateDict model_state_dict(Module& module, CheckpointLayout layout);
+  // Loads `state` (of `layout`) into the module in place; `source` names it in errors.
+  virtual void load_model_state_dict(Module& module, const StateDict& state, CheckpointLayout layout,
+                                     bool strict, const std::string& source);
+  // An optimizer's state in `layout` (a sharded optimizer consolidates for Full). [collective
+  // for strategies that shard]
+  virtual StateDict optimizer_state_dict(torch::optim::Optimizer& optimizer, CheckpointLayout layout);
+  virtual void load_optimizer_state_dict(torch::optim::Optimizer& optimizer, const StateDict& state,
+                                         CheckpointLayout layout, const std::string& what,
+                                         const ParameterNamer& name_of);
+  // The strategy's own section of a checkpoint (comm-hook state, model-averager step, SlowMo
+  // buffers); restored only into a strategy of the same name().
+  virtual StateDict strategy_state_dict() { return {}; }
+  virtual void load_strategy_state_dict(const StateDict& state) {}
+  // Writes `checkpoint` atomically in checkpoint_layout(): global rank 0 writes the file `path`
+  // (Full), or every rank its shard into the directory `path` (Sharded). When any rank fails,
+  // every rank throws. [collective]
+  virtual void save_checkpoint(const StateDict& checkpoint, const std::filesystem::path& path);
+  // This rank's view of the checkpoint at `path`: the file, or this rank's shard of a sharded
+  // directory. Throws CheckpointError when missing, damaged, or sharded for another world size.
+  virtual StateDict load_checkpoint(const std::filesystem::path& path);
+  // Global rank 0 removes the checkpoint file or directory. [collective]
+  virtual void remove_checkpoint(const std::filesystem::path& path);
+  // Where checkpoint bytes go; the default writes local files (CheckpointIO).
+  void set_checkpoint_io(std::shared_ptr<CheckpointIO> checkpoint_io);
+  CheckpointIO& checkpoint_io() const { return *checkpoint_io_; }
+
  protected:
   virtual void pre_backward(const torch::Tensor& loss) {}
   virtual void post_backward(const torch::Tensor& loss) {}
@@ -116,6 +162,7 @@ class Strategy {
  private:
   StrategyEnvironment environment_;
   std::shared_ptr<Precision> precision_;
+  std::shared_ptr<CheckpointIO> checkpoint_io_ = std::make_shared<CheckpointIO>();
 };
 
 }  // namespace volt

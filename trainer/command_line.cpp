@@ -64,6 +64,8 @@ po::options_description volt_flags(const TrainerOptions& d) {
        "NAME[:key=value,...] (repeatable; see --list-callbacks)")
       ("enable-checkpointing", po::value<bool>()->default_value(d.enable_checkpointing),
        "save checkpoints with a default ModelCheckpoint")
+      ("ckpt-path", po::value<std::string>()->default_value(d.ckpt_path),
+       "checkpoint to resume fit from: a file, or 'last' for the newest under --default-root-dir")
       ("enable-progress-bar", po::value<bool>()->default_value(d.enable_progress_bar), "show a progress bar")
       ("enable-model-summary", po::value<bool>()->default_value(d.enable_model_summary),
        "print a model summary at fit start")
@@ -111,6 +113,7 @@ TrainerOptions options_from(const po::variables_map& vm) {
   }
   if (vm.count("callback")) o.callbacks = vm["callback"].as<std::vector<std::string>>();
   o.enable_checkpointing = vm["enable-checkpointing"].as<bool>();
+  o.ckpt_path = vm["ckpt-path"].as<std::string>();
   o.enable_progress_bar = vm["enable-progress-bar"].as<bool>();
   o.enable_model_summary = vm["enable-model-summary"].as<bool>();
   o.fast_dev_run = vm["fast-dev-run"].as<int64_t>();

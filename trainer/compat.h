@@ -2,7 +2,14 @@
 // Every difference between LibTorch 1.13 (Debian, CPU) and 2.x (CUDA builds) that volt meets
 // lives here, so the rest of the code reads the same for both.
 #include <ATen/Context.h>
+#include <ATen/core/Tensor.h>
+#include <c10/util/C++17.h>
+#include <ATen/autocast_mode.h>
+#include <c10/core/DeviceType.h>
+#include <c10/core/ScalarType.h>
 #include <torch/version.h>
+
+#include <string>
 
 namespace volt::compat {
 
@@ -17,6 +24,67 @@ inline constexpr bool kTorch2 = TORCH_VERSION_MAJOR >= 2;
 // Both versions take (enabled, warn_only); kept here because the signature moved before.
 inline void set_deterministic_algorithms(bool enabled) {
   at::globalContext().setDeterministicAlgorithms(enabled, /*warn_only=*/false);
+}
+
+// The key under which torch::optim::Optimizer::state() keeps a parameter's state: the address of
+// its TensorImpl, printed into a string in 1.13 and as a plain pointer in 2.x.
+#if TORCH_VERSION_MAJOR >= 2
+using OptimizerStateKey = void*;
+inline OptimizerStateKey optimizer_state_key(const at::Tensor& parameter) {
+  return parameter.unsafeGetTensorImpl();
+}
+#else
+using OptimizerStateKey = std::string;
+inline OptimizerStateKey optimizer_state_key(const at::Tensor& parameter) {
+  return c10::guts::to_string(parameter.unsafeGetTensorImpl());
+}
+#endif
+
+// Autocast state is thread-local and per device type. LibTorch before 2.4 has one function per
+// device type (set_cpu_enabled, set_autocast_gpu_dtype, ...); 2.4 made the device type an
+// argument and deprecated the old names.
+#define VOLT_TORCH_DEVICE_AUTOCAST_API \
+  (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
+
+inline bool autocast_enabled(c10::DeviceType device_type) {
+#if VOLT_TORCH_DEVICE_AUTOCAST_API
+  return at::autocast::is_autocast_enabled(device_type);
+#else
+  return device_type == c10::DeviceType::CPU ? at::autocast::is_cpu_enabled() : at::autocast::is_enabled();
+#endif
+}
+
+inline void set_autocast_enabled(c10::DeviceType device_type, bool enabled) {
+#if VOLT_TORCH_DEVICE_AUTOCAST_API
+  at::autocast::set_autocast_enabled(device_type, enabled);
+#else
+  if (device_type == c10::DeviceType::CPU) {
+    at::autocast::set_cpu_enabled(enabled);
+  } else {
+    at::autocast::set_enabled(enabled);
+  }
+#endif
+}
+
+inline c10::ScalarType autocast_dtype(c10::DeviceType device_type) {
+#if VOLT_TORCH_DEVICE_AUTOCAST_API
+  return at::autocast::get_autocast_dtype(device_type);
+#else
+  return device_type == c10::DeviceType::CPU ? at::autocast::get_autocast_cpu_dtype()
+                                             : at::autocast::get_autocast_gpu_dtype();
+#endif
+}
+
+inline void set_autocast_dtype(c10::DeviceType device_type, c10::ScalarType dtype) {
+#if VOLT_TORCH_DEVICE_AUTOCAST_API
+  at::autocast::set_autocast_dtype(device_type, dtype);
+#else
+  if (device_type == c10::DeviceType::CPU) {
+    at::autocast::set_autocast_cpu_dtype(dtype);
+  } else {
+    at::autocast::set_autocast_gpu_dtype(dtype);
+  }
+#endif
 }
 
 }  // namespace volt::compat

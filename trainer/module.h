@@ -10,6 +10,7 @@
 #include "trainer/hyperparameters.h"
 #include "trainer/metrics/log_options.h"
 #include "trainer/optim/optimizer_config.h"
+#include "trainer/state_dict.h"
 
 namespace volt {
 
@@ -45,6 +46,9 @@ class Module : public torch::nn::Module {
   virtual void on_test_epoch_start() {}
   virtual void on_test_epoch_end() {}
   virtual void on_fit_end() {}
+  // The checkpoint being written (add entries beside volt's) / read, before the weights load.
+  virtual void on_save_checkpoint(StateDict& checkpoint) {}
+  virtual void on_load_checkpoint(const StateDict& checkpoint) {}
 
   // Records a scalar for the loggers, the progress bar and callbacks (see LogOptions for the
   // defaults, which depend on the hook that logs). Valid only while a Trainer runs this module.

@@ -4,6 +4,7 @@
 // numbers, strings, lists, nested dicts). Such trees pickle to plain Python dicts, which is what
 // keeps volt's checkpoints readable by torch.load.
 #include <ATen/core/Dict.h>
+#include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
 
 #include <string>
@@ -25,6 +26,16 @@ class StateDict {
   c10::IValue at(const std::string& key) const;
   // A nested dict; throws CheckpointError when missing or not a dict.
   StateDict child(const std::string& key) const;
+  // Typed reads that throw CheckpointError naming the key and the type found. Lists are accepted
+  // in either form: typed (as built in C++) or generic (as read back from a checkpoint file,
+  // which stores plain Python lists). get_double also accepts an int.
+  int64_t get_int(const std::string& key) const;
+  double get_double(const std::string& key) const;
+  bool get_bool(const std::string& key) const;
+  std::string get_string(const std::string& key) const;
+  at::Tensor get_tensor(const std::string& key) const;
+  std::vector<int64_t> get_ints(const std::string& key) const;
+  std::vector<double> get_doubles(const std::string& key) const;
   void erase(const std::string& key);
   size_t size() const { return dict_.size(); }
   bool empty() const { return dict_.size() == 0; }

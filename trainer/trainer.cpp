@@ -1,13 +1,17 @@
 #include "trainer/trainer.h"
 
 #include <filesystem>
+#include <iostream>
 
 #include "callbacks/callback_registry.h"
+#include "callbacks/model_checkpoint.h"
 #include "callbacks/model_summary.h"
 #include "callbacks/progress_bar.h"
 #include "loggers/console_logger.h"
 #include "loggers/logger_registry.h"
 #include "strategies/strategy_registry.h"
+#include "trainer/checkpoint/checkpoint_connector.h"
+#include "trainer/checkpoint/last_checkpoint.h"
 #include "trainer/loops/evaluation_loop.h"
 #include "trainer/loops/fit_loop.h"
 #include "trainer/compat.h"
@@ -41,14 +45,23 @@ class DataModuleOfLoaders : public DataModule {
   std::shared_ptr<DataLoader> train_, val_;
 };
 
+std::shared_ptr<Precision> given_precision(std::shared_ptr<Precision> precision) {
+  check<ConfigurationError>(precision != nullptr, "Trainer: expected a precision, got nullptr");
+  return precision;
+}
+
 }  // namespace
 
-Trainer::Trainer(TrainerOptions options) : Trainer(options, nullptr, true) {}
+Trainer::Trainer(TrainerOptions options) : Trainer(options, nullptr, nullptr, true) {}
 
 Trainer::Trainer(TrainerOptions options, std::shared_ptr<Strategy> strategy)
-    : Trainer(std::move(options), std::move(strategy), false) {}
+    : Trainer(std::move(options), std::move(strategy), nullptr, false) {}
 
-Trainer::Trainer(TrainerOptions options, std::shared_ptr<Strategy> strategy, bool from_registry)
+Trainer::Trainer(TrainerOptions options, std::shared_ptr<Strategy> strategy, std::shared_ptr<Precision> precision)
+    : Trainer(std::move(options), strategy, given_precision(std::move(precision)), strategy == nullptr) {}
+
+Trainer::Trainer(TrainerOptions options, std::shared_ptr<Strategy> strategy, std::shared_ptr<Precision> precision,
+                 bool from_registry)
     : options_(std::move(options)),
       train_collector_([this](const torch::Tensor& value, ReduceOp op) { return strategy_->all_reduce(value, op); }),
       eval_collector_([this](const torch::Tensor& value, ReduceOp op) { return strategy_->all_reduce(value, op); }) {
@@ -56,7 +69,7 @@ Trainer::Trainer(TrainerOptions options, std::shared_ptr<Strategy> strategy, boo
   if (from_registry) strategy = strategy_registry().create(options_.strategy);
   options_.validate();
   check<ConfigurationError>(strategy != nullptr, "Trainer: expected a strategy, got nullptr");
-  init(std::move(strategy));
+  init(std::move(strategy), std::move(precision));
 }
 
 MetricCollector& Trainer::metric_collector() {
@@ -67,10 +80,17 @@ Trainer::~Trainer() {
   if (strategy_) strategy_->teardown();
 }
 
-void Trainer::init(std::shared_ptr<Strategy> strategy) {
+void Trainer::init(std::shared_ptr<Strategy> strategy, std::shared_ptr<Precision> precision) {
   strategy_ = std::move(strategy);
-  const torch::Device device = resolve_device(options_);
-  precision_ = make_precision(options_.precision, device);
+  if (precision) {
+    const auto asked = canonical_precision_name(options_.precision);
+    check<ConfigurationError>(precision->name() == asked, "Trainer: the Precision object given is '",
+                              precision->name(), "' but options.precision is '", options_.precision,
+                              "'; set options.precision to '", precision->name(), "'");
+    precision_ = std::move(precision);
+  } else {
+    precision_ = make_precision(options_.precision, resolve_device(options_));
+  }
   strategy_->set_precision(precision_);
   // fast_dev_run is a smoke test: it must leave nothing behind (Lightning's rule).
   if (options_.fast_dev_run == 0) {
@@ -91,7 +111,11 @@ void Trainer::add_logger(std::shared_ptr<Logger> logger) {
 }
 
 std::string Trainer::log_dir() const {
-  return loggers_.empty() ? options_.default_root_dir : loggers_.front()->log_dir();
+  // The first logger that writes files (a console logger has no directory).
+  for (const auto& logger : loggers_) {
+    if (!logger->log_dir().empty()) return logger->log_dir();
+  }
+  return options_.default_root_dir;
 }
 
 int64_t Trainer::estimated_stepping_batches() const {
@@ -127,13 +151,19 @@ void Trainer::setup(TrainerFn fn, const std::shared_ptr<Module>& module,
   set_deterministic(options_.deterministic);
   if (fn == TrainerFn::Fitting) {
     // Defaults Lightning adds unless the user configured their own.
-    bool has_progress_bar = false, has_summary = false;
+    bool has_progress_bar = false, has_summary = false, has_checkpoint = false;
     for (const auto& c : callbacks_) {
       has_progress_bar |= dynamic_cast<ProgressBar*>(c.get()) != nullptr;
       has_summary |= dynamic_cast<ModelSummary*>(c.get()) != nullptr;
+      has_checkpoint |= dynamic_cast<ModelCheckpoint*>(c.get()) != nullptr;
     }
     if (options_.enable_model_summary && !has_summary) callbacks_.push_back(std::make_shared<ModelSummary>());
     if (options_.enable_progress_bar && !has_progress_bar) callbacks_.push_back(std::make_shared<ProgressBar>());
+    if (options_.enable_checkpointing && !has_checkpoint) callbacks_.push_back(std::make_shared<ModelCheckpoint>());
+    // Checkpoints run last at every hook (Lightning's order), so that what they save includes
+    // what the other callbacks did at that hook (EarlyStopping's count, for example).
+    std::stable_partition(callbacks_.begin(), callbacks_.end(),
+                          [](const auto& c) { return dynamic_cast<ModelCheckpoint*>(c.get()) == nullptr; });
     // Without a progress bar, epoch summaries still reach the terminal, unless the user asked for
     // no loggers at all (--logger none).
     const bool has_console = std::any_of(loggers_.begin(), loggers_.end(), [](const auto& l) {
@@ -217,7 +247,9 @@ void Trainer::fit(std::shared_ptr<Module> module, std::shared_ptr<DataModule> da
     // estimated_stepping_batches() (e.g. for a schedule over the whole fit).
     FitLoop loop(*this, prepare_loader(train, true), val ? prepare_loader(val, false) : nullptr);
     setup_optimizers();
-    if (!ckpt_path.empty()) restore_checkpoint(ckpt_path);
+    pending_rng_state_.reset();
+    const std::string& resume_from = ckpt_path.empty() ? options_.ckpt_path : ckpt_path;
+    if (!resume_from.empty()) restore_checkpoint(resume_from);
     loop.run();
   });
 }
@@ -312,12 +344,34 @@ void Trainer::set_accumulate_grad_batches(int64_t micro_batches) {
   accumulate_grad_batches_ = micro_batches;
 }
 
-void Trainer::save_checkpoint(const std::string& path, bool weights_only) {
-  throw NotSupportedError("Trainer::save_checkpoint: checkpoints are not implemented yet");
+void Trainer::save_checkpoint(const std::filesystem::path& path, bool weights_only) {
+  CheckpointConnector connector(*this);
+  strategy_->save_checkpoint(connector.dump(weights_only), path);
 }
 
-void Trainer::restore_checkpoint(const std::string& path) {
-  throw NotSupportedError("Trainer: resuming from '" + path + "' is not implemented yet");
+void Trainer::remove_checkpoint(const std::filesystem::path& path) { strategy_->remove_checkpoint(path); }
+
+std::filesystem::path Trainer::checkpoint_dir() const {
+  return std::filesystem::path(log_dir()) / "checkpoints";
+}
+
+bool Trainer::restore_checkpoint(const std::string& path) {
+  std::filesystem::path file = path;
+  if (path == "last") {
+    file = find_last_checkpoint(options_.default_root_dir, {checkpoint_dir()});
+    if (file.empty()) {
+      check<CheckpointError>(fn_ == TrainerFn::Fitting, "ckpt_path 'last': no checkpoint under '",
+                             options_.default_root_dir, "'; pass a checkpoint file");
+      if (is_global_zero()) {
+        std::cerr << "volt: ckpt_path 'last': no checkpoint under '" << options_.default_root_dir
+                  << "' yet; training starts from scratch" << std::endl;
+      }
+      return false;
+    }
+  }
+  const StateDict checkpoint = strategy_->load_checkpoint(file);
+  CheckpointConnector(*this).restore(checkpoint, "checkpoint '" + file.string() + "'");
+  return true;
 }
 
 }  // namespace volt

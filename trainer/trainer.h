@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
@@ -35,6 +36,12 @@ struct FitProgress {
   int64_t next_batch = 0;      // index, within `epoch`, of the next training batch to run
   int64_t window_micro_batches = 0;  // micro-batches accumulated so far in the open window
   bool window_has_backward = false;  // whether any of them ran backward
+  // Where within a batch's aftermath the loop stands, so that a run resumed from a checkpoint
+  // written in a hook neither repeats nor skips work: whether the validation check due after
+  // batch next_batch - 1 has begun, and whether on_train_epoch_end has run for `epoch` (whose
+  // epoch-interval schedulers then still have to step).
+  bool validation_checked = true;
+  bool epoch_end_started = false;
 };
 
 class Trainer {
@@ -44,6 +51,10 @@ class Trainer {
   explicit Trainer(TrainerOptions options = {});
   // Uses `strategy` (built in code) instead of options.strategy.
   Trainer(TrainerOptions options, std::shared_ptr<Strategy> strategy);
+  // Uses `precision` (built in code, e.g. a MixedPrecision with its own GradScaler) instead of
+  // resolving options.precision, which must name the same precision; a null `strategy` resolves
+  // options.strategy.
+  Trainer(TrainerOptions options, std::shared_ptr<Strategy> strategy, std::shared_ptr<Precision> precision);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -65,8 +76,16 @@ class Trainer {
   std::vector<torch::Tensor> predict(std::shared_ptr<Module> module, std::shared_ptr<DataModule> data,
                                      const std::string& ckpt_path = "");
 
-  // Writes a checkpoint of the whole training state (or the weights only) through the strategy.
-  void save_checkpoint(const std::string& path, bool weights_only = false);
+  // Writes a checkpoint of the whole training state (README "Checkpoints"), or with
+  // `weights_only` the model's state dict and loop counters, atomically through the strategy:
+  // global rank 0 writes unless the strategy shards. Valid once a model is attached (during or
+  // after fit/validate/test/predict). [collective: every rank calls it]
+  void save_checkpoint(const std::filesystem::path& path, bool weights_only = false);
+  // Global rank 0 removes a checkpoint file (or sharded directory). [collective]
+  void remove_checkpoint(const std::filesystem::path& path);
+  // Where checkpoints go by default: <log_dir()>/checkpoints with a logger, else
+  // <default_root_dir>/checkpoints.
+  std::filesystem::path checkpoint_dir() const;
 
   // ---- state, for callbacks and modules
   const TrainerOptions& options() const { return options_; }
@@ -110,7 +129,7 @@ class Trainer {
   const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers() const { return optimizers_; }
   const std::vector<SchedulerConfig>& lr_schedulers() const { return schedulers_; }
   bool is_global_zero() const { return strategy_->is_global_zero(); }
-  // Directory of the first logger, or default_root_dir without loggers.
+  // Directory of the first logger that writes files, or default_root_dir without one.
   std::string log_dir() const;
   // Sends `metrics` to the loggers (on global rank 0) at the current global step, with the
   // epoch added, as values the module logs are sent; for callbacks such as LearningRateMonitor.
@@ -120,9 +139,11 @@ class Trainer {
   friend class Module;
   friend class FitLoop;
   friend class EvaluationLoop;
+  friend class CheckpointConnector;
 
-  Trainer(TrainerOptions options, std::shared_ptr<Strategy> strategy, bool from_registry);
-  void init(std::shared_ptr<Strategy> strategy);
+  Trainer(TrainerOptions options, std::shared_ptr<Strategy> strategy, std::shared_ptr<Precision> precision,
+          bool from_registry);
+  void init(std::shared_ptr<Strategy> strategy, std::shared_ptr<Precision> precision);
   // Everything before a loop runs: environment (once), module attach, device, optimizers.
   void setup(TrainerFn fn, const std::shared_ptr<Module>& module, const std::shared_ptr<DataModule>& data);
   // configure_optimizers, through the strategy (fit only).
@@ -134,7 +155,9 @@ class Trainer {
                    const std::shared_ptr<DataModule>& data, Body&& body);
   std::shared_ptr<DataLoader> prepare_loader(std::shared_ptr<DataLoader> loader, bool training) const;
   std::map<std::string, double> run_evaluation(RunningStage stage, const std::shared_ptr<DataLoader>& loader);
-  void restore_checkpoint(const std::string& path);
+  // Restores what `fn_` needs from the checkpoint at `path` ("last": the newest one); returns
+  // false when `path` is "last" and fit finds none (it then starts from scratch).
+  bool restore_checkpoint(const std::string& path);
 
   // Calls `hook` on every callback, in the order they were added.
   template <typename... HookArgs, typename... Args>
@@ -159,6 +182,7 @@ class Trainer {
 
   std::shared_ptr<Module> module_;
   std::shared_ptr<DataModule> data_;
+  std::shared_ptr<DataLoader> train_loader_;  // the loader the fit loop draws from (set by FitLoop)
   std::vector<std::shared_ptr<torch::optim::Optimizer>> optimizers_;
   std::vector<SchedulerConfig> schedulers_;
   bool environment_ready_ = false;
@@ -174,6 +198,9 @@ class Trainer {
   int64_t num_eval_batches_ = 0;
   bool fit_validates_ = false;
   std::optional<std::chrono::steady_clock::time_point> deadline_;
+  // Random states of a restored checkpoint, applied just before training resumes (after the
+  // sanity check), so the next batch draws exactly what it drew in the original run.
+  std::optional<StateDict> pending_rng_state_;
 
   std::map<std::string, double> callback_metrics_;
   std::map<std::string, double> logged_metrics_;

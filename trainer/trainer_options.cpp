@@ -34,10 +34,7 @@ void TrainerOptions::validate() const {
                             "--accelerator: expected cpu, cuda or auto, got '", accelerator, "'");
   check<ConfigurationError>(devices >= 1, "--devices: expected >= 1, got ", devices);
   check<ConfigurationError>(num_nodes >= 1, "--num-nodes: expected >= 1, got ", num_nodes);
-  const auto& precisions = precision_names();
-  if (std::find(precisions.begin(), precisions.end(), precision) == precisions.end()) {
-    make_precision(precision, torch::kCPU);  // throws with the valid values and a suggestion
-  }
+  canonical_precision_name(precision);  // throws with the valid values and a suggestion
   check<ConfigurationError>(!max_epochs || *max_epochs >= -1, "--max-epochs: expected >= -1, got ",
                             max_epochs.value_or(0));
   check<ConfigurationError>(min_epochs >= 0, "--min-epochs: expected >= 0, got ", min_epochs);

@@ -56,6 +56,7 @@ struct TrainerOptions {
   bool enable_checkpointing = true;   // a ModelCheckpoint unless one is configured
   bool enable_progress_bar = true;
   bool enable_model_summary = true;
+  std::string ckpt_path;              // fit resumes from this checkpoint ("last": the newest); empty: none
 
   // ---- debugging and reproducibility
   int64_t fast_dev_run = 0;           // n > 0: n batches of each loop, one epoch, no logging/checkpoints

@@ -1,5 +1,6 @@
 #include "trainer/loops/fit_loop.h"
 
+#include "trainer/checkpoint/rng_state.h"
 #include "trainer/loops/accumulation_window.h"
 #include "trainer/loops/evaluation_loop.h"
 #include "trainer/trainer.h"
@@ -45,6 +46,7 @@ FitLoop::FitLoop(Trainer& trainer, std::shared_ptr<DataLoader> train, std::share
   }
   validation_enabled_ = val_ != nullptr && (options.fast_dev_run > 0 || !options.limit_val_batches.is_zero());
   trainer_.fit_validates_ = validation_enabled_;
+  trainer_.train_loader_ = train_;
 }
 
 void FitLoop::run() {
@@ -71,8 +73,14 @@ void FitLoop::run() {
   t.stage_ = RunningStage::Training;
   module.train();
   t.call_callbacks(&Callback::on_train_start);
-  // No training batches (limit_train_batches=0): nothing to train, like Lightning.
-  while (t.num_training_batches_ > 0 && !done()) run_epoch();
+  if (t.pending_rng_state_) {
+    load_rng_state_dict(*t.pending_rng_state_);
+    t.pending_rng_state_.reset();
+  }
+  // No training batches (limit_train_batches=0): nothing to train, like Lightning. An epoch that
+  // a restored checkpoint left unfinished is finished first, whatever the limits say now.
+  const auto& p = t.progress_;
+  while (t.num_training_batches_ > 0 && (p.next_batch > 0 || p.epoch_end_started || !done())) run_epoch();
   t.call_callbacks(&Callback::on_train_end);
   t.stage_ = RunningStage::None;
 
@@ -103,28 +111,40 @@ void FitLoop::run_epoch() {
   auto& p = t.progress_;
   const int64_t n = t.num_training_batches_;
   train_->set_epoch(p.epoch);
-  t.train_collector_.reset(RunningStage::Training);
-  t.call_callbacks(&Callback::on_train_epoch_start);
-  module.on_train_epoch_start();
+  // A run resumed from a checkpoint written in on_train_epoch_end only finishes the epoch.
+  if (!p.epoch_end_started) {
+    // Resumed mid-epoch, the epoch-start hooks run again (callbacks set themselves up there).
+    if (p.next_batch == 0 || t.train_collector_.stage() != RunningStage::Training) {
+      t.train_collector_.reset(RunningStage::Training);
+    }
+    t.call_callbacks(&Callback::on_train_epoch_start);
+    module.on_train_epoch_start();
 
-  while (p.next_batch < n) {
-    const int64_t b = p.next_batch;
-    run_batch(b);
-    validate_if_due(b);
-    if (steps_exhausted() || time_exhausted()) break;
-    // should_stop set by a callback mid-epoch ends the epoch once min_epochs are behind us.
-    if (t.should_stop_ && p.epoch >= t.options_.min_epochs) break;
+    // After each batch: its validation check (unless a checkpoint written there says it began),
+    // then the stop conditions. A resumed run enters with next_batch > 0 and does the same.
+    while (true) {
+      if (p.next_batch > 0) {
+        if (!p.validation_checked) validate_if_due(p.next_batch - 1);
+        if (steps_exhausted() || time_exhausted()) break;
+        // should_stop set by a callback mid-epoch ends the epoch once min_epochs are behind us.
+        if (t.should_stop_ && p.epoch >= t.options_.min_epochs) break;
+      }
+      if (p.next_batch >= n) break;
+      run_batch(p.next_batch);
+    }
+
+    module.on_train_epoch_end();
+    t.publish_metrics(t.train_collector_.epoch_values(), true);
+    p.epoch_end_started = true;
+    t.call_callbacks(&Callback::on_train_epoch_end);
   }
-
-  module.on_train_epoch_end();
-  t.publish_metrics(t.train_collector_.epoch_values(), true);
-  t.call_callbacks(&Callback::on_train_epoch_end);
   if (t.loggers_active()) {
     for (auto& logger : t.loggers_) logger->log_epoch_end(module, p.epoch, p.global_step);
   }
   step_schedulers(/*epoch_interval=*/true, std::vector<bool>(t.optimizers_.size(), true));
   ++p.epoch;
   p.next_batch = 0;
+  p.epoch_end_started = false;
 }
 
 void FitLoop::run_batch(int64_t batch_idx) {
@@ -173,6 +193,7 @@ void FitLoop::run_batch(int64_t batch_idx) {
     p.window_has_backward = false;
   }
   p.next_batch = batch_idx + 1;
+  p.validation_checked = false;
 
   // Metrics first, so that on_train_batch_end callbacks see this batch's values. Logging
   // cadence counts optimizer steps.
@@ -234,6 +255,7 @@ void FitLoop::step_schedulers(bool epoch_interval, const std::vector<bool>& step
 
 void FitLoop::validate_if_due(int64_t batch_idx) {
   Trainer& t = trainer_;
+  t.progress_.validation_checked = true;
   if (!validation_enabled_ || !t.validation_step_defined_) return;
   if ((t.progress_.epoch + 1) % t.options_.check_val_every_n_epoch != 0) return;
   if ((batch_idx + 1) % val_check_batch_ != 0) return;

@@ -117,4 +117,51 @@ MetricValues MetricCollector::epoch_values() const {
   return out;
 }
 
+StateDict MetricCollector::state_dict() const {
+  StateDict state;
+  state.set("stage", static_cast<int64_t>(stage_));
+  StateDict entries;
+  for (const auto& [name, entry] : entries_) {
+    StateDict e;
+    e.set("prog_bar", entry.options.prog_bar);
+    e.set("logger", entry.options.logger);
+    e.set("on_step", *entry.options.on_step);
+    e.set("on_epoch", *entry.options.on_epoch);
+    e.set("reduce_fx", static_cast<int64_t>(entry.options.reduce_fx));
+    e.set("sync_dist", entry.options.sync_dist);
+    if (entry.total.defined()) e.set("total", entry.total);
+    e.set("weight", entry.weight);
+    entries.set(name, e);
+  }
+  state.set("entries", entries);
+  return state;
+}
+
+void MetricCollector::load_state_dict(const StateDict& state) {
+  const int64_t stage = state.get_int("stage");
+  check<CheckpointError>(stage >= 0 && stage <= static_cast<int64_t>(RunningStage::Predicting),
+                         "checkpoint: metric collector stage ", stage, " is not a stage; the checkpoint is damaged");
+  std::map<std::string, Entry> entries;
+  const StateDict saved = state.child("entries");
+  for (const auto& name : saved.keys()) {
+    const StateDict e = saved.child(name);
+    Entry entry;
+    entry.options.prog_bar = e.get_bool("prog_bar");
+    entry.options.logger = e.get_bool("logger");
+    entry.options.on_step = e.get_bool("on_step");
+    entry.options.on_epoch = e.get_bool("on_epoch");
+    const int64_t reduce = e.get_int("reduce_fx");
+    check<CheckpointError>(reduce >= 0 && reduce <= static_cast<int64_t>(ReduceFx::Min), "checkpoint: metric '", name,
+                           "' has reduce_fx ", reduce, "; the checkpoint is damaged");
+    entry.options.reduce_fx = static_cast<ReduceFx>(reduce);
+    entry.options.sync_dist = e.get_bool("sync_dist");
+    if (e.contains("total")) entry.total = e.get_tensor("total").to(torch::kDouble);
+    entry.weight = e.get_double("weight");
+    entries.emplace(name, std::move(entry));
+  }
+  stage_ = static_cast<RunningStage>(stage);
+  in_step_ = false;
+  entries_ = std::move(entries);
+}
+
 }  // namespace volt

@@ -12,6 +12,7 @@
 
 #include "strategies/reduce_op.h"
 #include "trainer/metrics/log_options.h"
+#include "trainer/state_dict.h"
 #include "trainer/trainer_state.h"
 
 namespace volt {
@@ -48,6 +49,12 @@ class MetricCollector {
   MetricValues epoch_values() const;
 
   RunningStage stage() const { return stage_; }
+
+  // The stage and the epoch aggregates so far, so that a run resumed mid-epoch from a checkpoint
+  // reports epoch values over the whole epoch, not only the batches after the resume.
+  StateDict state_dict() const;
+  // Replaces stage and aggregates; throws CheckpointError for a malformed state.
+  void load_state_dict(const StateDict& state);
 
  private:
   struct Entry {

@@ -43,11 +43,11 @@ StateDict LRScheduler::state_dict() const {
 void LRScheduler::load_state_dict(const StateDict& state) {
   check<CheckpointError>(state.contains("last_epoch") && state.contains("base_lrs"),
                          "LRScheduler: expected keys last_epoch and base_lrs in the scheduler state");
-  auto base = state.at("base_lrs").toDoubleList().vec();
+  auto base = state.get_doubles("base_lrs");
   check<CheckpointError>(base.size() == base_lrs_.size(), "LRScheduler: the checkpoint has ",
                          base.size(), " param groups, this optimizer has ", base_lrs_.size());
   base_lrs_ = std::move(base);
-  last_epoch_ = state.at("last_epoch").toInt();
+  last_epoch_ = state.get_int("last_epoch");
   apply();
 }
 

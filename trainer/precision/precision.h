@@ -10,6 +10,7 @@
 #include <string>
 
 #include "trainer/data/batch.h"
+#include "trainer/precision/grad_scaler.h"
 #include "trainer/scope_guard.h"
 #include "trainer/state_dict.h"
 
@@ -42,15 +43,28 @@ class Precision {
 
   // Numbers the Trainer logs each step (e.g. amp_scale, amp_skipped_steps); empty by default.
   virtual std::map<std::string, double> metrics() const { return {}; }
+  // The precision's own state for checkpoints (a GradScaler's); empty by default.
   virtual StateDict state_dict() const { return {}; }
   virtual void load_state_dict(const StateDict& state) {}
+
+  // Where a precision that skips steps on inf/NaN gradients makes that decision agree across
+  // ranks (Note [Agreeing on inf] in grad_scaler.h). The Strategy installs its Max all-reduce
+  // here; precisions that never skip a step have nothing to reduce and ignore it.
+  virtual void set_found_inf_reducer(FoundInfReducer reducer) {}
 };
 
-// The precision that `name` (a TrainerOptions::precision value) selects for `device`. Throws
-// ConfigurationError for an unknown name, listing the valid ones.
+// The precision that `name` (a TrainerOptions::precision value) selects for `device`:
+// 32-true, 64-true, bf16-mixed, 16-mixed (autocast float16 + GradScaler), bf16-true, 16-true.
+// Throws ConfigurationError for an unknown name (listing the valid ones), NotSupportedError for
+// one this device cannot run (16-mixed without CUDA, 16-true without float16 matrix multiply).
 std::shared_ptr<Precision> make_precision(const std::string& name, const torch::Device& device);
 
-// Every valid TrainerOptions::precision value.
+// Every valid TrainerOptions::precision value, in canonical form.
 const std::vector<std::string>& precision_names();
+
+// `name` in canonical form: itself, or for Lightning's short aliases 32, 64, 16, bf16 the
+// canonical name (32-true, 64-true, 16-mixed, bf16-mixed). Throws ConfigurationError for an
+// unknown name, with the valid values and the closest one.
+std::string canonical_precision_name(const std::string& name);
 
 }  // namespace volt

@@ -1,0 +1,171 @@
+// Resuming bit for bit: a fit interrupted right after a checkpoint and resumed from it must end
+// with weights torch::equal to a fit that never stopped, having seen the same batches in the same
+// order and run the same validations, wherever in the loop the checkpoint was written.
+#include "tests/checkpoint/checkpoint_test_support.h"
+
+namespace volt::testing {
+namespace {
+
+struct Scenario {
+  std::string name;
+  std::string precision = "32-true";
+  RegressionOptions model;
+  bool epoch_scheduler = false;
+  int64_t accumulate = 1;
+  bool shuffle = false;
+  int64_t val_samples = 0;
+  int64_t val_check_interval = 0;  // batches; 0: once per epoch
+  SavePoint point = SavePoint::TrainBatchEnd;
+  int64_t epoch = 0, batch = 0;    // where the checkpoint is written
+};
+
+struct Outcome {
+  torch::Tensor weights;
+  std::vector<double> batch_sums;
+  int64_t validation_steps = 0;
+  int64_t global_step = 0;
+  int64_t epoch = 0;
+  std::vector<double> lrs;
+  std::map<std::string, double> callback_metrics;
+};
+
+// 96 samples in batches of 8 (12 per epoch), 3 epochs. The module's initial weights come from
+// `init_seed`; everything else random (dropout, shuffling) from the trainer's seed.
+Outcome fit(const Scenario& s, const std::string& root, uint64_t init_seed, std::shared_ptr<Callback> callback,
+            const std::string& ckpt_path) {
+  auto options = quiet_options(root);
+  options.max_epochs = 3;
+  options.accumulate_grad_batches = s.accumulate;
+  options.seed = 11;
+  options.precision = s.precision;
+  if (s.val_check_interval > 0) options.val_check_interval = BatchLimit::count(s.val_check_interval);
+  torch::manual_seed(init_seed);
+  auto model = std::make_shared<RecordingRegression>(s.model);
+  model->epoch_scheduler = s.epoch_scheduler;
+  Trainer trainer(options);
+  if (callback) trainer.add_callback(callback);
+  try {
+    trainer.fit(model, std::make_shared<RegressionData>(96, 8, s.shuffle, 3, s.val_samples), ckpt_path);
+  } catch (const Interrupted&) {
+  }
+  Outcome out{model->flat_parameters(), model->batch_sums, model->validation_steps, trainer.global_step(),
+              trainer.current_epoch()};
+  out.callback_metrics = trainer.callback_metrics();
+  for (const auto& optimizer : trainer.optimizers()) {
+    for (const auto& group : optimizer->param_groups()) out.lrs.push_back(group.options().get_lr());
+  }
+  return out;
+}
+
+class Resume : public ::testing::TestWithParam<Scenario> {};
+
+TEST_P(Resume, EndsBitwiseEqualToTheUninterruptedRun) {
+  const Scenario& s = GetParam();
+  TemporaryDirectory dir;
+  const auto path = dir.file("interrupted.ckpt");
+  const Outcome reference = fit(s, dir.path(), 1, nullptr, "");
+  auto saver = std::make_shared<SaveAndInterrupt>(path, s.point, s.epoch, s.batch);
+  const Outcome first = fit(s, dir.path(), 1, saver, "");
+  ASSERT_TRUE(saver->fired) << "the scenario's save point was never reached";
+  // Different initial weights: everything that matters must come from the checkpoint.
+  const Outcome resumed = fit(s, dir.path(), 2, nullptr, path);
+
+  EXPECT_TRUE(torch::equal(resumed.weights, reference.weights))
+      << "max difference " << (resumed.weights - reference.weights).abs().max().item<double>();
+  ASSERT_EQ(first.batch_sums.size() + resumed.batch_sums.size(), reference.batch_sums.size())
+      << "the resumed run repeated or skipped training batches";
+  const std::vector<double> rest(reference.batch_sums.begin() + static_cast<long>(first.batch_sums.size()),
+                                 reference.batch_sums.end());
+  EXPECT_EQ(resumed.batch_sums, rest) << "the resumed run saw other batches, or in another order";
+  EXPECT_EQ(first.validation_steps + resumed.validation_steps, reference.validation_steps)
+      << "the resumed run repeated or skipped a validation";
+  EXPECT_EQ(resumed.global_step, reference.global_step);
+  EXPECT_EQ(resumed.epoch, reference.epoch);
+  EXPECT_EQ(resumed.lrs, reference.lrs);
+  EXPECT_EQ(resumed.callback_metrics, reference.callback_metrics) << "logged values differ after the resume";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    InterruptionPoints, Resume,
+    ::testing::Values(
+        Scenario{.name = "MidEpochSGD", .point = SavePoint::TrainBatchEnd, .epoch = 1, .batch = 4},
+        // Window [3, 5]: two micro-batches accumulated, with dropout and shuffling drawing random numbers.
+        Scenario{.name = "InsideAnAccumulationWindow", .model = {.adam = true, .dropout = 0.3}, .accumulate = 3,
+                 .shuffle = true, .point = SavePoint::TrainBatchEnd, .epoch = 1, .batch = 4},
+        Scenario{.name = "StepIntervalScheduler", .model = {.adam = true, .step_scheduler = true}, .accumulate = 2,
+                 .point = SavePoint::TrainBatchEnd, .epoch = 0, .batch = 5},
+        Scenario{.name = "EpochEndWithEpochScheduler", .epoch_scheduler = true, .shuffle = true,
+                 .point = SavePoint::TrainEpochEnd, .epoch = 1},
+        Scenario{.name = "AfterAMidEpochValidation", .val_samples = 16, .val_check_interval = 5,
+                 .point = SavePoint::ValidationEnd, .epoch = 1, .batch = 4},
+        Scenario{.name = "BeforeADueValidation", .model = {.dropout = 0.2}, .val_samples = 16,
+                 .val_check_interval = 5, .point = SavePoint::TrainBatchEnd, .epoch = 1, .batch = 9},
+        Scenario{.name = "LastBatchOfTheFit", .model = {.adam = true}, .epoch_scheduler = true,
+                 .point = SavePoint::TrainBatchEnd, .epoch = 2, .batch = 11}),
+    [](const ::testing::TestParamInfo<Scenario>& info) { return info.param.name; });
+
+// bf16-mixed (autocast on the CPU) resumes bit for bit too: the precision's state is part of the
+// checkpoint. Runs once the precision plugin that provides "bf16-mixed" is built in.
+TEST(ResumePrecision, Bf16MixedInsideAnAccumulationWindow) {
+  const auto& names = precision_names();
+  if (std::find(names.begin(), names.end(), "bf16-mixed") == names.end()) {
+    GTEST_SKIP() << "this build has no bf16-mixed precision";
+  }
+  const Scenario s{.name = "Bf16Mixed", .precision = "bf16-mixed", .model = {.adam = true, .dropout = 0.2},
+                   .accumulate = 3, .shuffle = true, .point = SavePoint::TrainBatchEnd, .epoch = 1, .batch = 7};
+  TemporaryDirectory dir;
+  const Outcome reference = fit(s, dir.path(), 1, nullptr, "");
+  auto saver = std::make_shared<SaveAndInterrupt>(dir.file("bf16.ckpt"), s.point, s.epoch, s.batch);
+  fit(s, dir.path(), 1, saver, "");
+  ASSERT_TRUE(saver->fired);
+  const Outcome resumed = fit(s, dir.path(), 2, nullptr, dir.file("bf16.ckpt"));
+  EXPECT_TRUE(torch::equal(resumed.weights, reference.weights))
+      << "max difference " << (resumed.weights - reference.weights).abs().max().item<double>();
+  EXPECT_EQ(resumed.callback_metrics, reference.callback_metrics);
+}
+
+TEST(ResumeLast, FindsTheNewestLastCheckpointAndResumesFromIt) {
+  TemporaryDirectory dir;
+  const Scenario s{.model = {.adam = true}};
+  const Outcome reference = fit(s, dir.path(), 1, nullptr, "");
+  // An older checkpoint elsewhere under the root must lose against the newer last.ckpt.
+  fit(s, dir.path(), 1, std::make_shared<SaveAndInterrupt>(dir.file("volt_logs/version_0/checkpoints/last.ckpt"),
+                                                           SavePoint::TrainBatchEnd, 0, 3), "");
+  const auto newest = std::filesystem::path(dir.path()) / "checkpoints" / "last.ckpt";
+  fit(s, dir.path(), 1, std::make_shared<SaveAndInterrupt>(newest, SavePoint::TrainBatchEnd, 1, 6), "");
+  const Outcome resumed = fit(s, dir.path(), 2, nullptr, "last");
+  EXPECT_TRUE(torch::equal(resumed.weights, reference.weights));
+  EXPECT_EQ(resumed.batch_sums.size(), 36u - 19u) << "resumed from another checkpoint than the newest last.ckpt";
+}
+
+TEST(ResumeLast, WithoutAnyCheckpointFitStartsFromScratch) {
+  TemporaryDirectory dir;
+  const Scenario s;
+  const Outcome fresh = fit(s, dir.path(), 1, nullptr, "");
+  const Outcome last = fit(s, dir.path(), 1, nullptr, "last");
+  EXPECT_TRUE(torch::equal(fresh.weights, last.weights));
+  EXPECT_EQ(last.batch_sums.size(), 36u);
+}
+
+TEST(ResumeLast, TheCkptPathOptionIsWhatFitResumesFrom) {
+  const char* argv[] = {"program", "--ckpt-path", "last"};
+  EXPECT_EQ(TrainerOptions::from_args(3, argv).ckpt_path, "last");
+
+  TemporaryDirectory dir;
+  const Scenario s{.model = {.adam = true}};
+  const Outcome reference = fit(s, dir.path(), 1, nullptr, "");
+  fit(s, dir.path(), 1, std::make_shared<SaveAndInterrupt>(dir.file("checkpoints/last.ckpt"), SavePoint::TrainBatchEnd, 1, 2), "");
+  auto options = quiet_options(dir.path());
+  options.max_epochs = 3;
+  options.seed = 11;
+  options.ckpt_path = "last";
+  torch::manual_seed(5);
+  auto model = std::make_shared<RecordingRegression>(s.model);
+  Trainer trainer(options);
+  trainer.fit(model, std::make_shared<RegressionData>(96, 8, false, 3));
+  EXPECT_TRUE(torch::equal(model->flat_parameters(), reference.weights));
+  EXPECT_EQ(model->batch_sums.size(), 36u - 15u);
+}
+
+}  // namespace
+}  // namespace volt::testing

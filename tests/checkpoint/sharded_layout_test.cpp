@@ -1,0 +1,107 @@
+// The sharded layout's mechanics, with a strategy that declares it on one process: a directory
+// with one file per rank, written atomically (also over an existing checkpoint), resumed bit for
+// bit by the same strategy, and refused with a clear message by another strategy or world size.
+#include "strategies/single_device_strategy.h"
+#include "tests/checkpoint/checkpoint_test_support.h"
+
+namespace volt::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ShardingStrategy : public SingleDeviceStrategy {
+ public:
+  explicit ShardingStrategy(int64_t world_size = 1) : world_size_(world_size) {}
+  std::string name() const override { return "sharding_test"; }
+  CheckpointLayout checkpoint_layout() const override { return CheckpointLayout::Sharded; }
+  ProcessTopology topology() const override { return {.global_rank = 0, .world_size = world_size_}; }
+
+ private:
+  int64_t world_size_;
+};
+
+torch::Tensor fit(const std::string& root, std::shared_ptr<Strategy> strategy, std::shared_ptr<Callback> callback,
+                  const std::string& ckpt_path, uint64_t init_seed = 1) {
+  auto options = quiet_options(root);
+  options.max_epochs = 2;
+  options.seed = 3;
+  torch::manual_seed(init_seed);
+  auto model = std::make_shared<RegressionModule>(RegressionOptions{.adam = true, .dropout = 0.1});
+  Trainer trainer(options, std::move(strategy));
+  if (callback) trainer.add_callback(callback);
+  try {
+    trainer.fit(model, std::make_shared<RegressionData>(64, 8, true, 2), ckpt_path);
+  } catch (const Interrupted&) {
+  }
+  return model->flat_parameters();
+}
+
+std::vector<std::string> entries(const fs::path& directory) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(directory)) names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+TEST(ShardedLayout, WritesADirectoryOfShardsAndResumesBitwise) {
+  TemporaryDirectory dir;
+  const fs::path path = dir.file("checkpoints/step.ckpt");
+  const auto reference = fit(dir.path(), std::make_shared<ShardingStrategy>(), nullptr, "");
+  fit(dir.path(), std::make_shared<ShardingStrategy>(),
+      std::make_shared<SaveAndInterrupt>(path, SavePoint::TrainBatchEnd, 1, 2), "");
+  ASSERT_TRUE(fs::is_directory(path));
+  EXPECT_EQ(entries(path), std::vector<std::string>{"shard_0.ckpt"});
+  EXPECT_EQ(entries(path.parent_path()), std::vector<std::string>{"step.ckpt"}) << "a temporary directory was left";
+  const auto shard = CheckpointIO().load(path / "shard_0.ckpt");
+  EXPECT_EQ(shard.get_string("layout"), "sharded");
+  EXPECT_EQ(shard.child("shard").get_int("world_size"), 1);
+
+  const auto resumed = fit(dir.path(), std::make_shared<ShardingStrategy>(), nullptr, path.string(), 2);
+  EXPECT_TRUE(torch::equal(resumed, reference));
+}
+
+TEST(ShardedLayout, ASecondSaveReplacesTheDirectoryWhole) {
+  TemporaryDirectory dir;
+  const fs::path path = dir.file("last.ckpt");
+  auto saver = std::make_shared<SaveAndInterrupt>(path, SavePoint::TrainBatchEnd, 0, 1, /*keep_going=*/true);
+  auto later = std::make_shared<SaveAndInterrupt>(path, SavePoint::TrainBatchEnd, 1, 5);
+  auto options = quiet_options(dir.path());
+  options.max_epochs = 2;
+  Trainer trainer(options, std::make_shared<ShardingStrategy>());
+  trainer.add_callback(saver);
+  trainer.add_callback(later);
+  auto model = std::make_shared<RegressionModule>();
+  EXPECT_THROW(trainer.fit(model, std::make_shared<RegressionData>(64, 8)), Interrupted);
+  EXPECT_EQ(CheckpointIO().load(path / "shard_0.ckpt").get_int("global_step"), 8 + 6);
+  EXPECT_EQ(entries(dir.path()), std::vector<std::string>{"last.ckpt"});
+}
+
+TEST(ShardedLayout, AnotherStrategyOrWorldSizeIsRefused) {
+  TemporaryDirectory dir;
+  const fs::path path = dir.file("sharded.ckpt");
+  fit(dir.path(), std::make_shared<ShardingStrategy>(), std::make_shared<SaveAndInterrupt>(path, SavePoint::TrainBatchEnd, 0, 3), "");
+  auto expect_refused = [&](std::shared_ptr<Strategy> strategy, const std::string& expected) {
+    try {
+      fit(dir.path(), std::move(strategy), nullptr, path.string());
+      ADD_FAILURE() << "expected CheckpointError";
+    } catch (const CheckpointError& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+  };
+  expect_refused(std::make_shared<SingleDeviceStrategy>(),
+                 "a sharded checkpoint written by strategy 'sharding_test' with 1 ranks; this run uses 'single_device' with 1 ranks");
+  expect_refused(std::make_shared<ShardingStrategy>(2), "with 1 ranks; this run uses 'sharding_test' with 2 ranks");
+}
+
+TEST(ShardedLayout, AFullCheckpointLoadsIntoAShardingStrategy) {
+  TemporaryDirectory dir;
+  const fs::path path = dir.file("full.ckpt");
+  const auto reference = fit(dir.path(), std::make_shared<SingleDeviceStrategy>(), nullptr, "");
+  fit(dir.path(), std::make_shared<SingleDeviceStrategy>(),
+      std::make_shared<SaveAndInterrupt>(path, SavePoint::TrainBatchEnd, 0, 5), "");
+  ASSERT_TRUE(fs::is_regular_file(path));
+  EXPECT_TRUE(torch::equal(fit(dir.path(), std::make_shared<ShardingStrategy>(), nullptr, path.string(), 2), reference));
+}
+
+}  // namespace
+}  // namespace volt::testing

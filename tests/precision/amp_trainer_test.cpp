@@ -1,0 +1,286 @@
+// Mixed precision inside the Trainer: a GradScaler-skipped step leaves the parameters exactly as
+// a control run that skipped that step (also with accumulation, clipping and a cross-rank skip
+// decision), does not advance a step-interval LR scheduler, is counted, and amp_scale /
+// amp_skipped_steps reach the loggers. Every run uses bf16 autocast on the CPU; the scaled and
+// control runs differ only in the scaler, and power-of-two scaling is exact in bfloat16.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "strategies/single_device_strategy.h"
+#include "tests/support/regression_problem.h"
+#include "tests/support/test_support.h"
+#include "trainer/precision/mixed_precision.h"
+
+namespace volt::testing {
+namespace {
+
+// Poisons a gradient element after the backward of the batches in `inject`.
+class InjectingModule : public RegressionModule {
+ public:
+  InjectingModule(RegressionOptions options, std::set<int64_t> inject)
+      : RegressionModule(std::move(options)), inject_(std::move(inject)) {}
+  torch::Tensor training_step(const Batch& batch, int64_t batch_idx) override {
+    batch_idx_ = batch_idx;
+    return RegressionModule::training_step(batch, batch_idx);
+  }
+  void on_after_backward() override {
+    if (inject_.count(batch_idx_)) linear->weight.mutable_grad().view(-1)[0].fill_(std::numeric_limits<float>::infinity());
+  }
+
+ private:
+  std::set<int64_t> inject_;
+  int64_t batch_idx_ = -1;
+};
+
+class CapturingLogger : public Logger {
+ public:
+  std::string name() const override { return "capture"; }
+  int64_t version() const override { return 0; }
+  std::string log_dir() const override { return "."; }
+  void log_metrics(const std::map<std::string, double>& metrics, int64_t step) override {
+    if (metrics.count("amp_scale")) rows.push_back(metrics);
+  }
+  void log_hyperparams(const Hyperparameters&) override {}
+  std::vector<std::map<std::string, double>> rows;
+};
+
+// A strategy whose Max all-reduce (the scaler's found-inf reduction) reports inf on chosen calls,
+// as if another rank had seen one.
+class OtherRankInfStrategy : public SingleDeviceStrategy {
+ public:
+  explicit OtherRankInfStrategy(std::set<int64_t> report_on_calls) : report_(std::move(report_on_calls)) {}
+  torch::Tensor all_reduce(const torch::Tensor& value, ReduceOp op) override {
+    if (op != ReduceOp::Max) return value;
+    return report_.count(max_calls++) ? torch::ones_like(value) : value;
+  }
+  int64_t max_calls = 0;
+
+ private:
+  std::set<int64_t> report_;
+};
+
+struct RunOptions {
+  std::set<int64_t> inject;                // batches whose gradients get an inf
+  std::set<int64_t> skip;                  // batches that return no loss (the control's skipped steps)
+  bool scaler = true;
+  GradScalerOptions scaler_options{.growth_interval = 2};
+  int64_t accumulate = 1;
+  std::optional<double> clip;
+  GradientClipAlgorithm clip_algorithm = GradientClipAlgorithm::Norm;
+  std::shared_ptr<Strategy> strategy;      // null: single_device
+};
+
+struct RunResult {
+  torch::Tensor parameters;
+  double lr = 0;
+  int64_t global_step = 0;
+  int64_t optimizer_steps = 0;  // on_before_optimizer_step calls
+  std::shared_ptr<MixedPrecision> precision;
+  std::vector<std::map<std::string, double>> logged;
+};
+
+RunResult train(const RunOptions& run) {
+  TemporaryDirectory dir;
+  auto options = quiet_options(dir.path());
+  options.max_epochs = 1;
+  options.precision = "bf16-mixed";
+  options.log_every_n_steps = 1;
+  options.accumulate_grad_batches = run.accumulate;
+  options.gradient_clip_val = run.clip;
+  options.gradient_clip_algorithm = run.clip_algorithm;
+  auto precision = std::make_shared<MixedPrecision>(
+      torch::kBFloat16, torch::kCPU, run.scaler ? std::make_shared<GradScaler>(run.scaler_options) : nullptr);
+  RegressionOptions model_options{.step_scheduler = true};
+  if (!run.skip.empty()) model_options.skip_batch = [skip = run.skip](int64_t b) { return skip.count(b) > 0; };
+  torch::manual_seed(0);
+  auto model = std::make_shared<InjectingModule>(model_options, run.inject);
+  Trainer trainer(options, run.strategy, precision);
+  auto logger = std::make_shared<CapturingLogger>();
+  trainer.add_logger(logger);
+  trainer.fit(model, std::make_shared<RegressionData>(64, 8));  // 8 batches
+  return {model->flat_parameters(), trainer.optimizers()[0]->param_groups()[0].options().get_lr(),
+          trainer.global_step(), model->optimizer_steps, precision, logger->rows};
+}
+
+void expect_same_parameters(const RunResult& control, const RunResult& scaled) {
+  EXPECT_TRUE(torch::allclose(control.parameters, scaled.parameters, 1e-5, 1e-7))
+      << "max difference " << (control.parameters - scaled.parameters).abs().max().item<double>();
+}
+
+TEST(AmpTrainer, SkippedStepsLeaveParametersAsAControlThatSkippedThemAndHoldTheScheduler) {
+  const auto control = train({.skip = {2, 5}, .scaler = false});
+  const auto scaled = train({.inject = {2, 5}});
+  expect_same_parameters(control, scaled);
+  // StepLR(gamma 0.5) per step: advanced by the 6 steps taken, not by the 2 skipped ones.
+  EXPECT_DOUBLE_EQ(control.lr, 0.05 * std::pow(0.5, 6));
+  EXPECT_DOUBLE_EQ(scaled.lr, 0.05 * std::pow(0.5, 6));
+  EXPECT_EQ(control.global_step, 6);
+  EXPECT_EQ(scaled.global_step, 8) << "global_step counts windows, skipped ones included";
+  EXPECT_EQ(scaled.precision->scaler()->skipped_steps(), 2);
+  // Interval 2 with infs at 2 and 5: grow after 1, back off at 2, grow after 4, back off at 5,
+  // grow after 7 → init × 2³ × 0.5².
+  EXPECT_EQ(scaled.precision->scaler()->get_scale(), 65536.0 * 8 * 0.25);
+}
+
+TEST(AmpTrainer, ScaleAndSkippedStepCountAreLoggedEveryLoggedStep) {
+  const auto scaled = train({.inject = {2, 5}});
+  ASSERT_EQ(scaled.logged.size(), 8u);
+  const std::vector<double> scales{65536, 131072, 65536, 65536, 131072, 65536, 65536, 131072};
+  const std::vector<double> skipped{0, 0, 1, 1, 1, 2, 2, 2};
+  for (size_t i = 0; i < 8; ++i) {
+    EXPECT_EQ(scaled.logged[i].at("amp_scale"), scales[i]) << "step " << i + 1;
+    EXPECT_EQ(scaled.logged[i].at("amp_skipped_steps"), skipped[i]) << "step " << i + 1;
+    EXPECT_TRUE(scaled.logged[i].count("train_loss"));
+  }
+  const auto plain = train({.scaler = false});
+  EXPECT_TRUE(plain.logged.empty()) << "bf16-mixed without a scaler logs no amp_* metrics";
+}
+
+TEST(AmpTrainer, WithAccumulationAnInfInAnyMicroBatchSkipsItsWindow) {
+  // Windows of 2: batches {2,3} and {4,5} form windows 1 and 2. The inf comes in the second
+  // micro-batch of window 1 and in the first of window 2 (which the next backward must not hide).
+  const auto control = train({.skip = {2, 3, 4, 5}, .scaler = false, .accumulate = 2});
+  const auto scaled = train({.inject = {3, 4}, .accumulate = 2});
+  expect_same_parameters(control, scaled);
+  EXPECT_EQ(scaled.precision->scaler()->skipped_steps(), 2);
+  EXPECT_EQ(scaled.global_step, 4);
+  EXPECT_DOUBLE_EQ(scaled.lr, 0.05 * std::pow(0.5, 2));
+}
+
+TEST(AmpTrainer, ClippingSeesUnscaledGradients) {
+  for (auto algorithm : {GradientClipAlgorithm::Norm, GradientClipAlgorithm::Value}) {
+    const double clip = 0.01;
+    const auto control = train({.skip = {3}, .scaler = false, .clip = clip, .clip_algorithm = algorithm});
+    const auto scaled = train({.inject = {3}, .clip = clip, .clip_algorithm = algorithm});
+    expect_same_parameters(control, scaled);
+    // Clipping is active at this threshold: without it the result differs.
+    const auto unclipped = train({.inject = {3}});
+    EXPECT_FALSE(torch::allclose(unclipped.parameters, scaled.parameters, 1e-5, 1e-7));
+  }
+}
+
+TEST(AmpTrainer, AnInfReportedByAnotherRankSkipsTheStepHere) {
+  // The strategy's all_reduce(Max) is the scaler's reducer (Strategy::set_precision): its third
+  // call (batch 2) reports inf although the local gradients are finite.
+  auto strategy = std::make_shared<OtherRankInfStrategy>(std::set<int64_t>{2});
+  const auto control = train({.skip = {2}, .scaler = false});
+  const auto scaled = train({.strategy = strategy});
+  expect_same_parameters(control, scaled);
+  EXPECT_EQ(strategy->max_calls, 8) << "one found-inf reduction per optimizer step";
+  EXPECT_EQ(scaled.precision->scaler()->skipped_steps(), 1);
+  EXPECT_EQ(scaled.optimizer_steps, 8) << "the hooks and clipping still ran before the skipped step";
+}
+
+// Two linear layers with an optimizer and a step scheduler each.
+class TwoOptimizerModule : public Module {
+ public:
+  TwoOptimizerModule() {
+    torch::manual_seed(0);
+    first = register_module("first", torch::nn::Linear(8, 1));
+    second = register_module("second", torch::nn::Linear(8, 1));
+  }
+  torch::Tensor training_step(const Batch& batch, int64_t batch_idx) override {
+    batch_idx_ = batch_idx;
+    return torch::mse_loss(first->forward(batch.input) + second->forward(batch.input), batch.target);
+  }
+  void on_after_backward() override {
+    if (batch_idx_ == 2) second->weight.mutable_grad().view(-1)[0].fill_(std::nan(""));
+  }
+  OptimizerConfig configure_optimizers() override {
+    OptimizerConfig config;
+    for (auto* layer : {&first, &second}) {
+      auto optimizer = std::make_shared<torch::optim::SGD>((*layer)->parameters(), 0.05);
+      config.optimizers.push_back(optimizer);
+      config.schedulers.push_back({std::make_shared<StepLR>(*optimizer, 1, 0.5), SchedulerInterval::Step});
+    }
+    return config;
+  }
+  torch::nn::Linear first{nullptr}, second{nullptr};
+
+ private:
+  int64_t batch_idx_ = -1;
+};
+
+TEST(AmpTrainer, WithTwoOptimizersOnlyTheOneWithTheInfSkips) {
+  TemporaryDirectory dir;
+  auto options = quiet_options(dir.path());
+  options.max_epochs = 1;
+  options.precision = "bf16-mixed";
+  auto precision = std::make_shared<MixedPrecision>(torch::kBFloat16, torch::kCPU, std::make_shared<GradScaler>());
+  auto model = std::make_shared<TwoOptimizerModule>();
+  Trainer trainer(options, nullptr, precision);
+  trainer.fit(model, std::make_shared<RegressionData>(32, 8));  // 4 batches
+  const auto& optimizers = trainer.optimizers();
+  EXPECT_DOUBLE_EQ(optimizers[0]->param_groups()[0].options().get_lr(), 0.05 * std::pow(0.5, 4));
+  EXPECT_DOUBLE_EQ(optimizers[1]->param_groups()[0].options().get_lr(), 0.05 * std::pow(0.5, 3))
+      << "the second optimizer's scheduler holds for its skipped step";
+  EXPECT_EQ(precision->scaler()->skipped_steps(), 1);
+  EXPECT_EQ(precision->scaler()->get_scale(), 32768.0) << "one backoff for the iteration";
+}
+
+TEST(AmpTrainer, PrecisionObjectMustMatchOptionsAndFloat16MixedNeedsCuda) {
+  TemporaryDirectory dir;
+  auto options = quiet_options(dir.path());
+  auto bf16 = std::make_shared<MixedPrecision>(torch::kBFloat16, torch::kCPU);
+  try {
+    Trainer trainer(options, nullptr, bf16);
+    FAIL() << "expected ConfigurationError";
+  } catch (const ConfigurationError& e) {
+    EXPECT_NE(std::string(e.what()).find("set options.precision to 'bf16-mixed'"), std::string::npos) << e.what();
+  }
+  options.precision = "bf16";  // Lightning's alias
+  Trainer accepted(options, nullptr, bf16);
+  EXPECT_EQ(&accepted.precision(), bf16.get());
+  EXPECT_EQ(&accepted.strategy().precision(), bf16.get());
+
+  options.precision = "16-mixed";
+  options.accelerator = "cpu";
+  try {
+    Trainer trainer(options);
+    FAIL() << "expected NotSupportedError";
+  } catch (const NotSupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("bf16-mixed"), std::string::npos) << e.what();
+  }
+}
+
+// The squared error spelled out: LibTorch 1.13 has no bfloat16 CPU kernel for mse_loss.
+class ElementwiseMseModule : public RegressionModule {
+ public:
+  torch::Tensor training_step(const Batch& batch, int64_t) override {
+    return (linear->forward(batch.input) - batch.target).pow(2).mean();
+  }
+};
+
+TEST(AmpTrainer, TruePrecisionsTrainInTheirDtype) {
+  auto fit = [](const std::string& precision) {
+    TemporaryDirectory dir;
+    auto options = quiet_options(dir.path());
+    options.max_epochs = 2;
+    options.precision = precision;
+    torch::manual_seed(0);
+    auto model = std::make_shared<ElementwiseMseModule>();
+    Trainer trainer(options);
+    trainer.fit(model, std::make_shared<RegressionData>(64, 8));
+    EXPECT_EQ(trainer.precision().name(), precision);
+    return model;
+  };
+  const auto reference = fit("32-true");
+  const auto f64 = fit("64-true");
+  const auto bf16_true = fit("bf16-true");
+  const auto bf16_mixed = fit("bf16-mixed");
+  EXPECT_EQ(f64->linear->weight.scalar_type(), torch::kDouble);
+  EXPECT_EQ(bf16_true->linear->weight.scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(bf16_mixed->linear->weight.scalar_type(), torch::kFloat) << "mixed keeps float32 weights";
+  const auto expected = reference->flat_parameters().to(torch::kDouble);
+  EXPECT_TRUE(torch::allclose(f64->flat_parameters(), expected, 0, 1e-5));
+  EXPECT_TRUE(torch::allclose(bf16_mixed->flat_parameters().to(torch::kDouble), expected, 0, 3e-2));
+  EXPECT_TRUE(torch::allclose(bf16_true->flat_parameters().to(torch::kDouble), expected, 0, 6e-2));
+  // The 64-bit run is not the 32-bit one in disguise.
+  EXPECT_FALSE(torch::equal(f64->flat_parameters(), expected));
+}
+
+}  // namespace
+}  // namespace volt::testing
