@@ -74,6 +74,7 @@ TEST(ProgressBar, ComesFromTheRegistryWithItsOptions) {
   EXPECT_NE(std::dynamic_pointer_cast<ProgressBar>(callback_registry().create("progress_bar:refresh_rate=5,plain=true")),
             nullptr);
   EXPECT_THROW(callback_registry().create("progress_bar:refresh=5"), ConfigurationError);
+  EXPECT_THROW(callback_registry().create("progress_bar:refresh_rate=0"), ConfigurationError);
 }
 
 TEST(ModelSummary, CountsTrainableAndFrozenParametersPerModule) {

@@ -41,18 +41,18 @@ torch::Tensor flat(const std::map<std::string, torch::Tensor>& averages) {
   return torch::cat({averages.at("linear.weight").flatten(), averages.at("linear.bias").flatten()});
 }
 
-struct Run {
+struct EmaFit {
   std::shared_ptr<ValidationSnapshots> model;
   std::shared_ptr<EMA> ema;
   std::shared_ptr<WeightLog> log;
 };
 
-Run fit_with(std::shared_ptr<EMA> ema, int64_t epochs = 2) {
+EmaFit fit_with(std::shared_ptr<EMA> ema, int64_t epochs = 2) {
   TemporaryDirectory dir;
   auto options = quiet_options(dir.path());
   options.max_epochs = epochs;
   torch::manual_seed(0);
-  Run run{std::make_shared<ValidationSnapshots>(), ema, std::make_shared<WeightLog>()};
+  EmaFit run{std::make_shared<ValidationSnapshots>(), ema, std::make_shared<WeightLog>()};
   Trainer trainer(options);
   trainer.add_callback(run.log);  // before the EMA: sees the trained weights at validation start
   trainer.add_callback(ema);

@@ -3,8 +3,10 @@
 // the first run's files (with EarlyStopping's and Timer's state restored too).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <set>
+#include <thread>
 
 #include "tests/support/regression_problem.h"
 #include "tests/support/test_support.h"
@@ -35,19 +37,19 @@ std::set<std::string> files_in(const std::string& directory) {
   return names;
 }
 
-struct Run {
+struct FitResult {
   std::unique_ptr<Trainer> trainer;
   std::shared_ptr<ModelCheckpoint> checkpoint;
 };
 
 // 4 training batches (steps) per epoch, one validation batch.
-Run fit_with(const std::string& root, ModelCheckpointOptions mc, std::vector<double> script, int64_t epochs,
+FitResult fit_with(const std::string& root, ModelCheckpointOptions mc, std::vector<double> script, int64_t epochs,
              std::vector<std::string> loggers = {}, const std::string& ckpt_path = "",
              std::vector<std::shared_ptr<Callback>> extra = {}) {
   auto options = quiet_options(root);
   options.max_epochs = epochs;
   options.loggers = std::move(loggers);
-  Run run{std::make_unique<Trainer>(options), std::make_shared<ModelCheckpoint>(mc)};
+  FitResult run{std::make_unique<Trainer>(options), std::make_shared<ModelCheckpoint>(mc)};
   run.trainer->add_callback(run.checkpoint);
   for (auto& callback : extra) run.trainer->add_callback(callback);
   run.trainer->fit(std::make_shared<ScriptedModule>(std::move(script)),
@@ -109,6 +111,39 @@ TEST(ModelCheckpoint, EveryNTrainStepsAndEveryNEpochs) {
   EXPECT_EQ(files_in(dir.file("steps")), (std::set<std::string>{"epoch=0-step=3.ckpt", "epoch=1-step=6.ckpt"}));
   fit_with(dir.path(), {.dirpath = dir.file("epochs"), .save_top_k = -1, .every_n_epochs = 2}, {1}, 5);
   EXPECT_EQ(files_in(dir.file("epochs")), (std::set<std::string>{"epoch=1-step=8.ckpt", "epoch=3-step=16.ckpt"}));
+}
+
+// Sleeps before every training step, so that training time passes at a known minimum rate.
+class SlowModule : public RegressionModule {
+ public:
+  explicit SlowModule(std::chrono::milliseconds pause) : pause_(pause) {}
+  torch::Tensor training_step(const Batch& batch, int64_t batch_idx) override {
+    std::this_thread::sleep_for(pause_);
+    return RegressionModule::training_step(batch, batch_idx);
+  }
+
+ private:
+  std::chrono::milliseconds pause_;
+};
+
+TEST(ModelCheckpoint, TrainTimeIntervalSavesOnceThatMuchTrainingTimePassed) {
+  TemporaryDirectory dir;
+  auto fit_timed = [&](const std::string& sub, std::chrono::seconds interval, std::chrono::milliseconds pause) {
+    auto options = quiet_options(dir.path());
+    options.max_epochs = 2;
+    Trainer trainer(options);
+    trainer.add_callback(std::make_shared<ModelCheckpoint>(
+        ModelCheckpointOptions{.dirpath = dir.file(sub), .save_top_k = -1, .train_time_interval = interval}));
+    trainer.fit(std::make_shared<SlowModule>(pause), std::make_shared<RegressionData>(16, 8, false, 0, 8));
+  };
+  // Every step sleeps longer than the interval: every step saves, and nothing else does (the
+  // interval replaces the per-epoch trigger).
+  fit_timed("each_step", std::chrono::seconds(1), std::chrono::milliseconds(1050));
+  EXPECT_EQ(files_in(dir.file("each_step")),
+            (std::set<std::string>{"epoch=0-step=1.ckpt", "epoch=0-step=2.ckpt", "epoch=1-step=3.ckpt",
+                                   "epoch=1-step=4.ckpt"}));
+  fit_timed("never", std::chrono::seconds(3600), std::chrono::milliseconds(0));
+  EXPECT_EQ(files_in(dir.file("never")), std::set<std::string>{});
 }
 
 TEST(ModelCheckpoint, WeightsOnlyFilesHoldNoTrainingState) {
