@@ -27,7 +27,11 @@ void collect(const torch::nn::Module& module, const std::string& prefix, int64_t
   if (depth > max_depth) return;
   for (const auto& child : module.named_children()) {
     const std::string name = prefix.empty() ? child.key() : prefix + "." + child.key();
-    rows.push_back({name, child.value()->name(), count_params(*child.value())});
+    // "torch::nn::LinearImpl" reads as "Linear", as Lightning shows it.
+    std::string type = child.value()->name();
+    if (const auto colon = type.rfind("::"); colon != std::string::npos) type = type.substr(colon + 2);
+    if (type.size() > 4 && type.compare(type.size() - 4, 4, "Impl") == 0) type.resize(type.size() - 4);
+    rows.push_back({name, type, count_params(*child.value())});
     collect(*child.value(), name, depth + 1, max_depth, rows);
   }
 }

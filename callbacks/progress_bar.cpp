@@ -7,6 +7,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "trainer/error.h"
 #include "trainer/trainer.h"
 
 namespace volt {
@@ -33,7 +34,10 @@ std::string stage_label(const Trainer& trainer) {
 }  // namespace
 
 ProgressBar::ProgressBar(int64_t refresh_rate, bool force_plain)
-    : refresh_rate_(std::max<int64_t>(1, refresh_rate)), interactive_(!force_plain && isatty(STDOUT_FILENO)) {}
+    : refresh_rate_(refresh_rate), interactive_(!force_plain && isatty(STDOUT_FILENO)) {
+  check<ConfigurationError>(refresh_rate >= 1, "ProgressBar: expected refresh_rate >= 1 (batches between updates), got ",
+                            refresh_rate, "; to turn the bar off, pass --enable-progress-bar false");
+}
 
 void ProgressBar::start(const Trainer& trainer) { started_ = std::chrono::steady_clock::now(); }
 

@@ -7,10 +7,11 @@
 
 namespace volt {
 
-// Lightning's CSV layout: <save_dir>/<name>/version_<N>/metrics.csv (columns: step, epoch when
-// logged, then one per metric, blank where a row lacks it) and hparams.yaml. Rows are kept in
-// memory and the file is rewritten on save(), every `flush_every_n_steps` logged steps and at the
-// end, so that a column that appears late still gets a header.
+// Lightning's CSV layout: <save_dir>/<name>/version_<N>/metrics.csv and hparams.yaml. The CSV's
+// columns are step, epoch, then every metric in the order it first appeared; a cell is blank
+// where its row lacks the metric. Rows are buffered and appended every `flush_every_n_steps`
+// rows and at the end; a metric that appears late rewrites the file once with a wider header
+// (streamed, so memory stays bounded by the buffer).
 class CSVLogger : public Logger {
  public:
   explicit CSVLogger(std::string save_dir, std::string name = "volt_logs", int64_t version = -1,
@@ -25,12 +26,15 @@ class CSVLogger : public Logger {
   void save() override;
 
  private:
+  // Rewrites metrics.csv with header_ (which gained columns): old rows get blank cells.
+  void widen_file(size_t old_columns);
+
   std::string name_;
   LogDirectory directory_;
   int64_t flush_every_n_steps_;
-  int64_t rows_since_save_ = 0;
-  std::vector<std::map<std::string, double>> rows_;
-  std::set<std::string> columns_;
+  std::vector<std::map<std::string, double>> pending_;  // rows not yet on disk
+  std::vector<std::string> header_;                     // the columns of the file on disk
+  bool file_started_ = false;
 };
 
 }  // namespace volt

@@ -10,12 +10,15 @@ namespace fs = std::filesystem;
 namespace volt {
 
 LogDirectory::LogDirectory(std::string save_dir, std::string name, int64_t version)
-    : save_dir_(std::move(save_dir)), name_(std::move(name)), version_(version) {}
+    : save_dir_(std::move(save_dir)), name_(std::move(name)),
+      version_(version >= 0 ? version : next_free_version(save_dir_, name_)) {
+  check<ConfigurationError>(version >= -1, "Logger: expected version -1 (the next free one) or >= 0, got ",
+                            version);
+}
 
-int64_t LogDirectory::version() const {
-  if (version_ >= 0) return version_;
+int64_t LogDirectory::next_free_version(const std::string& save_dir, const std::string& name) {
   int64_t next = 0;
-  const fs::path root = fs::path(save_dir_) / name_;
+  const fs::path root = fs::path(save_dir) / name;
   std::error_code ignored;
   if (fs::is_directory(root, ignored)) {
     static const std::regex pattern("version_([0-9]+)");
@@ -27,8 +30,7 @@ int64_t LogDirectory::version() const {
       }
     }
   }
-  version_ = next;
-  return version_;
+  return next;
 }
 
 void LogDirectory::set_version(int64_t version) {

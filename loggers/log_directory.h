@@ -5,18 +5,25 @@
 namespace volt {
 
 // The directory layout loggers share (Lightning's): <save_dir>/<name>/version_<N>. With no
-// version given, N is one past the largest version_<k> that exists (0 when none does).
+// version given, N is one past the largest version_<k> that exists (0 when none does), chosen
+// when the object is built: loggers built together (a CSV and a TensorBoard logger of one
+// Trainer) share one version directory; with several processes rank 0's N is broadcast
+// (Trainer::agree_on_logger_versions) before rank 0 creates anything.
 class LogDirectory {
  public:
   LogDirectory(std::string save_dir, std::string name, int64_t version = -1);
-  int64_t version() const;        // resolved on first call, then fixed
-  void set_version(int64_t version);  // fixes it (>= 0) without looking at the disk
+  int64_t version() const { return version_; }
+  // Replaces the version chosen at construction (>= 0): under several processes every rank takes
+  // global rank 0's choice, so they all write to one directory even if their disks differ.
+  void set_version(int64_t version);
   std::string path() const;       // <save_dir>/<name>/version_<N>
   void create() const;            // mkdir -p path()
 
  private:
+  static int64_t next_free_version(const std::string& save_dir, const std::string& name);
+
   std::string save_dir_, name_;
-  mutable int64_t version_;
+  int64_t version_;
 };
 
 }  // namespace volt

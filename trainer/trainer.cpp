@@ -4,8 +4,10 @@
 #include <iostream>
 
 #include "callbacks/callback_registry.h"
+#include "callbacks/model_checkpoint.h"
 #include "callbacks/model_summary.h"
 #include "callbacks/progress_bar.h"
+#include "loggers/console_logger.h"
 #include "loggers/logger_registry.h"
 #include "strategies/strategy_registry.h"
 #include "trainer/checkpoint/checkpoint_connector.h"
@@ -116,11 +118,15 @@ void Trainer::add_logger(std::shared_ptr<Logger> logger) {
 }
 
 std::string Trainer::log_dir() const {
-  return loggers_.empty() ? options_.default_root_dir : loggers_.front()->log_dir();
+  // The first logger that writes files (a console logger has no directory).
+  for (const auto& logger : loggers_) {
+    if (!logger->log_dir().empty()) return logger->log_dir();
+  }
+  return options_.default_root_dir;
 }
 
 int64_t Trainer::estimated_stepping_batches() const {
-  const int64_t k = options_.accumulate_grad_batches;
+  const int64_t k = accumulate_grad_batches_;
   const int64_t per_epoch = (num_training_batches_ + k - 1) / k;
   const int64_t epochs = max_epochs();
   const int64_t by_epochs = epochs == -1 ? -1 : per_epoch * epochs;
@@ -156,13 +162,28 @@ void Trainer::setup(TrainerFn fn, const std::shared_ptr<Module>& module,
   set_deterministic(options_.deterministic);
   if (fn == TrainerFn::Fitting) {
     // Defaults Lightning adds unless the user configured their own.
-    bool has_progress_bar = false, has_summary = false;
+    bool has_progress_bar = false, has_summary = false, has_checkpoint = false;
     for (const auto& c : callbacks_) {
       has_progress_bar |= dynamic_cast<ProgressBar*>(c.get()) != nullptr;
       has_summary |= dynamic_cast<ModelSummary*>(c.get()) != nullptr;
+      has_checkpoint |= dynamic_cast<ModelCheckpoint*>(c.get()) != nullptr;
     }
     if (options_.enable_model_summary && !has_summary) callbacks_.push_back(std::make_shared<ModelSummary>());
     if (options_.enable_progress_bar && !has_progress_bar) callbacks_.push_back(std::make_shared<ProgressBar>());
+    if (options_.enable_checkpointing && !has_checkpoint) callbacks_.push_back(std::make_shared<ModelCheckpoint>());
+    // Checkpoints run last at every hook (Lightning's order), so that what they save includes
+    // what the other callbacks did at that hook (EarlyStopping's count, for example).
+    std::stable_partition(callbacks_.begin(), callbacks_.end(),
+                          [](const auto& c) { return dynamic_cast<ModelCheckpoint*>(c.get()) == nullptr; });
+    // Without a progress bar, epoch summaries still reach the terminal, unless the user asked for
+    // no loggers at all (--logger none).
+    const bool has_console = std::any_of(loggers_.begin(), loggers_.end(), [](const auto& l) {
+      return dynamic_cast<ConsoleLogger*>(l.get()) != nullptr;
+    });
+    if (!options_.enable_progress_bar && !loggers_.empty() && !has_console) {
+      loggers_.push_back(std::make_shared<ConsoleLogger>());
+    }
+    accumulate_grad_batches_ = options_.accumulate_grad_batches;
   } else if (options_.enable_progress_bar &&
              std::none_of(callbacks_.begin(), callbacks_.end(),
                           [](const auto& c) { return dynamic_cast<ProgressBar*>(c.get()) != nullptr; })) {
@@ -331,6 +352,19 @@ void Trainer::agree_on_logger_versions() {
   }
 }
 
+void Trainer::log_metrics(const std::map<std::string, double>& metrics) { log_to_loggers(metrics); }
+
+void Trainer::set_accumulate_grad_batches(int64_t micro_batches) {
+  check<ConfigurationError>(micro_batches >= 1, "Trainer: expected accumulate_grad_batches >= 1, got ",
+                            micro_batches);
+  if (micro_batches == accumulate_grad_batches_) return;
+  check<ConfigurationError>(progress_.window_micro_batches == 0 && progress_.next_batch == 0,
+                            "Trainer: accumulate_grad_batches can change only at the start of an epoch "
+                            "(on_train_epoch_start); asked for ", micro_batches, " at epoch ", progress_.epoch,
+                            ", batch ", progress_.next_batch);
+  accumulate_grad_batches_ = micro_batches;
+}
+
 void Trainer::save_checkpoint(const std::filesystem::path& path, bool weights_only) {
   CheckpointConnector connector(*this);
   strategy_->save_checkpoint(connector.dump(weights_only), path);
@@ -339,8 +373,7 @@ void Trainer::save_checkpoint(const std::filesystem::path& path, bool weights_on
 void Trainer::remove_checkpoint(const std::filesystem::path& path) { strategy_->remove_checkpoint(path); }
 
 std::filesystem::path Trainer::checkpoint_dir() const {
-  return std::filesystem::path(loggers_.empty() ? options_.default_root_dir : loggers_.front()->log_dir()) /
-         "checkpoints";
+  return std::filesystem::path(log_dir()) / "checkpoints";
 }
 
 bool Trainer::restore_checkpoint(const std::string& path) {

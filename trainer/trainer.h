@@ -100,9 +100,19 @@ class Trainer {
   bool should_stop() const { return should_stop_; }
   // Asks the fit loop to stop at the next step boundary (once min_epochs are done).
   void set_should_stop(bool stop) { should_stop_ = stop; }
+  // Micro-batches per optimizer step in the current epoch (options().accumulate_grad_batches
+  // unless a callback such as GradientAccumulationScheduler changed it).
+  int64_t accumulate_grad_batches() const { return accumulate_grad_batches_; }
+  // Changes it from the next accumulation window on. Allowed only where no window is open and
+  // the epoch has not started (on_train_epoch_start), or to the current value; throws
+  // ConfigurationError otherwise or for a value < 1.
+  void set_accumulate_grad_batches(int64_t micro_batches);
 
   // Training batches per epoch after limit_train_batches / overfit_batches / fast_dev_run.
   int64_t num_training_batches() const { return num_training_batches_; }
+  // Whether the current (or last) fit validates at all: a val loader with batches and a
+  // validation_step.
+  bool fit_validates() const { return fit_validates_; }
   // Batches of the evaluation loop that runs now (or ran last).
   int64_t num_eval_batches() const { return num_eval_batches_; }
   // Optimizer steps the whole fit will take given its limits (-1 when unbounded).
@@ -121,8 +131,11 @@ class Trainer {
   const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers() const { return optimizers_; }
   const std::vector<SchedulerConfig>& lr_schedulers() const { return schedulers_; }
   bool is_global_zero() const { return strategy_->is_global_zero(); }
-  // Directory of the first logger, or default_root_dir without loggers.
+  // Directory of the first logger that writes files, or default_root_dir without one.
   std::string log_dir() const;
+  // Sends `metrics` to the loggers (on global rank 0) at the current global step, with the
+  // epoch added, as values the module logs are sent; for callbacks such as LearningRateMonitor.
+  void log_metrics(const std::map<std::string, double>& metrics);
 
  private:
   friend class Module;
@@ -185,8 +198,10 @@ class Trainer {
   TrainerStatus status_ = TrainerStatus::Initializing;
   FitProgress progress_;
   bool should_stop_ = false;
+  int64_t accumulate_grad_batches_ = 1;
   int64_t num_training_batches_ = 0;
   int64_t num_eval_batches_ = 0;
+  bool fit_validates_ = false;
   std::optional<std::chrono::steady_clock::time_point> deadline_;
   // Random states of a restored checkpoint, applied just before training resumes (after the
   // sanity check), so the next batch draws exactly what it drew in the original run.

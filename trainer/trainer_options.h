@@ -91,6 +91,10 @@ struct TrainerOptions {
                                   boost::program_options::variables_map* program_values);
 };
 
+// "DD:HH:MM:SS" (days unbounded, hours < 24, minutes and seconds < 60) as a duration; throws
+// ConfigurationError naming `what` (e.g. "--max-time") when malformed.
+std::chrono::seconds parse_duration(const std::string& text, const std::string& what);
+
 // Not an error: the user asked for help text, which this carries (what()).
 class HelpRequested : public std::runtime_error {
  public:

@@ -45,6 +45,7 @@ FitLoop::FitLoop(Trainer& trainer, std::shared_ptr<DataLoader> train, std::share
     val_check_batch_ = interval.count_value();
   }
   validation_enabled_ = val_ != nullptr && (options.fast_dev_run > 0 || !options.limit_val_batches.is_zero());
+  trainer_.fit_validates_ = validation_enabled_;
   trainer_.train_loader_ = train_;
 }
 
@@ -66,6 +67,7 @@ void FitLoop::run() {
     EvaluationLoop sanity(t, RunningStage::SanityChecking, val_, sanity_steps < 0 ? val_max_batches_ : cap);
     sanity.run();
     validation_enabled_ = t.validation_step_defined_;
+    t.fit_validates_ = validation_enabled_;
   }
 
   t.stage_ = RunningStage::Training;
@@ -150,6 +152,9 @@ void FitLoop::run_epoch() {
     p.epoch_end_started = true;
     t.call_callbacks(&Callback::on_train_epoch_end);
   }
+  if (t.loggers_active()) {
+    for (auto& logger : t.loggers_) logger->log_epoch_end(module, p.epoch, p.global_step);
+  }
   step_schedulers(/*epoch_interval=*/true, std::vector<bool>(t.optimizers_.size(), true));
   ++p.epoch;
   p.next_batch = 0;
@@ -161,7 +166,7 @@ void FitLoop::run_batch(int64_t batch_idx) {
   Module& module = *t.module_;
   auto& p = t.progress_;
   const Batch batch = t.precision_->convert_input(train_->batch(batch_idx).to(t.strategy_->root_device()));
-  const auto window = accumulation_window(batch_idx, t.num_training_batches_, t.options_.accumulate_grad_batches);
+  const auto window = accumulation_window(batch_idx, t.num_training_batches_, t.accumulate_grad_batches_);
   t.call_callbacks(&Callback::on_train_batch_start, batch, batch_idx);
   t.train_collector_.begin_batch();
   t.train_collector_.set_in_step(true, batch.size());
@@ -277,6 +282,7 @@ void FitLoop::run_validation() {
   EvaluationLoop validation(t, RunningStage::Validating, val_, val_max_batches_);
   validation.run();
   validation_enabled_ = t.validation_step_defined_;
+  t.fit_validates_ = validation_enabled_;
 }
 
 }  // namespace volt
