@@ -1,7 +1,11 @@
 // Resuming bit for bit: a fit interrupted right after a checkpoint and resumed from it must end
 // with weights torch::equal to a fit that never stopped, having seen the same batches in the same
 // order and run the same validations, wherever in the loop the checkpoint was written.
+#include <optional>
+
 #include "tests/checkpoint/checkpoint_test_support.h"
+#include "trainer/checkpoint/checkpoint_io.h"
+#include "trainer/precision/mixed_precision.h"
 
 namespace volt::testing {
 namespace {
@@ -17,6 +21,7 @@ struct Scenario {
   int64_t val_check_interval = 0;  // batches; 0: once per epoch
   SavePoint point = SavePoint::TrainBatchEnd;
   int64_t epoch = 0, batch = 0;    // where the checkpoint is written
+  std::optional<GradScalerOptions> scaler;  // set: bf16-mixed with this GradScaler
 };
 
 struct Outcome {
@@ -27,6 +32,8 @@ struct Outcome {
   int64_t epoch = 0;
   std::vector<double> lrs;
   std::map<std::string, double> callback_metrics;
+  double scale = 0;  // the GradScaler's, when the scenario has one
+  int64_t growth_tracker = 0, skipped_steps = 0;
 };
 
 // 96 samples in batches of 8 (12 per epoch), 3 epochs. The module's initial weights come from
@@ -42,16 +49,26 @@ Outcome fit(const Scenario& s, const std::string& root, uint64_t init_seed, std:
   torch::manual_seed(init_seed);
   auto model = std::make_shared<RecordingRegression>(s.model);
   model->epoch_scheduler = s.epoch_scheduler;
-  Trainer trainer(options);
-  if (callback) trainer.add_callback(callback);
+  std::shared_ptr<MixedPrecision> precision;
+  if (s.scaler) {
+    options.precision = "bf16-mixed";
+    precision = std::make_shared<MixedPrecision>(torch::kBFloat16, torch::kCPU, std::make_shared<GradScaler>(*s.scaler));
+  }
+  auto trainer = precision ? std::make_unique<Trainer>(options, nullptr, precision) : std::make_unique<Trainer>(options);
+  if (callback) trainer->add_callback(callback);
   try {
-    trainer.fit(model, std::make_shared<RegressionData>(96, 8, s.shuffle, 3, s.val_samples), ckpt_path);
+    trainer->fit(model, std::make_shared<RegressionData>(96, 8, s.shuffle, 3, s.val_samples), ckpt_path);
   } catch (const Interrupted&) {
   }
-  Outcome out{model->flat_parameters(), model->batch_sums, model->validation_steps, trainer.global_step(),
-              trainer.current_epoch()};
-  out.callback_metrics = trainer.callback_metrics();
-  for (const auto& optimizer : trainer.optimizers()) {
+  Outcome out{model->flat_parameters(), model->batch_sums, model->validation_steps, trainer->global_step(),
+              trainer->current_epoch()};
+  out.callback_metrics = trainer->callback_metrics();
+  if (precision) {
+    out.scale = precision->scaler()->get_scale();
+    out.growth_tracker = precision->scaler()->growth_tracker();
+    out.skipped_steps = precision->scaler()->skipped_steps();
+  }
+  for (const auto& optimizer : trainer->optimizers()) {
     for (const auto& group : optimizer->param_groups()) out.lrs.push_back(group.options().get_lr());
   }
   return out;
@@ -163,6 +180,45 @@ TEST(ResumeLast, TheCkptPathOptionIsWhatFitResumesFrom) {
   trainer.fit(model, std::make_shared<RegressionData>(96, 8, false, 3));
   EXPECT_TRUE(torch::equal(model->flat_parameters(), reference.weights));
   EXPECT_EQ(model->batch_sums.size(), 36u - 15u);
+}
+
+// The GradScaler's state travels in the checkpoint: every 5th batch's loss is multiplied by 1e36,
+// so its scaled gradients overflow and the step is skipped (the scale backs off); in between the
+// scale grows every 3 finite steps. Scaling by powers of two is exact, so the weights alone would
+// not notice a scaler that restarted from its initial state: the test compares the scale, the
+// growth tracker and the skipped-step count with the uninterrupted run's.
+TEST(ResumePrecision, Bf16MixedWithAGradScalerContinuesItsScale) {
+  const Scenario s{.name = "Bf16MixedGradScaler",
+                   .model = {.adam = true, .loss_weight = [](int64_t i) { return i % 5 == 2 ? 1e36 : 1.0; }},
+                   .shuffle = true, .point = SavePoint::TrainBatchEnd, .epoch = 1, .batch = 6,
+                   .scaler = GradScalerOptions{.growth_interval = 3}};
+  TemporaryDirectory dir;
+  const Outcome reference = fit(s, dir.path(), 1, nullptr, "");
+  ASSERT_GT(reference.skipped_steps, 3) << "the overflowing batches did not make the scaler skip steps";
+  ASSERT_TRUE(std::isfinite(reference.scale));
+  auto saver = std::make_shared<SaveAndInterrupt>(dir.file("scaler.ckpt"), s.point, s.epoch, s.batch);
+  const Outcome first = fit(s, dir.path(), 1, saver, "");
+  ASSERT_TRUE(saver->fired);
+  ASSERT_NE(first.scale, GradScalerOptions{}.init_scale) << "the scale never moved before the checkpoint";
+  const Outcome resumed = fit(s, dir.path(), 2, nullptr, dir.file("scaler.ckpt"));
+  EXPECT_TRUE(torch::equal(resumed.weights, reference.weights))
+      << "max difference " << (resumed.weights - reference.weights).abs().max().item<double>();
+  EXPECT_EQ(resumed.scale, reference.scale);
+  EXPECT_EQ(resumed.growth_tracker, reference.growth_tracker);
+  EXPECT_EQ(resumed.skipped_steps, reference.skipped_steps);
+
+  // The control: the same checkpoint with its scaler state marked as another precision's (so it
+  // is not restored) ends with another scale, growth tracker or count, which the checks above see.
+  CheckpointIO io;
+  StateDict checkpoint = io.load(dir.file("scaler.ckpt"));
+  StateDict precision = checkpoint.child("precision");
+  precision.set("name", std::string("32-true"));
+  checkpoint.set("precision", precision);
+  io.save(checkpoint, dir.file("no_scaler.ckpt"));
+  const Outcome fresh_scaler = fit(s, dir.path(), 2, nullptr, dir.file("no_scaler.ckpt"));
+  EXPECT_TRUE(fresh_scaler.scale != reference.scale || fresh_scaler.growth_tracker != reference.growth_tracker ||
+              fresh_scaler.skipped_steps != reference.skipped_steps)
+      << "this test cannot tell a restored scaler from a fresh one";
 }
 
 }  // namespace
