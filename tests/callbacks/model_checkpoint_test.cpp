@@ -17,16 +17,18 @@ namespace {
 namespace fs = std::filesystem;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// Validation logs "score" = script[epoch] (the last entry repeats).
+// Validation logs `metric` = script[epoch] (the last entry repeats).
 class ScriptedModule : public RegressionModule {
  public:
-  explicit ScriptedModule(std::vector<double> script) : script_(std::move(script)) {}
+  explicit ScriptedModule(std::vector<double> script, std::string metric = "score")
+      : script_(std::move(script)), metric_(std::move(metric)) {}
   void validation_step(const Batch&, int64_t) override {
-    log("score", script_[std::min(static_cast<size_t>(current_epoch()), script_.size() - 1)]);
+    log(metric_, script_[std::min(static_cast<size_t>(current_epoch()), script_.size() - 1)]);
   }
 
  private:
   std::vector<double> script_;
+  std::string metric_;
 };
 
 std::set<std::string> files_in(const std::string& directory) {
@@ -184,6 +186,22 @@ TEST(ModelCheckpoint, OptionsAreValidatedAndComeFromTheRegistry) {
   EXPECT_EQ(built->options().save_top_k, 2);
   EXPECT_EQ(built->options().mode, MonitorMode::Max);
   EXPECT_EQ(built->options().train_time_interval->count(), 1800);
+}
+
+TEST(ModelCheckpoint, FromTheCommandLineKeepsTheTwoBestByValAcc) {
+  TemporaryDirectory dir;
+  Trainer trainer(options_from_args({"--callback", "model_checkpoint:monitor=val_acc,mode=max,save_top_k=2",
+                                     "--default-root-dir", dir.path(), "--max-epochs", "4", "--enable-progress-bar",
+                                     "false", "--enable-model-summary", "false", "--num-sanity-val-steps", "0"}));
+  trainer.fit(std::make_shared<ScriptedModule>(std::vector<double>{0.5, 0.9, 0.7, 0.8}, "val_acc"),
+              std::make_shared<RegressionData>(32, 8, false, 0, 8));
+  // The CSV logger (the default) puts the directory under its version; the configured
+  // ModelCheckpoint replaces the default one (which would keep only the newest epoch).
+  const std::string checkpoints = dir.path() + "/volt_logs/version_0/checkpoints";
+  EXPECT_EQ(files_in(checkpoints), (std::set<std::string>{"epoch=1-step=8.ckpt", "epoch=3-step=16.ckpt"}));
+  int64_t checkpoint_callbacks = 0;
+  for (const auto& callback : trainer.callbacks()) checkpoint_callbacks += dynamic_cast<ModelCheckpoint*>(callback.get()) != nullptr;
+  EXPECT_EQ(checkpoint_callbacks, 1);
 }
 
 TEST(ModelCheckpoint, TheTrainerAddsOneUnlessCheckpointingIsOff) {
