@@ -6,9 +6,8 @@
 #include <chrono>
 #include <filesystem>
 #include <set>
-#include <thread>
 
-#include "tests/support/regression_problem.h"
+#include "tests/support/test_doubles.h"
 #include "tests/support/test_support.h"
 
 namespace volt::testing {
@@ -16,20 +15,6 @@ namespace {
 
 namespace fs = std::filesystem;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-// Validation logs `metric` = script[epoch] (the last entry repeats).
-class ScriptedModule : public RegressionModule {
- public:
-  explicit ScriptedModule(std::vector<double> script, std::string metric = "score")
-      : script_(std::move(script)), metric_(std::move(metric)) {}
-  void validation_step(const Batch&, int64_t) override {
-    log(metric_, script_[std::min(static_cast<size_t>(current_epoch()), script_.size() - 1)]);
-  }
-
- private:
-  std::vector<double> script_;
-  std::string metric_;
-};
 
 std::set<std::string> files_in(const std::string& directory) {
   std::set<std::string> names;
@@ -114,19 +99,6 @@ TEST(ModelCheckpoint, EveryNTrainStepsAndEveryNEpochs) {
   fit_with(dir.path(), {.dirpath = dir.file("epochs"), .save_top_k = -1, .every_n_epochs = 2}, {1}, 5);
   EXPECT_EQ(files_in(dir.file("epochs")), (std::set<std::string>{"epoch=1-step=8.ckpt", "epoch=3-step=16.ckpt"}));
 }
-
-// Sleeps before every training step, so that training time passes at a known minimum rate.
-class SlowModule : public RegressionModule {
- public:
-  explicit SlowModule(std::chrono::milliseconds pause) : pause_(pause) {}
-  torch::Tensor training_step(const Batch& batch, int64_t batch_idx) override {
-    std::this_thread::sleep_for(pause_);
-    return RegressionModule::training_step(batch, batch_idx);
-  }
-
- private:
-  std::chrono::milliseconds pause_;
-};
 
 TEST(ModelCheckpoint, TrainTimeIntervalSavesOnceThatMuchTrainingTimePassed) {
   TemporaryDirectory dir;
