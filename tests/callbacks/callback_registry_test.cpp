@@ -9,13 +9,6 @@
 namespace volt::testing {
 namespace {
 
-TrainerOptions parse(std::vector<std::string> args) {
-  args.insert(args.begin(), "program");
-  std::vector<const char*> argv;
-  for (const auto& a : args) argv.push_back(a.c_str());
-  return TrainerOptions::from_args(static_cast<int>(argv.size()), argv.data());
-}
-
 template <typename T>
 std::vector<std::shared_ptr<T>> of_type(const std::vector<std::shared_ptr<Callback>>& callbacks) {
   std::vector<std::shared_ptr<T>> out;
@@ -39,7 +32,7 @@ class CountingCallback : public Callback {
 
 TEST(CallbackRegistry, RepeatedCallbackFlagsBuildEachWithItsOptions) {
   TemporaryDirectory dir;
-  const auto options = parse({"--callback", "early_stopping:monitor=val_loss,patience=1", "--callback",
+  const auto options = options_from_args({"--callback", "early_stopping:monitor=val_loss,patience=1", "--callback",
                               "early_stopping:monitor=val_acc,mode=max", "--callback", "timer:duration=00:01:00:00",
                               "--default-root-dir", dir.path(), "--logger", "none"});
   Trainer trainer(options);
@@ -72,7 +65,7 @@ TEST(CallbackRegistry, UsersRegisterTheirOwn) {
 
 TEST(CallbackRegistry, UnknownNamesAndKeysAreErrorsThatListWhatExists) {
   try {
-    Trainer trainer(parse({"--callback", "early_stoping:monitor=x"}));
+    Trainer trainer(options_from_args({"--callback", "early_stoping:monitor=x"}));
     FAIL() << "expected a ConfigurationError";
   } catch (const ConfigurationError& e) {
     const std::string message = e.what();
@@ -82,13 +75,13 @@ TEST(CallbackRegistry, UnknownNamesAndKeysAreErrorsThatListWhatExists) {
       EXPECT_NE(message.find(name), std::string::npos) << name << " missing from: " << message;
     }
   }
-  EXPECT_THROW(Trainer(parse({"--callback", "ema:decay=0.9,every=3"})), ConfigurationError);
-  EXPECT_THROW(Trainer(parse({"--callback", "ema:decay=high"})), ConfigurationError);
+  EXPECT_THROW(Trainer(options_from_args({"--callback", "ema:decay=0.9,every=3"})), ConfigurationError);
+  EXPECT_THROW(Trainer(options_from_args({"--callback", "ema:decay=high"})), ConfigurationError);
 }
 
 TEST(CallbackRegistry, ListCallbacksAndListLoggersDescribeEveryBuiltIn) {
   try {
-    parse({"--list-callbacks"});
+    options_from_args({"--list-callbacks"});
     FAIL() << "expected HelpRequested";
   } catch (const HelpRequested& help) {
     const std::string text = help.what();
@@ -98,7 +91,7 @@ TEST(CallbackRegistry, ListCallbacksAndListLoggersDescribeEveryBuiltIn) {
     }
   }
   try {
-    parse({"--list-loggers"});
+    options_from_args({"--list-loggers"});
     FAIL() << "expected HelpRequested";
   } catch (const HelpRequested& help) {
     const std::string text = help.what();
@@ -110,13 +103,13 @@ TEST(CallbackRegistry, ListCallbacksAndListLoggersDescribeEveryBuiltIn) {
 
 TEST(LoggerRegistry, SeveralLoggersFromTheCommandLineShareTheRunDirectory) {
   TemporaryDirectory dir;
-  Trainer trainer(parse({"--logger", "tensorboard", "--logger", "csv", "--default-root-dir", dir.path()}));
+  Trainer trainer(options_from_args({"--logger", "tensorboard", "--logger", "csv", "--default-root-dir", dir.path()}));
   ASSERT_EQ(trainer.loggers().size(), 2u);
   EXPECT_NE(dynamic_cast<TensorBoardLogger*>(trainer.loggers()[0].get()), nullptr);
   EXPECT_EQ(trainer.loggers()[0]->log_dir(), dir.path() + "/volt_logs/version_0");
   EXPECT_EQ(trainer.loggers()[1]->log_dir(), dir.path() + "/volt_logs/version_0");
   EXPECT_EQ(trainer.log_dir(), dir.path() + "/volt_logs/version_0");
-  EXPECT_THROW(Trainer(parse({"--logger", "tensorboard:histogram_every_n_epochs=-1"})), ConfigurationError);
+  EXPECT_THROW(Trainer(options_from_args({"--logger", "tensorboard:histogram_every_n_epochs=-1"})), ConfigurationError);
 }
 
 }  // namespace

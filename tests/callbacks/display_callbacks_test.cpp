@@ -3,8 +3,7 @@
 
 #include <regex>
 
-#include "strategies/single_device_strategy.h"
-#include "tests/support/regression_problem.h"
+#include "tests/support/test_doubles.h"
 #include "tests/support/test_support.h"
 
 namespace volt::testing {
@@ -20,12 +19,6 @@ class ProgBarModule : public RegressionModule {
   void validation_step(const Batch& batch, int64_t batch_idx) override {
     log("val_mse", torch::mse_loss(linear(batch.input), batch.target), {.prog_bar = true});
   }
-};
-
-// Pretends to be rank 1 of 2 (no communication happens in these single-process runs).
-class SecondRankStrategy : public SingleDeviceStrategy {
- public:
-  ProcessTopology topology() const override { return {.global_rank = 1, .world_size = 2}; }
 };
 
 std::string fit_output(std::shared_ptr<Callback> bar, std::shared_ptr<Strategy> strategy = nullptr,

@@ -4,41 +4,14 @@
 
 #include <cmath>
 
-#include "strategies/single_device_strategy.h"
-#include "tests/support/regression_problem.h"
+#include "tests/support/test_doubles.h"
 #include "tests/support/test_support.h"
+#include "trainer/checkpoint/checkpoint_io.h"
 
 namespace volt::testing {
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-// Validation logs "score" = script[epoch] (the last entry repeats).
-class ScriptedModule : public RegressionModule {
- public:
-  explicit ScriptedModule(std::vector<double> script) : script_(std::move(script)) {}
-  void validation_step(const Batch& batch, int64_t) override {
-    const auto epoch = static_cast<size_t>(current_epoch());
-    log("score", script_[std::min(epoch, script_.size() - 1)]);
-  }
-
- private:
-  std::vector<double> script_;
-};
-
-// A strategy whose rank 0 always decides `rank0_decision`, whatever this rank wanted.
-class FixedDecisionStrategy : public SingleDeviceStrategy {
- public:
-  explicit FixedDecisionStrategy(bool rank0_decision) : decision_(rank0_decision) {}
-  bool broadcast_decision(bool) override {
-    ++calls;
-    return decision_;
-  }
-  int calls = 0;
-
- private:
-  bool decision_;
-};
 
 struct Outcome {
   int64_t epochs_run;
@@ -174,6 +147,43 @@ TEST(EarlyStopping, StateRoundTripsThroughStateDict) {
   EXPECT_EQ(restored.wait_count(), out.callback->wait_count());
   EXPECT_EQ(restored.stopped_epoch(), out.callback->stopped_epoch());
   EXPECT_DOUBLE_EQ(restored.best_score(), 4);
+}
+
+TEST(EarlyStopping, TwoInstancesKeepTheirOwnStateInOneCheckpoint) {
+  TemporaryDirectory dir;
+  const ModelCheckpointOptions last_only{.dirpath = dir.file("ckpt"), .save_top_k = 0, .save_last = true};
+  // Scores 3, 2, 4, then 3.5 after the resume. Min: best 2, wait 1 after epoch 2, wait 2 after
+  // epoch 3. Max: best 4, wait 0 after epoch 2, wait 1 after epoch 3. Instances that did not get
+  // their own state back would see 3.5 as a first, best value (wait 0).
+  auto fit_to = [&](int64_t epochs, const std::string& ckpt_path) {
+    auto options = quiet_options(dir.path());
+    options.max_epochs = epochs;
+    auto min = std::make_shared<EarlyStopping>(EarlyStoppingOptions{.monitor = "score", .patience = 10});
+    auto max = std::make_shared<EarlyStopping>(
+        EarlyStoppingOptions{.monitor = "score", .patience = 10, .mode = MonitorMode::Max});
+    Trainer trainer(options);
+    trainer.add_callback(min);
+    trainer.add_callback(max);
+    trainer.add_callback(std::make_shared<ModelCheckpoint>(last_only));
+    trainer.fit(std::make_shared<ScriptedModule>(std::vector<double>{3, 2, 4, 3.5}),
+                std::make_shared<RegressionData>(16, 8, false, 0, 8), ckpt_path);
+    return std::make_pair(min, max);
+  };
+  fit_to(3, "");
+  const StateDict saved = read_checkpoint_file(dir.file("ckpt/last.ckpt"));
+  const StateDict states = saved.child("callbacks");
+  const StateDict min_state = states.child("EarlyStopping{monitor=score,mode=min}");
+  const StateDict max_state = states.child("EarlyStopping{monitor=score,mode=max}");
+  EXPECT_EQ(min_state.get_int("wait_count"), 1);
+  EXPECT_DOUBLE_EQ(min_state.get_double("best_score"), 2);
+  EXPECT_EQ(max_state.get_int("wait_count"), 0);
+  EXPECT_DOUBLE_EQ(max_state.get_double("best_score"), 4);
+
+  const auto [min, max] = fit_to(4, dir.file("ckpt/last.ckpt"));
+  EXPECT_EQ(min->wait_count(), 2);
+  EXPECT_DOUBLE_EQ(min->best_score(), 2);
+  EXPECT_EQ(max->wait_count(), 1);
+  EXPECT_DOUBLE_EQ(max->best_score(), 4);
 }
 
 }  // namespace

@@ -6,9 +6,8 @@
 #include <chrono>
 #include <filesystem>
 #include <set>
-#include <thread>
 
-#include "tests/support/regression_problem.h"
+#include "tests/support/test_doubles.h"
 #include "tests/support/test_support.h"
 
 namespace volt::testing {
@@ -16,18 +15,6 @@ namespace {
 
 namespace fs = std::filesystem;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-// Validation logs "score" = script[epoch] (the last entry repeats).
-class ScriptedModule : public RegressionModule {
- public:
-  explicit ScriptedModule(std::vector<double> script) : script_(std::move(script)) {}
-  void validation_step(const Batch&, int64_t) override {
-    log("score", script_[std::min(static_cast<size_t>(current_epoch()), script_.size() - 1)]);
-  }
-
- private:
-  std::vector<double> script_;
-};
 
 std::set<std::string> files_in(const std::string& directory) {
   std::set<std::string> names;
@@ -113,19 +100,6 @@ TEST(ModelCheckpoint, EveryNTrainStepsAndEveryNEpochs) {
   EXPECT_EQ(files_in(dir.file("epochs")), (std::set<std::string>{"epoch=1-step=8.ckpt", "epoch=3-step=16.ckpt"}));
 }
 
-// Sleeps before every training step, so that training time passes at a known minimum rate.
-class SlowModule : public RegressionModule {
- public:
-  explicit SlowModule(std::chrono::milliseconds pause) : pause_(pause) {}
-  torch::Tensor training_step(const Batch& batch, int64_t batch_idx) override {
-    std::this_thread::sleep_for(pause_);
-    return RegressionModule::training_step(batch, batch_idx);
-  }
-
- private:
-  std::chrono::milliseconds pause_;
-};
-
 TEST(ModelCheckpoint, TrainTimeIntervalSavesOnceThatMuchTrainingTimePassed) {
   TemporaryDirectory dir;
   auto fit_timed = [&](const std::string& sub, std::chrono::seconds interval, std::chrono::milliseconds pause) {
@@ -184,6 +158,22 @@ TEST(ModelCheckpoint, OptionsAreValidatedAndComeFromTheRegistry) {
   EXPECT_EQ(built->options().save_top_k, 2);
   EXPECT_EQ(built->options().mode, MonitorMode::Max);
   EXPECT_EQ(built->options().train_time_interval->count(), 1800);
+}
+
+TEST(ModelCheckpoint, FromTheCommandLineKeepsTheTwoBestByValAcc) {
+  TemporaryDirectory dir;
+  Trainer trainer(options_from_args({"--callback", "model_checkpoint:monitor=val_acc,mode=max,save_top_k=2",
+                                     "--default-root-dir", dir.path(), "--max-epochs", "4", "--enable-progress-bar",
+                                     "false", "--enable-model-summary", "false", "--num-sanity-val-steps", "0"}));
+  trainer.fit(std::make_shared<ScriptedModule>(std::vector<double>{0.5, 0.9, 0.7, 0.8}, "val_acc"),
+              std::make_shared<RegressionData>(32, 8, false, 0, 8));
+  // The CSV logger (the default) puts the directory under its version; the configured
+  // ModelCheckpoint replaces the default one (which would keep only the newest epoch).
+  const std::string checkpoints = dir.path() + "/volt_logs/version_0/checkpoints";
+  EXPECT_EQ(files_in(checkpoints), (std::set<std::string>{"epoch=1-step=8.ckpt", "epoch=3-step=16.ckpt"}));
+  int64_t checkpoint_callbacks = 0;
+  for (const auto& callback : trainer.callbacks()) checkpoint_callbacks += dynamic_cast<ModelCheckpoint*>(callback.get()) != nullptr;
+  EXPECT_EQ(checkpoint_callbacks, 1);
 }
 
 TEST(ModelCheckpoint, TheTrainerAddsOneUnlessCheckpointingIsOff) {

@@ -2,36 +2,11 @@
 // budget restored from a checkpoint, and decides through the strategy's broadcast.
 #include <gtest/gtest.h>
 
-#include <thread>
-
-#include "strategies/single_device_strategy.h"
-#include "tests/support/regression_problem.h"
+#include "tests/support/test_doubles.h"
 #include "tests/support/test_support.h"
 
 namespace volt::testing {
 namespace {
-
-// Each training step takes at least `step_ms`.
-class SlowModule : public RegressionModule {
- public:
-  explicit SlowModule(int step_ms) : step_ms_(step_ms) {}
-  torch::Tensor training_step(const Batch& batch, int64_t batch_idx) override {
-    std::this_thread::sleep_for(std::chrono::milliseconds(step_ms_));
-    return RegressionModule::training_step(batch, batch_idx);
-  }
-
- private:
-  int step_ms_;
-};
-
-class NeverStopStrategy : public SingleDeviceStrategy {
- public:
-  bool broadcast_decision(bool) override {
-    ++calls;
-    return false;
-  }
-  int calls = 0;
-};
 
 std::unique_ptr<Trainer> fit_with(std::shared_ptr<Timer> timer, std::shared_ptr<Module> module, int64_t max_epochs,
                                   std::shared_ptr<Strategy> strategy = nullptr) {
@@ -56,7 +31,7 @@ TEST(Timer, AZeroBudgetStopsAfterTheFirstStepOrEpoch) {
 
 TEST(Timer, StopsOnceTheBudgetIsSpent) {
   auto timer = std::make_shared<Timer>("00:00:00:01");
-  auto trainer = fit_with(timer, std::make_shared<SlowModule>(50), 1000);
+  auto trainer = fit_with(timer, std::make_shared<SlowModule>(std::chrono::milliseconds(50)), 1000);
   // At least 50 ms per step: no more than 21 steps fit in the first second.
   EXPECT_GE(timer->time_elapsed("train"), 1.0);
   EXPECT_LT(timer->time_elapsed("train"), 3.0);
@@ -76,7 +51,7 @@ TEST(Timer, ARestoredBudgetContinuesWhereTheCheckpointLeftIt) {
   state.set("time_elapsed", elapsed);
   first->load_state_dict(state);
   EXPECT_NEAR(first->time_remaining(), 0.05, 1e-9);
-  auto trainer = fit_with(first, std::make_shared<SlowModule>(50), 1000);
+  auto trainer = fit_with(first, std::make_shared<SlowModule>(std::chrono::milliseconds(50)), 1000);
   EXPECT_GE(trainer->global_step(), 1);
   EXPECT_LE(trainer->global_step(), 2) << "only 50 ms of the budget were left";
   const double saved = first->state_dict().child("time_elapsed").at("train").toDouble();
@@ -84,7 +59,7 @@ TEST(Timer, ARestoredBudgetContinuesWhereTheCheckpointLeftIt) {
 }
 
 TEST(Timer, TheDecisionIsRankZerosThroughTheStrategy) {
-  auto strategy = std::make_shared<NeverStopStrategy>();
+  auto strategy = std::make_shared<FixedDecisionStrategy>(false);
   auto trainer = fit_with(std::make_shared<Timer>("00:00:00:00"), std::make_shared<RegressionModule>(), 2, strategy);
   EXPECT_EQ(trainer->global_step(), 8) << "rank 0 said go on";
   EXPECT_EQ(strategy->calls, 8) << "one broadcast per training batch";

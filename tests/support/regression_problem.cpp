@@ -72,4 +72,11 @@ TrainerOptions quiet_options(const std::string& root_dir) {
   return options;
 }
 
+TrainerOptions options_from_args(std::vector<std::string> args) {
+  args.insert(args.begin(), "program");
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  return TrainerOptions::from_args(static_cast<int>(argv.size()), argv.data());
+}
+
 }  // namespace volt::testing

@@ -7,6 +7,8 @@
 
 #include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "trainer/volt.h"
 
@@ -61,5 +63,8 @@ class RegressionData : public DataModule {
 
 // Options for a quiet Trainer in tests: no progress bar, summary, checkpointing or loggers.
 TrainerOptions quiet_options(const std::string& root_dir);
+
+// TrainerOptions::from_args for a command line `args` (without the program name).
+TrainerOptions options_from_args(std::vector<std::string> args);
 
 }  // namespace volt::testing
