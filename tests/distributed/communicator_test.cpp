@@ -87,10 +87,14 @@ TEST_P(CollectivesTest, ReduceLandsOnTheRoot) {
     const int64_t root = n - 1;
     auto t = torch::full({4}, static_cast<double>(c.rank() + 1), torch::kFloat);
     c.reduce(t, root, ReduceOp::Sum);
-    if (c.rank() == root) EXPECT_TRUE(torch::equal(t, torch::full({4}, static_cast<double>(n * (n + 1) / 2), torch::kFloat)));
+    if (c.rank() == root) {
+      EXPECT_TRUE(torch::equal(t, torch::full({4}, static_cast<double>(n * (n + 1) / 2), torch::kFloat)));
+    }
     auto m = torch::full({4}, static_cast<double>(c.rank() + 1), torch::kFloat);
     c.reduce(m, 0, ReduceOp::Max);
-    if (c.rank() == 0) EXPECT_TRUE(torch::equal(m, torch::full({4}, static_cast<double>(n), torch::kFloat)));
+    if (c.rank() == 0) {
+      EXPECT_TRUE(torch::equal(m, torch::full({4}, static_cast<double>(n), torch::kFloat)));
+    }
   });
 }
 

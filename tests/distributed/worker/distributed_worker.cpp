@@ -32,6 +32,7 @@
 #include "callbacks/callback.h"
 #include "trainer/cluster/cluster_environment.h"
 #include "trainer/error.h"
+#include "trainer/reproducibility.h"
 #include "trainer/run_main.h"
 #include "trainer/trainer_options.h"
 
@@ -132,6 +133,9 @@ void train(const TrainerOptions& options, int64_t batch_size, std::shared_ptr<Ca
   register_test_strategy();
   Trainer trainer(options);
   trainer.add_callback(std::move(extra));
+  // LibTorch seeds its default generator nondeterministically: seed before building the model,
+  // so that the one-process reference starts from the same weights as the ranks.
+  if (options.seed) seed_everything(*options.seed);
   auto module = std::make_shared<WorkerModule>();
   trainer.fit(module, std::make_shared<testing::RegressionData>(64, batch_size, false, 7, 13));
   const auto params = module->flat_parameters();
