@@ -14,6 +14,7 @@
 #include "strategies/ddp/reducer.h"
 #include "strategies/parallel_strategy.h"
 #include "trainer/registry/option_spec.h"
+#include "trainer/registry/registry.h"
 
 namespace volt {
 

