@@ -1,5 +1,6 @@
 #include "strategies/parallel_strategy.h"
 
+#include "strategies/model_agreement.h"
 #include "strategies/process_group_setup.h"
 #include "trainer/error.h"
 
@@ -20,6 +21,7 @@ void ParallelStrategy::setup_module(Module& module) {
 }
 
 void ParallelStrategy::broadcast_module_state(Module& module) {
+  verify_same_model(communicator(), module);
   torch::NoGradGuard no_grad;
   for (auto& parameter : module.parameters()) {
     auto data = parameter.data();

@@ -1,5 +1,6 @@
 #include "strategies/strategy_registry.h"
 
+#include "strategies/ddp/ddp_strategy.h"
 #include "strategies/single_device_strategy.h"
 
 namespace volt {
@@ -12,6 +13,7 @@ void register_builtin_strategies(Registry<Strategy>& registry) {
   // ddp. Its factory is the one-process case.
   registry.add("auto", "single_device for one process, ddp for several", {},
                [](const OptionValues&) { return std::make_shared<SingleDeviceStrategy>(); });
+  register_ddp_strategies(registry);
 }
 
 }  // namespace

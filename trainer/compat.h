@@ -7,8 +7,11 @@
 #include <ATen/autocast_mode.h>
 #include <c10/core/DeviceType.h>
 #include <c10/core/ScalarType.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
 #include <torch/version.h>
 
+#include <functional>
 #include <string>
 
 namespace volt::compat {
@@ -85,6 +88,27 @@ inline void set_autocast_dtype(c10::DeviceType device_type, c10::ScalarType dtyp
     at::autocast::set_autocast_gpu_dtype(dtype);
   }
 #endif
+}
+
+// A post hook on an autograd node (DDP hooks gradient accumulators) that calls `callback` after
+// the node ran. FunctionPostHook's call operator takes (outputs, inputs) in both versions; 2.x
+// adds a virtual compiled_args() for compiled autograd, which keeps its default here. Returns the
+// key for Node::del_post_hook.
+class CallbackPostHook : public torch::autograd::FunctionPostHook {
+ public:
+  explicit CallbackPostHook(std::function<void()> callback) : callback_(std::move(callback)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& /*inputs*/) override {
+    callback_();
+    return outputs;
+  }
+
+ private:
+  std::function<void()> callback_;
+};
+
+inline uintptr_t add_post_hook(torch::autograd::Node& node, std::function<void()> callback) {
+  return node.add_post_hook(std::make_unique<CallbackPostHook>(std::move(callback)));
 }
 
 }  // namespace volt::compat

@@ -119,6 +119,24 @@ TEST_F(DistributedTrainingTest, TorchrunRunEqualsOneProcessWithTheGlobalBatch) {
   expect_close(lines[0].params, reference_params(), 1e-5, "torchrun 2 ranks × batch 8 vs 1 process × batch 16");
 }
 
+// DDP through the Trainer and volt's launcher: every bucket layout and option combination must
+// train exactly like one process with the global batch ("auto" with two processes is ddp).
+TEST_F(DistributedTrainingTest, DDPRunsEqualOneProcessWithTheGlobalBatch) {
+  const auto reference = reference_params();
+  for (const std::string strategy :
+       {"ddp", "auto", "ddp:bucket_cap_mb=0.00001,gradient_as_bucket_view=true,static_graph=true",
+        "ddp_find_unused_parameters_true"}) {
+    testing::TemporaryDirectory dir;
+    const auto result =
+        run_command(train_command(dir.path(), "--batch-size 8 --devices 2 --strategy \"" + strategy + "\""), 180);
+    ASSERT_EQ(result.exit_code, 0) << strategy << "\n" << result.output;
+    const auto lines = trained_lines(result.output);
+    ASSERT_EQ(lines.size(), 2u) << result.output;
+    EXPECT_EQ(lines[0].params, lines[1].params) << strategy << ": ranks ended with different parameters";
+    expect_close(lines[0].params, reference, 1e-5, strategy + ": 2 ranks × batch 8 vs 1 process × batch 16");
+  }
+}
+
 // torchrun --max_restarts 1: rank 1 throws at the start of epoch 1 (after last.ckpt of epoch 0
 // was written); every rank exits non-zero, torchrun restarts the group as attempt 1 (keys under
 // /worker/attempt_1 of the agent's store), and --ckpt-path last resumes it: the result equals the

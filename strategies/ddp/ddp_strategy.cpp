@@ -1,0 +1,135 @@
+#include "strategies/ddp/ddp_strategy.h"
+
+#include "trainer/error.h"
+#include "trainer/registry/registry.h"
+
+namespace volt {
+
+std::vector<OptionSpec> DDPOptions::specs() {
+  return {
+      {"bucket_cap_mb", OptionType::Double, "25", "bucket size in MiB (the first bucket holds at most 1 MiB)"},
+      {"static_graph", OptionType::Bool, "false",
+       "every iteration uses the same parameters: record them once, skip the search"},
+      {"gradient_as_bucket_view", OptionType::Bool, "false", "gradients are views into the bucket buffers"},
+      {"find_unused_parameters", OptionType::Bool, "false",
+       "search the autograd graph for parameters that get no gradient"},
+      {"broadcast_buffers", OptionType::Bool, "true", "rank 0's buffers before every training forward"},
+  };
+}
+
+DDPOptions DDPOptions::from(const OptionValues& values) {
+  DDPOptions o;
+  o.bucket_cap_mb = values.get_double("bucket_cap_mb");
+  o.static_graph = values.get_bool("static_graph");
+  o.gradient_as_bucket_view = values.get_bool("gradient_as_bucket_view");
+  o.find_unused_parameters = values.get_bool("find_unused_parameters");
+  o.broadcast_buffers = values.get_bool("broadcast_buffers");
+  o.validate();
+  return o;
+}
+
+void DDPOptions::validate() const {
+  check<ConfigurationError>(bucket_cap_mb > 0 && bucket_cap_mb <= 1024.0 * 1024.0,
+                            "--strategy ddp: expected bucket_cap_mb in (0, 1048576], got ", bucket_cap_mb);
+}
+
+DDPStrategy::DDPStrategy(DDPOptions options) : options_(options) { options_.validate(); }
+
+void DDPStrategy::set_comm_hook(std::function<std::unique_ptr<ddp::CommHook>(Communicator&)> make_hook) {
+  check<ConfigurationError>(make_hook != nullptr, "ddp: expected a comm-hook factory, got none");
+  make_hook_ = std::move(make_hook);
+  if (reducer_) reducer_->set_comm_hook(make_hook_(communicator()));
+}
+
+void DDPStrategy::setup_module(Module& module) {
+  ParallelStrategy::setup_module(module);  // verifies the model and broadcasts rank 0's state
+  module_ = &module;
+  std::vector<torch::Tensor> parameters;
+  std::vector<std::string> names;
+  for (const auto& item : module.named_parameters()) {
+    if (!item.value().requires_grad()) continue;
+    parameters.push_back(item.value());
+    names.push_back(item.key());
+  }
+  ddp::ReducerOptions reducer_options;
+  reducer_options.bucket_cap_mb = options_.bucket_cap_mb;
+  reducer_options.static_graph = options_.static_graph;
+  reducer_options.gradient_as_bucket_view = options_.gradient_as_bucket_view;
+  reducer_options.find_unused_parameters = options_.find_unused_parameters;
+  reducer_ = std::make_unique<ddp::Reducer>(std::move(parameters), std::move(names), communicator(), reducer_options);
+  if (make_hook_) reducer_->set_comm_hook(make_hook_(communicator()));
+}
+
+void DDPStrategy::teardown() {
+  reducer_.reset();
+  module_ = nullptr;
+  ParallelStrategy::teardown();
+}
+
+ddp::Reducer& DDPStrategy::reducer() const {
+  VOLT_INTERNAL_ASSERT(reducer_ != nullptr, "ddp: the reducer is used before setup_module()");
+  return *reducer_;
+}
+
+ScopeGuard DDPStrategy::no_sync() {
+  auto& r = reducer();
+  const bool previous = r.require_sync();
+  r.set_require_sync(false);
+  return ScopeGuard([&r, previous] { r.set_require_sync(previous); });
+}
+
+ScopeGuard DDPStrategy::forward_context(RunningStage stage) {
+  // Only training forwards: evaluation loaders are split unevenly (each sample once), so ranks
+  // may run different numbers of evaluation steps and a collective there could wait forever.
+  if (stage == RunningStage::Training && options_.broadcast_buffers) broadcast_buffers();
+  return ParallelStrategy::forward_context(stage);
+}
+
+void DDPStrategy::broadcast_buffers() {
+  if (module_ == nullptr) return;
+  std::vector<torch::Tensor> buffers;
+  for (auto& buffer : module_->buffers()) {
+    if (buffer.defined() && buffer.numel() > 0) buffers.push_back(buffer);
+  }
+  if (buffers.empty()) return;
+  torch::NoGradGuard no_grad;
+  // One broadcast per dtype (buffers are few and small: a flat copy beats a collective each).
+  std::map<c10::ScalarType, std::vector<torch::Tensor>> by_dtype;
+  for (auto& b : buffers) by_dtype[b.scalar_type()].push_back(b);
+  for (auto& [dtype, group] : by_dtype) {
+    std::vector<torch::Tensor> flat_parts;
+    for (auto& b : group) flat_parts.push_back(b.reshape(-1));
+    auto flat = torch::cat(flat_parts);
+    communicator().broadcast(flat, 0);
+    int64_t offset = 0;
+    for (auto& b : group) {
+      b.copy_(flat.narrow(0, offset, b.numel()).view(b.sizes()));
+      offset += b.numel();
+    }
+  }
+}
+
+void DDPStrategy::zero_grad(torch::optim::Optimizer& optimizer) {
+  if (!options_.gradient_as_bucket_view) return ParallelStrategy::zero_grad(optimizer);
+  // The gradients are the bucket buffers' views: zero them in place, never drop them.
+  torch::NoGradGuard no_grad;
+  for (auto& group : optimizer.param_groups()) {
+    for (auto& p : group.params()) {
+      if (p.grad().defined()) p.mutable_grad().zero_();
+    }
+  }
+}
+
+void DDPStrategy::pre_backward(const torch::Tensor& loss) { reducer().prepare_for_backward(loss); }
+
+void DDPStrategy::post_backward(const torch::Tensor& loss) { reducer().finalize_backward(); }
+
+void register_ddp_strategies(Registry<Strategy>& registry) {
+  registry.add("ddp", "distributed data parallel: bucketed all-reduce of gradients overlapped with backward",
+               DDPOptions::specs(),
+               [](const OptionValues& values) { return std::make_shared<DDPStrategy>(DDPOptions::from(values)); });
+  registry.add_alias("ddp_find_unused_parameters_true", "ddp", {{"find_unused_parameters", "true"}},
+                     "ddp with find_unused_parameters=true");
+}
+
+}  // namespace volt

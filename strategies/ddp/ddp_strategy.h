@@ -1,0 +1,68 @@
+#pragma once
+// Distributed data parallel: every rank holds the whole model, trains on its share of each
+// batch, and gradients are averaged over the ranks by a Reducer that overlaps the bucketed
+// all-reduces with backward (reducer.h). `--strategy ddp[:key=value,...]`, see DDPOptions.
+//
+// Lifecycle: setup_module broadcasts rank 0's parameters and buffers (after checking that every
+// rank built the same model) and builds the Reducer; each synchronized backward is bracketed by
+// prepare_for_backward / finalize_backward; no_sync() turns synchronization off for
+// accumulation micro-batches; forward_context(Training) broadcasts rank 0's buffers first
+// (broadcast_buffers). Not thread-safe (one Trainer, one thread).
+#include <memory>
+
+#include "strategies/ddp/comm_hook.h"
+#include "strategies/ddp/reducer.h"
+#include "strategies/parallel_strategy.h"
+#include "trainer/registry/option_spec.h"
+#include "trainer/registry/registry.h"
+
+namespace volt {
+
+struct DDPOptions {
+  double bucket_cap_mb = 25.0;          // bucket size in MiB, > 0; the first bucket holds ≤ 1 MiB
+  bool static_graph = false;            // same used parameters every iteration (ddp::StaticGraphRecord)
+  bool gradient_as_bucket_view = false; // .grad are views into the bucket buffers (no copies)
+  bool find_unused_parameters = false;  // search the graph for parameters without gradients
+  bool broadcast_buffers = true;        // rank 0's buffers before every training forward
+
+  static DDPOptions from(const OptionValues& values);
+  // The option keys `ddp` declares, with their defaults and help (for the registry).
+  static std::vector<OptionSpec> specs();
+  void validate() const;
+};
+
+class DDPStrategy : public ParallelStrategy {
+ public:
+  explicit DDPStrategy(DDPOptions options = {});
+  std::string name() const override { return "ddp"; }
+  const DDPOptions& options() const { return options_; }
+
+  // Replaces the default all-reduce hook; takes effect at setup_module, or at once after it.
+  void set_comm_hook(std::function<std::unique_ptr<ddp::CommHook>(Communicator&)> make_hook);
+
+  void setup_module(Module& module) override;  // [collective]
+  void teardown() override;
+  ScopeGuard no_sync() override;
+  ScopeGuard forward_context(RunningStage stage) override;  // [collective in training: buffers]
+  void zero_grad(torch::optim::Optimizer& optimizer) override;
+
+  // The reducer; throws InternalError before setup_module.
+  ddp::Reducer& reducer() const;
+
+ protected:
+  void pre_backward(const torch::Tensor& loss) override;   // [collective]
+  void post_backward(const torch::Tensor& loss) override;  // [collective]
+
+ private:
+  void broadcast_buffers();
+
+  DDPOptions options_;
+  Module* module_ = nullptr;
+  std::unique_ptr<ddp::Reducer> reducer_;
+  std::function<std::unique_ptr<ddp::CommHook>(Communicator&)> make_hook_;
+};
+
+// Registers `ddp` and its alias `ddp_find_unused_parameters_true` (strategy_registry.cpp).
+void register_ddp_strategies(Registry<Strategy>& registry);
+
+}  // namespace volt
