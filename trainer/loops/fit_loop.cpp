@@ -114,6 +114,12 @@ bool FitLoop::done() const {
 
 void FitLoop::agree_on_stopping() {
   Trainer& t = trainer_;
+  // One process decides alone; skipping the identity broadcast also keeps the count of decisions
+  // a strategy sees to the callbacks' own (EarlyStopping, Timer, ModelCheckpoint).
+  if (t.strategy_->topology().world_size == 1) {
+    if (t.deadline_) time_up_ = time_exhausted();
+    return;
+  }
   t.should_stop_ = t.strategy_->broadcast_decision(t.should_stop_);
   if (t.deadline_) time_up_ = t.strategy_->broadcast_decision(time_exhausted());
 }

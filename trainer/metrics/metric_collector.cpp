@@ -18,6 +18,42 @@ void emit(MetricValues& out, const std::string& name, double value, const LogOpt
 
 }  // namespace
 
+torch::Tensor MetricCollector::Value::tensor() const {
+  return device.defined() ? device : torch::scalar_tensor(host, torch::kDouble);
+}
+
+double MetricCollector::Value::read() const { return device.defined() ? device.item<double>() : host; }
+
+MetricCollector::Value MetricCollector::accumulate(const Value& total, const Value& v, double weight,
+                                                   ReduceFx reduce_fx) {
+  if (!v.device.defined() && !total.device.defined()) {
+    Value out{.host = v.host * (reduce_fx == ReduceFx::Mean ? weight : 1.0), .defined = true};
+    if (!total.defined) return out;
+    switch (reduce_fx) {
+      case ReduceFx::Mean:
+      case ReduceFx::Sum: out.host += total.host; break;
+      case ReduceFx::Max: out.host = std::max(total.host, v.host); break;
+      case ReduceFx::Min: out.host = std::min(total.host, v.host); break;
+    }
+    return out;
+  }
+  const auto device = v.device.defined() ? v.device.device() : total.device.device();
+  const auto x = v.tensor().to(device);
+  torch::Tensor sum;
+  if (!total.defined) {
+    sum = reduce_fx == ReduceFx::Mean ? x * weight : x;
+  } else {
+    const auto t = total.tensor().to(device);
+    switch (reduce_fx) {
+      case ReduceFx::Mean: sum = t + x * weight; break;
+      case ReduceFx::Sum: sum = t + x; break;
+      case ReduceFx::Max: sum = torch::maximum(t, x); break;
+      case ReduceFx::Min: sum = torch::minimum(t, x); break;
+    }
+  }
+  return {.device = sum, .defined = true};
+}
+
 MetricCollector::MetricCollector(SyncFn sync) : sync_(std::move(sync)) {}
 
 void MetricCollector::reset(RunningStage stage) {
@@ -64,29 +100,24 @@ void MetricCollector::log(const std::string& name, const torch::Tensor& value,
     entry.options.logger = options.logger;
   }
 
-  const auto v = value.detach().reshape({}).to(torch::kDouble);
+  const Value v = value.device().is_cpu()
+                      ? Value{.host = value.item<double>(), .defined = true}
+                      : Value{.device = value.detach().reshape({}).to(torch::kDouble), .defined = true};
   entry.last = v;
   entry.fresh = true;
   if (!*options.on_epoch) return;
   const double weight = in_step_ ? static_cast<double>(options.batch_size.value_or(batch_size_)) : 1.0;
-  switch (options.reduce_fx) {
-    case ReduceFx::Mean:
-      entry.total = entry.total.defined() ? entry.total + v * weight : v * weight;
-      entry.weight += weight;
-      break;
-    case ReduceFx::Sum: entry.total = entry.total.defined() ? entry.total + v : v; break;
-    case ReduceFx::Max: entry.total = entry.total.defined() ? torch::maximum(entry.total, v) : v; break;
-    case ReduceFx::Min: entry.total = entry.total.defined() ? torch::minimum(entry.total, v) : v; break;
-  }
+  entry.total = accumulate(entry.total, v, weight, options.reduce_fx);
+  if (options.reduce_fx == ReduceFx::Mean) entry.weight += weight;
 }
 
 MetricValues MetricCollector::step_values() const {
   MetricValues out;
   for (const auto& [name, entry] : entries_) {
     if (!*entry.options.on_step || !entry.fresh) continue;
-    auto value = entry.last;
-    if (entry.options.sync_dist) value = sync_(value, ReduceOp::Mean);
-    emit(out, *entry.options.on_epoch ? name + "_step" : name, value.item<double>(), entry.options);
+    const double value = entry.options.sync_dist ? sync_(entry.last.tensor(), ReduceOp::Mean).item<double>()
+                                                 : entry.last.read();
+    emit(out, *entry.options.on_epoch ? name + "_step" : name, value, entry.options);
   }
   return out;
 }
@@ -94,18 +125,22 @@ MetricValues MetricCollector::step_values() const {
 MetricValues MetricCollector::epoch_values() const {
   MetricValues out;
   for (const auto& [name, entry] : entries_) {
-    if (!*entry.options.on_epoch || !entry.total.defined()) continue;
+    if (!*entry.options.on_epoch || !entry.total.defined) continue;
     double value = 0;
     if (entry.options.reduce_fx == ReduceFx::Mean) {
-      auto pair = torch::stack({entry.total, torch::full({}, entry.weight, entry.total.options())});
-      if (entry.options.sync_dist) pair = sync_(pair, ReduceOp::Sum);
-      value = (pair[0] / pair[1]).item<double>();
-    } else {
+      if (entry.options.sync_dist) {
+        const auto total = entry.total.tensor();
+        auto pair = sync_(torch::stack({total, torch::full({}, entry.weight, total.options())}), ReduceOp::Sum);
+        value = (pair[0] / pair[1]).item<double>();
+      } else {
+        value = entry.total.read() / entry.weight;
+      }
+    } else if (entry.options.sync_dist) {
       static const std::map<ReduceFx, ReduceOp> ops{
           {ReduceFx::Sum, ReduceOp::Sum}, {ReduceFx::Max, ReduceOp::Max}, {ReduceFx::Min, ReduceOp::Min}};
-      auto total = entry.total;
-      if (entry.options.sync_dist) total = sync_(total, ops.at(entry.options.reduce_fx));
-      value = total.item<double>();
+      value = sync_(entry.total.tensor(), ops.at(entry.options.reduce_fx)).item<double>();
+    } else {
+      value = entry.total.read();
     }
     if (*entry.options.on_step) {
       emit(out, name + "_epoch", value, entry.options);
@@ -129,7 +164,7 @@ StateDict MetricCollector::state_dict() const {
     e.set("on_epoch", *entry.options.on_epoch);
     e.set("reduce_fx", static_cast<int64_t>(entry.options.reduce_fx));
     e.set("sync_dist", entry.options.sync_dist);
-    if (entry.total.defined()) e.set("total", entry.total);
+    if (entry.total.defined) e.set("total", entry.total.tensor().cpu());
     e.set("weight", entry.weight);
     entries.set(name, e);
   }
@@ -155,7 +190,7 @@ void MetricCollector::load_state_dict(const StateDict& state) {
                            "' has reduce_fx ", reduce, "; the checkpoint is damaged");
     entry.options.reduce_fx = static_cast<ReduceFx>(reduce);
     entry.options.sync_dist = e.get_bool("sync_dist");
-    if (e.contains("total")) entry.total = e.get_tensor("total").to(torch::kDouble);
+    if (e.contains("total")) entry.total = {.host = e.get_tensor("total").to(torch::kDouble).item<double>(), .defined = true};
     entry.weight = e.get_double("weight");
     entries.emplace(name, std::move(entry));
   }

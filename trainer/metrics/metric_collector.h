@@ -2,8 +2,10 @@
 // Collects what a Module logs during one loop (a training epoch, a validation or test run) and
 // turns it into step values and epoch aggregates with Lightning's naming: a name logged only per
 // step or only per epoch keeps its name; one logged both ways becomes <name>_step and
-// <name>_epoch (and <name> holds the epoch value for callbacks). Tensors stay on their device
-// until a value is asked for, so logging never forces a device synchronization by itself.
+// <name>_epoch (and <name> holds the epoch value for callbacks). Tensors on an accelerator stay on
+// their device until a value is asked for, so logging never forces a device synchronization by
+// itself; values logged from CPU tensors are read once and aggregated as doubles, which keeps
+// logging to one tensor operation per call (the per-step cost of a small model's loop).
 #include <torch/torch.h>
 
 #include <functional>
@@ -57,13 +59,23 @@ class MetricCollector {
   void load_state_dict(const StateDict& state);
 
  private:
+  // A logged number: a double for values read from CPU tensors, a float64 tensor on its device
+  // otherwise. Arithmetic between a double and a device value happens on the device.
+  struct Value {
+    torch::Tensor device;  // defined: the value lives here
+    double host = 0;
+    bool defined = false;
+    torch::Tensor tensor() const;  // for collectives and checkpoints (float64)
+    double read() const;           // synchronizes for a device value
+  };
   struct Entry {
     LogOptions options;  // on_step / on_epoch resolved
-    torch::Tensor last;  // latest value, detached, as float64
+    Value last;          // latest value, detached
     bool fresh = false;  // logged during the current batch
-    torch::Tensor total; // Σ value·weight (Mean), Σ value (Sum), running Max/Min
+    Value total;         // Σ value·weight (Mean), Σ value (Sum), running Max/Min
     double weight = 0;   // Σ weight, for Mean
   };
+  static Value accumulate(const Value& total, const Value& v, double weight, ReduceFx reduce_fx);
 
   SyncFn sync_;
   RunningStage stage_ = RunningStage::None;
