@@ -19,6 +19,7 @@
 #include <iostream>
 #include <iterator>
 
+#include "bench/bench_support.h"
 #include "fashion_mnist/classifier.h"
 #include "trainer/checkpoint/module_state.h"
 #include "trainer/checkpoint/weights.h"
@@ -34,8 +35,7 @@ double median_seconds(int repeats, const std::function<void()>& body) {
     body();
     times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return volt::bench::median(std::move(times));
 }
 
 void write_file(const fs::path& path, const std::vector<char>& bytes, bool sync) {

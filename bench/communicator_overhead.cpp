@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "bench/bench_support.h"
 #include "strategies/communicator/c10d_compat.h"
 #include "strategies/communicator/communicator.h"
 #include "trainer/run_main.h"
@@ -23,10 +24,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
+using volt::bench::median;
 
 // Fewer calls for big tensors, so that every size takes about as long.
 int calls_for(int64_t elements, int iterations) {

@@ -24,6 +24,7 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "bench/bench_support.h"
 #include "strategies/ddp/reducer.h"
 #include "trainer/error.h"
 #include "trainer/run_main.h"
@@ -35,10 +36,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
+using volt::bench::median;
 
 struct Config {
   std::string label;

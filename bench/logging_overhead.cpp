@@ -16,6 +16,7 @@
 
 #include <boost/program_options.hpp>
 
+#include "bench/bench_support.h"
 #include "trainer/cpu_threads.h"
 #include "trainer/run_main.h"
 #include "trainer/volt.h"
@@ -75,10 +76,7 @@ double time_fit(const Setup& setup, const std::shared_ptr<volt::DataLoader>& dat
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
+using volt::bench::median;
 
 }  // namespace
 

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_support.h"
 #include "fashion_mnist/classifier.h"
 #include "trainer/cpu_threads.h"
 #include "trainer/precision/mixed_precision.h"
@@ -48,10 +49,7 @@ class StepTimer : public volt::Callback {
   std::chrono::steady_clock::time_point start_, end_;
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
+using volt::bench::median;
 
 struct Config {
   std::string label;

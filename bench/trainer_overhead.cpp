@@ -23,6 +23,7 @@
 
 #include <boost/program_options.hpp>
 
+#include "bench/bench_support.h"
 #include "fashion_mnist/classifier.h"
 #include "trainer/cpu_threads.h"
 #include "trainer/malloc_tuning.h"
@@ -79,10 +80,7 @@ class Stopwatch {
   double cpu_start_ = process_cpu_seconds();
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
+using volt::bench::median;
 
 std::shared_ptr<volt::DataLoader> make_loader(std::vector<int64_t> input_shape, int64_t steps) {
   auto generator = at::detail::createCPUGenerator(0);

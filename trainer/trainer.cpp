@@ -67,6 +67,9 @@ Trainer::Trainer(TrainerOptions options, std::shared_ptr<Strategy> strategy, std
       train_collector_([this](const torch::Tensor& value, ReduceOp op) { return strategy_->all_reduce(value, op); }),
       eval_collector_([this](const torch::Tensor& value, ReduceOp op) { return strategy_->all_reduce(value, op); }) {
   options_.validate();
+  // Seeded now as well as at the start of each run: a module built after the Trainer (the
+  // order LightningCLI uses: seed_everything, then the model) starts from weights the seed decides.
+  if (options_.seed) seed_everything(*options_.seed);
   // Everything about processes is decided now, so that a mismatch fails here, not mid-run.
   cluster_ = make_cluster_environment(options_.cluster_environment, current_environment(), options_.cluster_request());
   const auto& topology = cluster_->topology();

@@ -34,5 +34,17 @@ TEST(Determinism, ADifferentSeedGivesDifferentWeights) {
   EXPECT_FALSE(torch::equal(train(7), train(8)));
 }
 
+TEST(Determinism, AModuleBuiltAfterTheTrainerStartsFromTheSeedsWeights) {
+  TemporaryDirectory dir;
+  auto options = quiet_options(dir.path());
+  options.seed = 11;
+  torch::manual_seed(999);  // whatever state the program was in before
+  Trainer trainer(options);
+  torch::nn::Linear built_after_the_trainer(8, 4);
+  torch::manual_seed(11);
+  torch::nn::Linear built_after_seeding(8, 4);
+  EXPECT_TRUE(torch::equal(built_after_the_trainer->weight, built_after_seeding->weight));
+}
+
 }  // namespace
 }  // namespace volt::testing
