@@ -8,7 +8,7 @@
 // price of communication is the difference); a bucket-size sweep {1, 5, 25, 100} MB on the large
 // model; and the gradient memory of volt with and without gradient_as_bucket_view.
 //
-//   build/bench/ddp_vs_torch [--rounds 3] [--steps 20] [--warmup 5] [--quick]
+//   build/bench/ddp_vs_torch [--rounds 3] [--steps 20] [--warmup 5] [--quick] [--glibc-defaults]
 // volt's ranks are this program re-executed with --worker; PyTorch's are
 // bench/ddp_vs_torch_worker.py run by /usr/bin/python3.
 #include <sys/wait.h>
@@ -37,6 +37,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 using volt::bench::median;
+
+// --inline-max-mb: volt's CommunicatorOptions::inline_all_reduce_max_bytes (negative: its default).
+double g_inline_max_mb = -1;
 
 struct Config {
   std::string label;
@@ -84,6 +87,7 @@ int run_worker(int64_t rank, int64_t port, const Config& config, int steps, int 
   options.world_size = 2;
   options.master_port = port;
   options.timeout = std::chrono::seconds(120);
+  if (g_inline_max_mb >= 0) options.inline_all_reduce_max_bytes = static_cast<int64_t>(g_inline_max_mb * (1 << 20));
   auto comm = volt::Communicator::connect(options);
   torch::manual_seed(0);
   const auto widths = parse_widths(config.widths);
@@ -140,6 +144,13 @@ int run_worker(int64_t rank, int64_t port, const Config& config, int steps, int 
   return 0;
 }
 
+// What volt's Trainer sets with mallopt at fit start (trainer/malloc_tuning.cpp), as glibc
+// tunables, so that both sides' workers run with the same allocator (see --glibc-defaults).
+constexpr const char* kSameAllocatorForBoth =
+    "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824";
+
+bool g_glibc_defaults = false;
+
 // Runs `argv` twice (ranks 0 and 1, the rank substituted for "{rank}"), returns rank 0's output.
 std::string run_pair(const std::vector<std::string>& argv_template) {
   int pipe_fds[2];
@@ -161,6 +172,7 @@ std::string run_pair(const std::vector<std::string>& argv_template) {
       raw.push_back(nullptr);
       setenv("OMP_NUM_THREADS", "1", 1);
       setenv("OPENBLAS_NUM_THREADS", "1", 1);
+      if (!g_glibc_defaults) setenv("GLIBC_TUNABLES", kSameAllocatorForBoth, 1);
       execv(raw[0], raw.data());
       _exit(127);
     }
@@ -197,6 +209,10 @@ int main(int argc, char** argv) {
         "steps", po::value<int>()->default_value(20), "timed steps per run")(
         "warmup", po::value<int>()->default_value(5), "untimed steps per run")(
         "quick", po::bool_switch(), "only the two main rows")(
+        "inline-max-mb", po::value(&g_inline_max_mb)->default_value(-1),
+        "volt's inline all_reduce limit in MiB (0: off; default: the Communicator's 1 MiB)")(
+        "glibc-defaults", po::bool_switch(&g_glibc_defaults),
+        "run both sides' workers with glibc's default malloc settings instead of the Trainer's")(
         "worker", po::value<std::vector<std::string>>()->multitoken(), "internal: run one volt rank");
     po::variables_map vm;
     po::store(po::parse_command_line(argc, argv, flags), vm);
@@ -226,8 +242,10 @@ int main(int argc, char** argv) {
       }
     }
     std::printf("volt DDP (LibTorch %d.%d) vs PyTorch DDP (/usr/bin/python3), 2 ranks, Gloo on 127.0.0.1,\n"
-                "1 thread per rank, %d rounds interleaved, %d timed steps (+%d warm-up) per run; median ms per step\n\n",
-                TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR, rounds, steps, warmup);
+                "1 thread per rank, %d rounds interleaved, %d timed steps (+%d warm-up) per run; median ms per step;\n"
+                "allocator for both: %s\n\n",
+                TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR, rounds, steps, warmup,
+                g_glibc_defaults ? "glibc defaults" : kSameAllocatorForBoth);
     std::printf("| %-26s | %10s | %9s | %9s | %7s |\n", "case", "parameters", "volt ms", "torch ms", "ratio");
     std::printf("|%s|%s|%s|%s|%s|\n", std::string(28, '-').c_str(), std::string(12, '-').c_str(),
                 std::string(11, '-').c_str(), std::string(11, '-').c_str(), std::string(9, '-').c_str());
@@ -236,7 +254,7 @@ int main(int argc, char** argv) {
       for (int round = 0; round < rounds; ++round) {
         const auto port_v = std::to_string(volt::find_free_port());
         volt_ms.push_back(number_after(
-            run_pair({program, "--worker", "{rank}", port_v, c.widths, std::to_string(c.batch),
+            run_pair({program, "--inline-max-mb", std::to_string(g_inline_max_mb), "--worker", "{rank}", port_v, c.widths, std::to_string(c.batch),
                       std::to_string(c.bucket_mb), c.no_sync ? "1" : "0", "0", std::to_string(steps),
                       std::to_string(warmup)}),
             "STEP_MS"));
@@ -256,7 +274,7 @@ int main(int argc, char** argv) {
       std::printf("\nvolt gradient memory during backward (gradients + bucket buffers), large MLP, 25 MB buckets:\n");
       for (const bool view : {false, true}) {
         const auto port = std::to_string(volt::find_free_port());
-        const auto out = run_pair({program, "--worker", "{rank}", port, large, "32", "25", "0", view ? "1" : "0", "2",
+        const auto out = run_pair({program, "--inline-max-mb", std::to_string(g_inline_max_mb), "--worker", "{rank}", port, large, "32", "25", "0", view ? "1" : "0", "2",
                                    "1"});
         std::printf("  gradient_as_bucket_view=%-5s %8.1f MB\n", view ? "true" : "false",
                     number_after(out, "GRAD_BYTES") / (1 << 20));

@@ -11,6 +11,31 @@ endif()
 target_include_directories(volt PUBLIC ${VOLT_GLOO_INCLUDE_DIR})
 target_compile_definitions(volt PUBLIC USE_C10D_GLOO)
 
+# Note [Inline all_reduce] (strategies/communicator/inline_gloo_all_reduce.h) calls Gloo itself.
+# That is safe only when LibTorch links the shared libgloo (Debian's does: libtorch_cpu.so NEEDS
+# libgloo.so.0), so that there is one Gloo in the process. A LibTorch with Gloo linked in
+# statically (PyTorch's wheels) would meet a second copy whose types it does not share: there
+# the inline path is compiled out and every all_reduce goes through the process group.
+set(VOLT_INLINE_GLOO OFF)
+get_filename_component(volt_torch_lib_dir "${TORCH_LIBRARY}" DIRECTORY)
+find_library(VOLT_TORCH_CPU_LIBRARY NAMES torch_cpu HINTS ${volt_torch_lib_dir} NO_DEFAULT_PATH)
+find_library(VOLT_GLOO_LIBRARY NAMES gloo)
+find_program(VOLT_READELF readelf)
+if(VOLT_TORCH_CPU_LIBRARY AND VOLT_GLOO_LIBRARY AND VOLT_READELF)
+  execute_process(COMMAND ${VOLT_READELF} -d ${VOLT_TORCH_CPU_LIBRARY} OUTPUT_VARIABLE volt_torch_needed
+                  ERROR_QUIET)
+  if(volt_torch_needed MATCHES "NEEDED[^\n]*libgloo")
+    set(VOLT_INLINE_GLOO ON)
+  endif()
+endif()
+if(VOLT_INLINE_GLOO)
+  target_link_libraries(volt PUBLIC ${VOLT_GLOO_LIBRARY})
+  target_compile_definitions(volt PUBLIC VOLT_WITH_INLINE_GLOO=1)
+  message(STATUS "volt: small Gloo all_reduces run inline (LibTorch links ${VOLT_GLOO_LIBRARY})")
+else()
+  message(STATUS "volt: LibTorch does not link a shared libgloo: every all_reduce goes through the process group")
+endif()
+
 if(TARGET torch_cuda OR CAFFE2_USE_CUDA)
   set(VOLT_WITH_CUDA ON)
   target_compile_definitions(volt PUBLIC VOLT_WITH_CUDA=1 USE_C10D_NCCL)

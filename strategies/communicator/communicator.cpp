@@ -21,6 +21,9 @@ void CommunicatorOptions::validate() const {
                             timeout.count(), " ms; set --timeout in seconds");
   check<ConfigurationError>(heartbeat_interval.count() >= 0, "Communicator: expected a heartbeat interval >= 0 ms, got ",
                             heartbeat_interval.count());
+  check<ConfigurationError>(inline_all_reduce_max_bytes >= 0,
+                            "Communicator: expected inline_all_reduce_max_bytes >= 0 (0 turns it off), got ",
+                            inline_all_reduce_max_bytes);
   check<ConfigurationError>(backend == "auto" || backend == "gloo" || backend == "nccl",
                             "Communicator: expected backend gloo, nccl or auto, got '", backend, "'");
 }

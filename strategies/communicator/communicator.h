@@ -52,6 +52,11 @@ struct CommunicatorOptions {
   // How often each rank tells the others through the store that it is alive, so that a failed
   // collective can name the rank to blame (Note [Naming the failed rank]); 0: no monitor.
   std::chrono::milliseconds heartbeat_interval{500};
+  // Gloo all_reduces of CPU float/double/int32/int64 tensors up to this size run on the calling
+  // thread instead of the process group's worker thread: ~2-3x less latency for small ones (Note
+  // [Inline all_reduce]); larger ones stay asynchronous so that they overlap with computation.
+  // 0: every all_reduce goes through the process group. Must be the same on every rank.
+  int64_t inline_all_reduce_max_bytes = 1 << 20;
 
   // Throws ConfigurationError naming the field, the value and what is allowed.
   void validate() const;

@@ -4,6 +4,7 @@
 
 #include "strategies/communicator/c10d_compat.h"
 #include "strategies/communicator/communicator.h"
+#include "strategies/communicator/inline_gloo_all_reduce.h"
 #include "strategies/communicator/peer_monitor.h"
 #include "trainer/error.h"
 #include "trainer/util/network.h"
@@ -48,6 +49,23 @@ std::string cause_of(const std::exception& e) {
   return first_line(e.what());
 }
 
+// The error for a collective that failed with `e` (c10d's or Gloo's), told apart: a timeout
+// (with what to do) or a peer's failure.
+DistributedError collective_failure(const CollectiveHandle::State& s, const std::exception& e) {
+  const std::string cause = cause_of(e);
+  // c10d: "Operation timed out!"; Gloo's event loop: "Timed out waiting ..."; Gloo's sync-mode
+  // sockets (the inline path): "Read timeout ..." / "Write timeout ...".
+  bool timed_out = false;
+  for (const char* marker : {"timed out", "Timed out", "Read timeout", "Write timeout"}) {
+    timed_out |= cause.find(marker) != std::string::npos;
+  }
+  return DistributedError(failure_message(
+      s, timed_out ? "it did not complete within the timeout of " + std::to_string(s.timeout.count()) + " ms (" +
+                         cause + "): a peer is stalled or took another code path; raise --timeout "
+                         "if the work between collectives is legitimately that slow"
+                   : cause));
+}
+
 }  // namespace
 
 torch::Tensor CollectiveHandle::wait() {
@@ -61,14 +79,7 @@ torch::Tensor CollectiveHandle::wait() {
       s.work.reset();
     }
   } catch (const std::exception& e) {
-    const std::string cause = cause_of(e);
-    const bool timed_out = cause.find("timed out") != std::string::npos ||
-                           cause.find("Timed out") != std::string::npos;
-    throw DistributedError(failure_message(
-        s, timed_out ? "it did not complete within the timeout of " + std::to_string(s.timeout.count()) +
-                           " ms (" + cause + "): a peer is stalled or took another code path; raise --timeout "
-                           "if the work between collectives is legitimately that slow"
-                     : cause));
+    throw collective_failure(s, e);
   }
   torch::Tensor result = s.finish ? s.finish() : torch::Tensor();
   for (auto& continuation : s.continuations) result = continuation(result);
@@ -184,16 +195,21 @@ class ProcessGroupCommunicator : public Communicator {
                            std::chrono::milliseconds timeout, std::string backend,
                            c10::intrusive_ptr<c10d::Store> store,
                            std::shared_ptr<gloo::transport::Device> device, std::shared_ptr<PeerMonitor> monitor,
-                           bool is_root)
+                           bool is_root, int64_t inline_max_bytes)
       : Communicator(rank, size, std::move(global_ranks), timeout),
         backend_name_(std::move(backend)),
         store_(std::move(store)),
         device_(std::move(device)),
         monitor_(std::move(monitor)),
-        is_root_(is_root) {
+        is_root_(is_root),
+        inline_max_bytes_(inline_max_bytes) {
     try {
       process_group_ = make_process_group(backend_name_, c10::make_intrusive<c10d::PrefixStore>("pg", store_),
                                           rank, size, device_, timeout);
+      if (backend_name_ == "gloo" && size > 1 && inline_max_bytes_ > 0 && InlineGlooAllReduce::compiled_in()) {
+        inline_ = std::make_unique<InlineGlooAllReduce>(c10::make_intrusive<c10d::PrefixStore>("inline", store_),
+                                                        rank, size, device_, timeout, inline_max_bytes_);
+      }
     } catch (const std::exception& e) {
       throw DistributedError(describe() + ": could not connect to the other " + std::to_string(size - 1) +
                              " rank(s) within the timeout of " + std::to_string(timeout.count()) +
@@ -212,16 +228,22 @@ class ProcessGroupCommunicator : public Communicator {
     c10d::AllreduceOptions opts;
     opts.reduceOp = to_c10d(op);
     opts.timeout = timeout();
-    return launch(CollectiveKind::AllReduce, work_tensor, std::string("(") + op_name(op) + ")",
+    auto finish = [tensor, work_tensor, op, n = size()]() mutable {
+      if (op == ReduceOp::Mean) work_tensor.div_(static_cast<double>(n));
+      if (!work_tensor.is_same(tensor)) tensor.copy_(work_tensor);
+      return tensor;
+    };
+    const std::string detail = std::string("(") + op_name(op) + ")";
+    if (inline_ && inline_->accepts(work_tensor, op)) {
+      return run_inline(CollectiveKind::AllReduce, work_tensor, detail,
+                        [&] { inline_->run(work_tensor, op); }, std::move(finish));
+    }
+    return launch(CollectiveKind::AllReduce, work_tensor, detail,
                   [&] {
                     std::vector<at::Tensor> tensors{work_tensor};
                     return process_group_->allreduce(tensors, opts);
                   },
-                  [tensor, work_tensor, op, n = size()]() mutable {
-                    if (op == ReduceOp::Mean) work_tensor.div_(static_cast<double>(n));
-                    if (!work_tensor.is_same(tensor)) tensor.copy_(work_tensor);
-                    return tensor;
-                  });
+                  std::move(finish));
   }
 
   CollectiveHandle broadcast_async(torch::Tensor tensor, int64_t root) override {
@@ -353,7 +375,7 @@ class ProcessGroupCommunicator : public Communicator {
     auto store = c10::make_intrusive<c10d::PrefixStore>("group_" + std::to_string(index), store_);
     return std::make_shared<ProcessGroupCommunicator>(me - ranks.begin(), static_cast<int64_t>(ranks.size()),
                                                       std::move(global), timeout(), backend_name_,
-                                                      std::move(store), device_, monitor_, false);
+                                                      std::move(store), device_, monitor_, false, inline_max_bytes_);
   }
 
   void report_failure(const std::string& message) override {
@@ -361,9 +383,36 @@ class ProcessGroupCommunicator : public Communicator {
   }
 
  private:
+  // A collective run to completion on this thread (Note [Inline all_reduce]): counted, numbered
+  // and reported like one on the process group; the handle it returns is already complete.
+  template <typename Run, typename Finish>
+  CollectiveHandle run_inline(CollectiveKind kind, const torch::Tensor& payload, const std::string& detail, Run&& run,
+                              Finish&& finish) {
+    auto state = begin(kind, payload, detail, std::forward<Finish>(finish));
+    try {
+      run();
+    } catch (const std::exception& e) {
+      throw collective_failure(*state, e);
+    }
+    return CollectiveHandle(std::move(state));
+  }
+
   template <typename Start, typename Finish>
   CollectiveHandle launch(CollectiveKind kind, const torch::Tensor& payload, const std::string& detail,
                           Start&& start, Finish&& finish) {
+    auto state = begin(kind, payload, detail, std::forward<Finish>(finish));
+    try {
+      state->work = start();
+    } catch (const std::exception& e) {
+      throw DistributedError(failure_message(*state, cause_of(e)));
+    }
+    return CollectiveHandle(std::move(state));
+  }
+
+  // Counts and numbers a collective about to start; the state says what it is in errors.
+  template <typename Finish>
+  std::shared_ptr<CollectiveHandle::State> begin(CollectiveKind kind, const torch::Tensor& payload,
+                                                 const std::string& detail, Finish&& finish) {
     const int64_t bytes = payload_bytes(payload);
     count(kind, bytes);
     auto state = std::make_shared<CollectiveHandle::State>();
@@ -378,12 +427,7 @@ class ProcessGroupCommunicator : public Communicator {
       if (is_root_) monitor_->set_progress(sequence_);
       state->diagnose = [monitor = monitor_, comparable] { return monitor->diagnose(comparable); };
     }
-    try {
-      state->work = start();
-    } catch (const std::exception& e) {
-      throw DistributedError(failure_message(*state, cause_of(e)));
-    }
-    return CollectiveHandle(std::move(state));
+    return state;
   }
 
   void check_tensor(const torch::Tensor& tensor, const char* what) const {
@@ -410,7 +454,9 @@ class ProcessGroupCommunicator : public Communicator {
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<PeerMonitor> monitor_;  // shared by the root communicator and its sub-groups
   bool is_root_;
+  int64_t inline_max_bytes_;
   c10::intrusive_ptr<compat::C10dBackend> process_group_;
+  std::unique_ptr<InlineGlooAllReduce> inline_;  // null: every collective on the process group
   int64_t next_group_ = 0;
   int64_t sequence_ = 0;
 };
@@ -488,7 +534,7 @@ std::shared_ptr<Communicator> Communicator::connect(const CommunicatorOptions& o
   for (int64_t r = 0; r < options.world_size; ++r) global_ranks[static_cast<size_t>(r)] = r;
   return std::make_shared<ProcessGroupCommunicator>(options.rank, options.world_size, std::move(global_ranks),
                                                     options.timeout, backend, std::move(store), std::move(device),
-                                                    std::move(monitor), true);
+                                                    std::move(monitor), true, options.inline_all_reduce_max_bytes);
 }
 
 }  // namespace volt

@@ -21,7 +21,8 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-TEST(CommunicatorFailureTest, StalledPeerHitsTheTimeout) {
+// Rank 1 connects, then never joins rank 0's all_reduce of `numel` floats.
+void expect_stalled_peer_hits_the_timeout(int64_t numel) {
   // The timeout also bounds the connect, which a loaded CI machine has been seen to need more
   // than 1.5 s for: 4 s keeps the connect safe and the test short.
   const auto timeout = std::chrono::milliseconds(4000);
@@ -34,7 +35,7 @@ TEST(CommunicatorFailureTest, StalledPeerHitsTheTimeout) {
       std::this_thread::sleep_for(std::chrono::milliseconds(9000));
       return;
     }
-    auto t = torch::ones({8});
+    auto t = torch::ones({numel});
     const auto start = Clock::now();
     try {
       c->all_reduce(t);
@@ -53,6 +54,14 @@ TEST(CommunicatorFailureTest, StalledPeerHitsTheTimeout) {
   EXPECT_NE(message.find("4000 ms"), std::string::npos) << message;
   EXPECT_NE(message.find("Rank 1 is alive but has started only 0 collective(s), not #1"), std::string::npos)
       << message;
+}
+
+// Small all_reduces run inline (Note [Inline all_reduce]), large ones on the process group:
+// both fail the same way.
+TEST(CommunicatorFailureTest, StalledPeerHitsTheTimeout) { expect_stalled_peer_hits_the_timeout(8); }
+
+TEST(CommunicatorFailureTest, StalledPeerHitsTheTimeoutOnTheProcessGroupPath) {
+  expect_stalled_peer_hits_the_timeout(512 * 1024);
 }
 
 TEST(CommunicatorFailureTest, PeerThatLeavesFailsTheOthersQuickly) {
@@ -89,6 +98,32 @@ TEST(CommunicatorFailureTest, PeerThatLeavesFailsTheOthersQuickly) {
   EXPECT_LE(failed_after, 6.0) << message;
   EXPECT_NE(message.find("all_reduce #2"), std::string::npos) << message;
   EXPECT_NE(message.find("Rank 2 sent no heartbeat"), std::string::npos) << message;
+}
+
+// Every survivor fails quickly, not only the ones connected to the leaver: a rank whose
+// collective failed closes its connections, so that a peer waiting for its part fails too
+// (without that, one survivor of a 400 KB ring all_reduce sometimes waited for the timeout).
+TEST(CommunicatorFailureTest, EverySurvivorOfALeaverFailsQuickly) {
+  for (int round = 0; round < 3; ++round) {
+    std::vector<double> failed_after(3, -1);
+    const auto start = Clock::now();
+    const auto errors = run_thread_ranks(3, [&](int64_t rank, int64_t port) {
+      auto c = Communicator::connect(loopback_options(rank, 3, port, std::chrono::seconds(60)));
+      c->barrier();
+      if (rank == 1) return;  // leaves: its connections close
+      auto t = torch::ones({100000});
+      try {
+        c->all_reduce(t);
+      } catch (const DistributedError&) {
+        failed_after[static_cast<size_t>(rank)] = seconds_since(start);
+      }
+    });
+    for (const size_t rank : {0, 2}) {
+      EXPECT_EQ(errors[rank], "");
+      EXPECT_GE(failed_after[rank], 0) << "round " << round << ": rank " << rank << " did not fail";
+      EXPECT_LE(failed_after[rank], 6.0) << "round " << round << ": rank " << rank;
+    }
+  }
 }
 
 TEST(CommunicatorFailureTest, ReportedFailureIsQuotedByThePeers) {
