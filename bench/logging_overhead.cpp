@@ -88,13 +88,7 @@ int main(int argc, char** argv) {
     flags.add_options()("repetitions", po::value(&repetitions)->default_value(repetitions), "interleaved rounds")
         ("steps", po::value(&steps)->default_value(steps), "optimizer steps per fit")
         ("help", "this text");
-    po::variables_map vm;
-    po::store(po::parse_command_line(argc, argv, flags), vm);
-    po::notify(vm);
-    if (vm.count("help")) {
-      std::cout << flags;
-      return;
-    }
+    if (!volt::bench::parse_flags(argc, argv, flags)) return;
     const int64_t threads = volt::configure_cpu_threads(1);
     auto generator = at::detail::createCPUGenerator(0);
     auto data = std::make_shared<volt::DataLoader>(

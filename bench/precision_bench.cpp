@@ -95,13 +95,7 @@ int main(int argc, char** argv) {
         ("warmup", po::value(&warmup)->default_value(warmup), "untimed steps at the start of each run")
         ("batch-size", po::value(&batch_size)->default_value(batch_size), "images per step")
         ("help", "this text");
-    po::variables_map vm;
-    po::store(po::parse_command_line(argc, argv, flags), vm);
-    po::notify(vm);
-    if (vm.count("help")) {
-      std::cout << flags;
-      return;
-    }
+    if (!volt::bench::parse_flags(argc, argv, flags)) return;
     volt::check<volt::ConfigurationError>(steps > warmup && warmup >= 1,
                                           "precision_bench: expected --steps > --warmup >= 1, got steps ", steps,
                                           ", warmup ", warmup);

@@ -161,13 +161,7 @@ int main(int argc, char** argv) {
         ("threads", po::value(&threads_flag)->default_value(threads_flag),
          "intra-op and BLAS threads for both sides (0: what the Trainer picks for one process)")
         ("help", "this text");
-    po::variables_map vm;
-    po::store(po::parse_command_line(argc, argv, flags), vm);
-    po::notify(vm);
-    if (vm.count("help")) {
-      std::cout << flags;
-      return;
-    }
+    if (!volt::bench::parse_flags(argc, argv, flags)) return;
     // The Trainer keeps freed memory in glibc's heap (malloc_tuning, on by default); this process
     // setting would otherwise carry over from the first volt run into the raw loop at a random point.
     // Both sides run under it from the start, so the table compares the training loops alone
