@@ -225,9 +225,6 @@ class ProcessGroupCommunicator : public Communicator {
     check_tensor(tensor, "all_reduce");
     check_mean(tensor, op, "all_reduce");
     auto work_tensor = tensor.is_contiguous() ? tensor : tensor.contiguous();
-    c10d::AllreduceOptions opts;
-    opts.reduceOp = to_c10d(op);
-    opts.timeout = timeout();
     auto finish = [tensor, work_tensor, op, n = size()]() mutable {
       if (op == ReduceOp::Mean) work_tensor.div_(static_cast<double>(n));
       if (!work_tensor.is_same(tensor)) tensor.copy_(work_tensor);
@@ -240,6 +237,9 @@ class ProcessGroupCommunicator : public Communicator {
     }
     return launch(CollectiveKind::AllReduce, work_tensor, detail,
                   [&] {
+                    c10d::AllreduceOptions opts;
+                    opts.reduceOp = to_c10d(op);
+                    opts.timeout = timeout();
                     std::vector<at::Tensor> tensors{work_tensor};
                     return process_group_->allreduce(tensors, opts);
                   },
