@@ -21,8 +21,8 @@
 
 #include "bench/bench_support.h"
 #include "fashion_mnist/classifier.h"
-#include "trainer/checkpoint/module_state.h"
-#include "trainer/checkpoint/weights.h"
+#include "checkpoint/module_state.h"
+#include "checkpoint/weights.h"
 
 namespace fs = std::filesystem;
 

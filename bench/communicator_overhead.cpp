@@ -5,7 +5,7 @@
 // sizes up to 1 MiB take volt's inline path (Note [Inline all_reduce]), larger ones the same
 // process group as the baseline, where only volt's bookkeeping differs.
 // This benchmark includes c10d itself, for the baseline; volt's own code reaches c10d only
-// through strategies/communicator.
+// through distributed/communicator.
 //
 //   build/bench/communicator_overhead [--rounds 7] [--iterations 200]
 #include <boost/program_options.hpp>
@@ -17,10 +17,10 @@
 #include <thread>
 
 #include "bench/bench_support.h"
-#include "strategies/communicator/c10d_compat.h"
-#include "strategies/communicator/communicator.h"
+#include "distributed/c10d_compat.h"
+#include "distributed/communicator.h"
 #include "trainer/run_main.h"
-#include "trainer/util/network.h"
+#include "distributed/network.h"
 
 namespace {
 

@@ -26,9 +26,9 @@
 
 #include "bench/bench_support.h"
 #include "strategies/ddp/reducer.h"
-#include "trainer/error.h"
+#include "core/error.h"
 #include "trainer/run_main.h"
-#include "trainer/util/network.h"
+#include "distributed/network.h"
 
 namespace po = boost::program_options;
 
@@ -144,7 +144,7 @@ int run_worker(int64_t rank, int64_t port, const Config& config, int steps, int 
   return 0;
 }
 
-// What volt's Trainer sets with mallopt at fit start (trainer/malloc_tuning.cpp), as glibc
+// What volt's Trainer sets with mallopt at fit start (core/malloc_tuning.cpp), as glibc
 // tunables, so that both sides' workers run with the same allocator (see --glibc-defaults).
 constexpr const char* kSameAllocatorForBoth =
     "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824";

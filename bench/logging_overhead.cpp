@@ -17,7 +17,7 @@
 #include <boost/program_options.hpp>
 
 #include "bench/bench_support.h"
-#include "trainer/cpu_threads.h"
+#include "core/cpu_threads.h"
 #include "trainer/run_main.h"
 #include "trainer/volt.h"
 

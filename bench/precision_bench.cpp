@@ -19,8 +19,8 @@
 
 #include "bench/bench_support.h"
 #include "fashion_mnist/classifier.h"
-#include "trainer/cpu_threads.h"
-#include "trainer/precision/mixed_precision.h"
+#include "core/cpu_threads.h"
+#include "precision/mixed_precision.h"
 #include "trainer/run_main.h"
 #include "trainer/volt.h"
 

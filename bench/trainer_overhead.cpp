@@ -25,8 +25,8 @@
 
 #include "bench/bench_support.h"
 #include "fashion_mnist/classifier.h"
-#include "trainer/cpu_threads.h"
-#include "trainer/malloc_tuning.h"
+#include "core/cpu_threads.h"
+#include "core/malloc_tuning.h"
 #include "trainer/run_main.h"
 #include "trainer/volt.h"
 

@@ -10,8 +10,8 @@
 
 #include <string>
 
-#include "trainer/data/batch.h"
-#include "trainer/state_dict.h"
+#include "data/batch.h"
+#include "core/state_dict.h"
 
 namespace volt {
 

@@ -1,6 +1,6 @@
 #pragma once
 #include "callbacks/callback.h"
-#include "trainer/registry/registry.h"
+#include "core/registry.h"
 
 namespace volt {
 

@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <regex>
 
-#include "trainer/error.h"
-#include "trainer/util/float_format.h"
+#include "core/error.h"
+#include "core/float_format.h"
 
 namespace volt {
 namespace {

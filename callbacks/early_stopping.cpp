@@ -4,7 +4,7 @@
 #include <iostream>
 #include <sstream>
 
-#include "trainer/error.h"
+#include "core/error.h"
 #include "trainer/trainer.h"
 
 namespace volt {

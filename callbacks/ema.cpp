@@ -1,6 +1,6 @@
 #include "callbacks/ema.h"
 
-#include "trainer/error.h"
+#include "core/error.h"
 #include "trainer/trainer.h"
 
 namespace volt {

@@ -2,7 +2,7 @@
 
 #include <sstream>
 
-#include "trainer/error.h"
+#include "core/error.h"
 #include "trainer/trainer.h"
 
 namespace volt {

@@ -3,7 +3,7 @@
 #include <set>
 
 #include "callbacks/type_name.h"
-#include "trainer/error.h"
+#include "core/error.h"
 #include "trainer/trainer.h"
 
 namespace volt {

@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "callbacks/checkpoint_filename.h"
-#include "trainer/error.h"
+#include "core/error.h"
 #include "trainer/trainer.h"
 
 namespace volt {

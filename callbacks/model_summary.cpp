@@ -5,7 +5,7 @@
 #include <sstream>
 #include <vector>
 
-#include "trainer/error.h"
+#include "core/error.h"
 #include "trainer/trainer.h"
 
 namespace volt {

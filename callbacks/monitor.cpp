@@ -3,7 +3,7 @@
 #include <cmath>
 #include <limits>
 
-#include "trainer/error.h"
+#include "core/error.h"
 #include "trainer/trainer.h"
 
 namespace volt {

@@ -3,7 +3,7 @@
 #include <iomanip>
 #include <iostream>
 
-#include "trainer/error.h"
+#include "core/error.h"
 #include "trainer/trainer.h"
 
 namespace volt {

@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "loggers/hparams_yaml.h"
-#include "trainer/error.h"
+#include "core/error.h"
 
 namespace volt {
 namespace {

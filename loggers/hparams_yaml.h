@@ -3,7 +3,7 @@
 // form any YAML 1.1 reader (PyYAML) reads back to the same types and values.
 #include <string>
 
-#include "trainer/hyperparameters.h"
+#include "core/hyperparameters.h"
 
 namespace volt {
 

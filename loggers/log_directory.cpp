@@ -3,7 +3,7 @@
 #include <filesystem>
 #include <regex>
 
-#include "trainer/error.h"
+#include "core/error.h"
 
 namespace fs = std::filesystem;
 

@@ -6,8 +6,8 @@
 #include <map>
 #include <string>
 
-#include "trainer/hyperparameters.h"
-#include "trainer/trainer_state.h"
+#include "core/hyperparameters.h"
+#include "core/run_stage.h"
 
 namespace torch::nn {
 class Module;

@@ -1,6 +1,6 @@
 #pragma once
 #include "loggers/logger.h"
-#include "trainer/registry/registry.h"
+#include "core/registry.h"
 
 namespace volt {
 

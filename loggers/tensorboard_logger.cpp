@@ -6,7 +6,7 @@
 
 #include "loggers/hparams_yaml.h"
 #include "loggers/tensorboard/summary_proto.h"
-#include "trainer/error.h"
+#include "core/error.h"
 
 namespace volt {
 

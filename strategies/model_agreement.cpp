@@ -3,7 +3,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "trainer/error.h"
+#include "core/error.h"
 
 namespace volt {
 namespace {

@@ -3,7 +3,7 @@
 // same order, with the same shapes and dtypes. Broadcasting rank 0's state into a different model
 // would fail deep inside c10d or, worse, silently misalign tensors; this check names the first
 // difference instead.
-#include "strategies/communicator/communicator.h"
+#include "distributed/communicator.h"
 #include "trainer/module.h"
 
 namespace volt {

@@ -1,8 +1,8 @@
 #include "strategies/parallel_strategy.h"
 
 #include "strategies/model_agreement.h"
-#include "strategies/process_group_setup.h"
-#include "trainer/error.h"
+#include "distributed/process_group_setup.h"
+#include "core/error.h"
 
 namespace volt {
 

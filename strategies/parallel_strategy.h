@@ -10,9 +10,9 @@
 // Not thread-safe (one Trainer, one thread), like every Strategy.
 #include <memory>
 
-#include "strategies/communicator/communicator.h"
+#include "distributed/communicator.h"
 #include "strategies/strategy.h"
-#include "trainer/cluster/cluster_environment.h"
+#include "distributed/cluster/cluster_environment.h"
 
 namespace volt {
 

@@ -1,6 +1,6 @@
 #include "strategies/strategy.h"
 
-#include "trainer/error.h"
+#include "core/error.h"
 
 namespace volt {
 

@@ -23,15 +23,15 @@
 #include <string>
 #include <vector>
 
-#include "strategies/reduce_op.h"
-#include "trainer/cluster/cluster_environment.h"
-#include "trainer/checkpoint/checkpoint_io.h"
-#include "trainer/checkpoint/optimizer_state.h"
+#include "distributed/reduce_op.h"
+#include "distributed/cluster/cluster_environment.h"
+#include "checkpoint/checkpoint_io.h"
+#include "checkpoint/optimizer_state.h"
 #include "trainer/module.h"
-#include "trainer/precision/precision.h"
-#include "trainer/scope_guard.h"
-#include "trainer/state_dict.h"
-#include "trainer/trainer_state.h"
+#include "precision/precision.h"
+#include "core/scope_guard.h"
+#include "core/state_dict.h"
+#include "core/run_stage.h"
 
 namespace volt {
 

@@ -8,9 +8,9 @@
 #include <exception>
 
 #include "strategies/strategy.h"
-#include "trainer/checkpoint/atomic_file.h"
-#include "trainer/checkpoint/module_state.h"
-#include "trainer/error.h"
+#include "checkpoint/atomic_file.h"
+#include "checkpoint/module_state.h"
+#include "core/error.h"
 
 namespace fs = std::filesystem;
 

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "trainer/error.h"
+#include "core/error.h"
 
 namespace volt {
 

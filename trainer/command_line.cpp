@@ -7,9 +7,9 @@
 #include "callbacks/callback_registry.h"
 #include "loggers/logger_registry.h"
 #include "strategies/strategy_registry.h"
-#include "trainer/cluster/cluster_environment.h"
-#include "trainer/precision/precision.h"
-#include "trainer/registry/option_spec.h"
+#include "distributed/cluster/cluster_environment.h"
+#include "precision/precision.h"
+#include "core/option_spec.h"
 #include "trainer/trainer_options.h"
 
 namespace po = boost::program_options;

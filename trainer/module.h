@@ -5,12 +5,12 @@
 
 #include <string>
 
-#include "trainer/data/batch.h"
-#include "trainer/error.h"
-#include "trainer/hyperparameters.h"
+#include "data/batch.h"
+#include "core/error.h"
+#include "core/hyperparameters.h"
 #include "trainer/metrics/log_options.h"
 #include "trainer/optim/optimizer_config.h"
-#include "trainer/state_dict.h"
+#include "core/state_dict.h"
 
 namespace volt {
 

@@ -2,8 +2,8 @@
 
 #include <iostream>
 
-#include "trainer/cluster/process_launcher.h"
-#include "trainer/error.h"
+#include "distributed/process_launcher.h"
+#include "core/error.h"
 #include "trainer/trainer_options.h"
 
 namespace volt {

@@ -10,14 +10,14 @@
 #include "loggers/console_logger.h"
 #include "loggers/logger_registry.h"
 #include "strategies/strategy_registry.h"
-#include "trainer/checkpoint/checkpoint_connector.h"
-#include "trainer/checkpoint/last_checkpoint.h"
+#include "trainer/checkpoint_connector.h"
+#include "checkpoint/last_checkpoint.h"
 #include "trainer/loops/evaluation_loop.h"
 #include "trainer/loops/fit_loop.h"
-#include "trainer/compat.h"
-#include "trainer/cpu_threads.h"
-#include "trainer/malloc_tuning.h"
-#include "trainer/reproducibility.h"
+#include "core/compat.h"
+#include "core/cpu_threads.h"
+#include "core/malloc_tuning.h"
+#include "core/reproducibility.h"
 
 namespace volt {
 namespace {

@@ -18,11 +18,11 @@
 #include "callbacks/callback.h"
 #include "loggers/logger.h"
 #include "strategies/strategy.h"
-#include "trainer/data/data_module.h"
+#include "data/data_module.h"
 #include "trainer/metrics/metric_collector.h"
 #include "trainer/module.h"
 #include "trainer/trainer_options.h"
-#include "trainer/trainer_state.h"
+#include "core/run_stage.h"
 
 namespace volt {
 

@@ -2,8 +2,8 @@
 
 #include <regex>
 
-#include "trainer/cluster/cluster_environment.h"
-#include "trainer/precision/precision.h"
+#include "distributed/cluster/cluster_environment.h"
+#include "precision/precision.h"
 
 namespace volt {
 

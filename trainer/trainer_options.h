@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "trainer/batch_limit.h"
-#include "trainer/error.h"
+#include "core/error.h"
 
 namespace boost::program_options {
 class options_description;

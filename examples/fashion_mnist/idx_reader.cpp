@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <memory>
 
-#include "trainer/error.h"
+#include "core/error.h"
 
 namespace fashion_mnist {
 namespace {

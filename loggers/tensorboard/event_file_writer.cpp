@@ -10,8 +10,8 @@
 #include <filesystem>
 
 #include "loggers/tensorboard/summary_proto.h"
-#include "trainer/error.h"
-#include "trainer/util/crc32c.h"
+#include "core/error.h"
+#include "core/crc32c.h"
 
 namespace volt::tensorboard {
 namespace {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "trainer/hyperparameters.h"
+#include "core/hyperparameters.h"
 
 namespace volt::tensorboard {
 

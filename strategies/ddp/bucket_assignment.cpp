@@ -4,7 +4,7 @@
 #include <numeric>
 #include <tuple>
 
-#include "trainer/error.h"
+#include "core/error.h"
 
 namespace volt::ddp {
 

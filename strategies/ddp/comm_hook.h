@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "strategies/communicator/communicator.h"
+#include "distributed/communicator.h"
 
 namespace volt::ddp {
 

@@ -1,7 +1,7 @@
 #include "strategies/ddp/ddp_strategy.h"
 
-#include "trainer/error.h"
-#include "trainer/registry/registry.h"
+#include "core/error.h"
+#include "core/registry.h"
 
 namespace volt {
 

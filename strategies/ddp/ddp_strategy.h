@@ -13,8 +13,8 @@
 #include "strategies/ddp/comm_hook.h"
 #include "strategies/ddp/reducer.h"
 #include "strategies/parallel_strategy.h"
-#include "trainer/registry/option_spec.h"
-#include "trainer/registry/registry.h"
+#include "core/option_spec.h"
+#include "core/registry.h"
 
 namespace volt {
 

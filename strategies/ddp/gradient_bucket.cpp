@@ -1,6 +1,6 @@
 #include "strategies/ddp/gradient_bucket.h"
 
-#include "trainer/error.h"
+#include "core/error.h"
 
 namespace volt::ddp {
 

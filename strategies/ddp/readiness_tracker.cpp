@@ -1,6 +1,6 @@
 #include "strategies/ddp/readiness_tracker.h"
 
-#include "trainer/error.h"
+#include "core/error.h"
 
 namespace volt::ddp {
 

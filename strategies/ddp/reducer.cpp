@@ -4,8 +4,8 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include "strategies/ddp/unused_parameters.h"
-#include "trainer/compat.h"
-#include "trainer/error.h"
+#include "core/compat.h"
+#include "core/error.h"
 
 namespace volt::ddp {
 

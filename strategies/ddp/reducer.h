@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "strategies/communicator/communicator.h"
+#include "distributed/communicator.h"
 #include "strategies/ddp/bucket_assignment.h"
 #include "strategies/ddp/comm_hook.h"
 #include "strategies/ddp/gradient_bucket.h"

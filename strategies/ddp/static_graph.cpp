@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "trainer/error.h"
+#include "core/error.h"
 
 namespace volt::ddp {
 

@@ -5,8 +5,8 @@
 
 #include <cmath>
 
-#include "trainer/error.h"
-#include "trainer/util/float_format.h"
+#include "core/error.h"
+#include "core/float_format.h"
 
 namespace volt {
 namespace {

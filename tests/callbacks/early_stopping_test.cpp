@@ -6,7 +6,7 @@
 
 #include "tests/support/test_doubles.h"
 #include "tests/support/test_support.h"
-#include "trainer/checkpoint/checkpoint_io.h"
+#include "checkpoint/checkpoint_io.h"
 
 namespace volt::testing {
 namespace {

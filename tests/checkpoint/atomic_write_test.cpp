@@ -11,8 +11,8 @@
 #include <thread>
 
 #include "tests/checkpoint/checkpoint_test_support.h"
-#include "trainer/checkpoint/checkpoint_io.h"
-#include "trainer/error.h"
+#include "checkpoint/checkpoint_io.h"
+#include "core/error.h"
 
 namespace volt::testing {
 namespace {

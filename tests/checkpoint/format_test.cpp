@@ -7,9 +7,9 @@
 #include <iterator>
 
 #include "tests/support/test_support.h"
-#include "trainer/checkpoint/checkpoint_format.h"
-#include "trainer/checkpoint/checkpoint_io.h"
-#include "trainer/error.h"
+#include "checkpoint/checkpoint_format.h"
+#include "checkpoint/checkpoint_io.h"
+#include "core/error.h"
 
 namespace volt::testing {
 namespace {

@@ -4,9 +4,9 @@
 #include <gtest/gtest.h>
 
 #include "tests/support/test_support.h"
-#include "trainer/checkpoint/checkpoint_io.h"
-#include "trainer/checkpoint/optimizer_state.h"
-#include "trainer/error.h"
+#include "checkpoint/checkpoint_io.h"
+#include "checkpoint/optimizer_state.h"
+#include "core/error.h"
 
 namespace volt::testing {
 namespace {

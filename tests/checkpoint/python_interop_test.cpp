@@ -11,7 +11,7 @@
 #include "fashion_mnist/classifier.h"
 #include "tests/support/regression_problem.h"
 #include "tests/support/test_support.h"
-#include "trainer/checkpoint/module_state.h"
+#include "checkpoint/module_state.h"
 
 namespace volt::testing {
 namespace {

@@ -7,7 +7,7 @@
 
 #include "strategies/single_device_strategy.h"
 #include "tests/checkpoint/checkpoint_test_support.h"
-#include "trainer/checkpoint/rank_gather.h"
+#include "strategies/rank_gather.h"
 
 namespace volt::testing {
 namespace {

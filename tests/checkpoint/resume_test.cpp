@@ -4,8 +4,8 @@
 #include <optional>
 
 #include "tests/checkpoint/checkpoint_test_support.h"
-#include "trainer/checkpoint/checkpoint_io.h"
-#include "trainer/precision/mixed_precision.h"
+#include "checkpoint/checkpoint_io.h"
+#include "precision/mixed_precision.h"
 
 namespace volt::testing {
 namespace {

@@ -4,8 +4,8 @@
 
 #include "fashion_mnist/classifier.h"
 #include "tests/support/test_support.h"
-#include "trainer/checkpoint/checkpoint_io.h"
-#include "trainer/checkpoint/module_state.h"
+#include "checkpoint/checkpoint_io.h"
+#include "checkpoint/module_state.h"
 
 namespace volt::testing {
 namespace {

@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "strategies/ddp/bucket_assignment.h"
-#include "trainer/error.h"
+#include "core/error.h"
 
 namespace volt::ddp {
 namespace {

@@ -5,7 +5,7 @@
 #include "strategies/model_agreement.h"
 #include "strategies/strategy_registry.h"
 #include "tests/distributed/thread_ranks.h"
-#include "trainer/error.h"
+#include "core/error.h"
 
 namespace volt {
 namespace {

@@ -10,7 +10,7 @@
 
 #include "strategies/ddp/reducer.h"
 #include "tests/distributed/thread_ranks.h"
-#include "trainer/error.h"
+#include "core/error.h"
 
 namespace volt::ddp {
 namespace {

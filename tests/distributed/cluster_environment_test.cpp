@@ -1,9 +1,9 @@
 // Environment parsing for every cluster type, from variable maps.
 #include <gtest/gtest.h>
 
-#include "trainer/cluster/environments.h"
-#include "trainer/cluster/process_launcher.h"
-#include "trainer/error.h"
+#include "distributed/cluster/environments.h"
+#include "distributed/process_launcher.h"
+#include "core/error.h"
 
 namespace volt {
 namespace {

@@ -5,10 +5,10 @@
 #include <latch>
 #include <thread>
 
-#include "strategies/communicator/communicator.h"
+#include "distributed/communicator.h"
 #include "tests/distributed/thread_ranks.h"
-#include "trainer/error.h"
-#include "trainer/util/network.h"
+#include "core/error.h"
+#include "distributed/network.h"
 
 namespace volt {
 namespace {

@@ -9,7 +9,7 @@
 #include <regex>
 
 #include "tests/support/test_support.h"
-#include "trainer/util/network.h"
+#include "distributed/network.h"
 
 namespace volt {
 namespace {

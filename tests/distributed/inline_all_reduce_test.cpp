@@ -6,9 +6,9 @@
 #include <atomic>
 #include <thread>
 
-#include "strategies/communicator/communicator.h"
+#include "distributed/communicator.h"
 #include "tests/distributed/thread_ranks.h"
-#include "trainer/error.h"
+#include "core/error.h"
 
 namespace volt {
 namespace {

@@ -10,7 +10,7 @@
 #include <set>
 
 #include "tests/support/test_support.h"
-#include "trainer/util/network.h"
+#include "distributed/network.h"
 
 namespace volt {
 namespace {

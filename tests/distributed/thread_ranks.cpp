@@ -4,7 +4,7 @@
 
 #include <thread>
 
-#include "trainer/util/network.h"
+#include "distributed/network.h"
 
 namespace volt::testing {
 

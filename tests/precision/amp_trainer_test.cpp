@@ -12,7 +12,7 @@
 #include "strategies/single_device_strategy.h"
 #include "tests/support/regression_problem.h"
 #include "tests/support/test_support.h"
-#include "trainer/precision/mixed_precision.h"
+#include "precision/mixed_precision.h"
 
 namespace volt::testing {
 namespace {

@@ -9,9 +9,9 @@
 #include <limits>
 #include <set>
 
-#include "trainer/error.h"
-#include "trainer/precision/amp_unscale.h"
-#include "trainer/precision/grad_scaler.h"
+#include "core/error.h"
+#include "precision/amp_unscale.h"
+#include "precision/grad_scaler.h"
 
 namespace volt::testing {
 namespace {

@@ -2,11 +2,11 @@
 // batch and the forward, and the errors for precisions a device cannot run.
 #include <gtest/gtest.h>
 
-#include "trainer/compat.h"
-#include "trainer/error.h"
-#include "trainer/precision/autocast.h"
-#include "trainer/precision/mixed_precision.h"
-#include "trainer/precision/true_precision.h"
+#include "core/compat.h"
+#include "core/error.h"
+#include "precision/autocast.h"
+#include "precision/mixed_precision.h"
+#include "precision/true_precision.h"
 
 namespace volt::testing {
 namespace {

@@ -6,7 +6,7 @@
 #include "strategies/strategy_registry.h"
 #include "tests/support/regression_problem.h"
 #include "tests/support/test_support.h"
-#include "trainer/registry/registry.h"
+#include "core/registry.h"
 
 namespace volt {
 namespace {

@@ -7,8 +7,8 @@
 #include <sstream>
 
 #include "tests/support/test_support.h"
-#include "trainer/data/data_loader.h"
-#include "trainer/data/sampler.h"
+#include "data/data_loader.h"
+#include "data/sampler.h"
 
 namespace volt {
 namespace {

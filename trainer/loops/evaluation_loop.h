@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "trainer/data/data_loader.h"
-#include "trainer/trainer_state.h"
+#include "data/data_loader.h"
+#include "core/run_stage.h"
 
 namespace volt {
 

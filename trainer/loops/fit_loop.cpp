@@ -1,6 +1,6 @@
 #include "trainer/loops/fit_loop.h"
 
-#include "trainer/checkpoint/rng_state.h"
+#include "checkpoint/rng_state.h"
 #include "trainer/loops/accumulation_window.h"
 #include "trainer/loops/evaluation_loop.h"
 #include "trainer/trainer.h"

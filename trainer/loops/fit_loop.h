@@ -1,7 +1,7 @@
 #pragma once
 #include <memory>
 
-#include "trainer/data/data_loader.h"
+#include "data/data_loader.h"
 
 namespace volt {
 

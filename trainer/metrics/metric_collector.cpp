@@ -1,6 +1,6 @@
 #include "trainer/metrics/metric_collector.h"
 
-#include "trainer/error.h"
+#include "core/error.h"
 
 namespace volt {
 namespace {

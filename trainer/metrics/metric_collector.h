@@ -12,10 +12,10 @@
 #include <map>
 #include <string>
 
-#include "strategies/reduce_op.h"
+#include "distributed/reduce_op.h"
 #include "trainer/metrics/log_options.h"
-#include "trainer/state_dict.h"
-#include "trainer/trainer_state.h"
+#include "core/state_dict.h"
+#include "core/run_stage.h"
 
 namespace volt {
 

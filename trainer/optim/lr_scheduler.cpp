@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "trainer/error.h"
+#include "core/error.h"
 
 namespace volt {
 

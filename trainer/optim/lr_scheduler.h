@@ -7,7 +7,7 @@
 #include <functional>
 #include <vector>
 
-#include "trainer/state_dict.h"
+#include "core/state_dict.h"
 
 namespace volt {
 

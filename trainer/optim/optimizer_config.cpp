@@ -2,7 +2,7 @@
 
 #include <set>
 
-#include "trainer/error.h"
+#include "core/error.h"
 
 namespace volt {
 

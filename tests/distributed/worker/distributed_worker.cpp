@@ -26,13 +26,13 @@
 #include <thread>
 
 #include "strategies/parallel_strategy.h"
-#include "strategies/process_group_setup.h"
+#include "distributed/process_group_setup.h"
 #include "strategies/strategy_registry.h"
 #include "tests/support/regression_problem.h"
 #include "callbacks/callback.h"
-#include "trainer/cluster/cluster_environment.h"
-#include "trainer/error.h"
-#include "trainer/reproducibility.h"
+#include "distributed/cluster/cluster_environment.h"
+#include "core/error.h"
+#include "core/reproducibility.h"
 #include "trainer/run_main.h"
 #include "trainer/trainer_options.h"
 

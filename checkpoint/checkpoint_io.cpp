@@ -1,0 +1,81 @@
+#include "checkpoint/checkpoint_io.h"
+
+#include <caffe2/serialize/read_adapter_interface.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "checkpoint/atomic_file.h"
+#include "checkpoint/checkpoint_format.h"
+#include "core/error.h"
+
+namespace fs = std::filesystem;
+
+namespace volt {
+namespace {
+
+// Random access to a file for LibTorch's zip reader. Reads past the end return fewer bytes (the
+// reader reports them as a damaged archive) rather than failing in the adapter.
+class FileReadAdapter : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit FileReadAdapter(const fs::path& path) : path_(path) {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    check<CheckpointError>(fd_ >= 0, "checkpoint: cannot open '", path.string(), "': ", std::strerror(errno));
+    const off_t end = ::lseek(fd_, 0, SEEK_END);
+    size_ = end < 0 ? 0 : static_cast<size_t>(end);
+  }
+  ~FileReadAdapter() override { ::close(fd_); }
+  size_t size() const override { return size_; }
+  size_t read(uint64_t pos, void* buf, size_t n, const char* what) const override {
+    size_t done = 0;
+    while (done < n) {
+      const ssize_t got = ::pread(fd_, static_cast<char*>(buf) + done, n - done, static_cast<off_t>(pos + done));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) break;
+      done += static_cast<size_t>(got);
+    }
+    return done;
+  }
+
+ private:
+  fs::path path_;
+  int fd_ = -1;
+  size_t size_ = 0;
+};
+
+}  // namespace
+
+StateDict read_checkpoint_file(const fs::path& path, bool require_integrity) {
+  std::error_code error;
+  const auto status = fs::status(path, error);
+  check<CheckpointError>(fs::exists(status), "checkpoint: no file at '", path.string(),
+                         "'; check the path (or pass 'last' to resume from the newest checkpoint)");
+  check<CheckpointError>(!fs::is_directory(status), "checkpoint: '", path.string(),
+                         "' is a directory; expected a checkpoint file");
+  return read_checkpoint_archive(std::make_shared<FileReadAdapter>(path), "checkpoint '" + path.string() + "'",
+                                 require_integrity);
+}
+
+void CheckpointIO::save(const StateDict& checkpoint, const fs::path& path) {
+  AtomicFileWriter file(path);
+  try {
+    write_checkpoint_archive(checkpoint, [&](const void* data, size_t size) { return file.write(data, size); });
+  } catch (const CheckpointError&) {
+    if (file.failed()) file.commit();  // throws with the system's reason, e.g. "No space left on device"
+    throw;  // the temporary file is removed; `path` is untouched
+  }
+  file.commit();
+}
+
+StateDict CheckpointIO::load(const fs::path& path) { return read_checkpoint_file(path); }
+
+void CheckpointIO::remove(const fs::path& path) {
+  std::error_code error;
+  const auto removed = fs::remove_all(path, error);
+  check<CheckpointError>(!error, "checkpoint: cannot remove '", path.string(), "': ", error.message());
+  if (removed > 0) sync_directory(path.has_parent_path() ? path.parent_path() : fs::path("."));
+}
+
+}  // namespace volt

@@ -1,0 +1,32 @@
+#pragma once
+// An optimizer's state in PyTorch's layout, so that torch.optim.<Same>(params).load_state_dict()
+// reads what volt wrote (and volt resumes bit for bit from it):
+//   {"state":        {index: {"step": tensor(float64), "exp_avg": tensor, ...}},
+//    "param_groups": [{"lr": ..., "betas": (b1, b2), ..., "params": [index, ...]}],
+//    "volt_optimizer": "Adam"}
+// Parameters are numbered 0, 1, ... across the groups in order; a parameter without state (not
+// stepped yet) has no entry. SGD, Adam, AdamW, RMSprop and Adagrad are stored this way; any other
+// optimizer as LibTorch's own serialization (bytes under "libtorch_archive"), which volt restores
+// but Python cannot read.
+#include <torch/torch.h>
+
+#include <functional>
+#include <string>
+
+#include "core/state_dict.h"
+
+namespace volt {
+
+StateDict optimizer_state_dict(const torch::optim::Optimizer& optimizer);
+
+// Names a parameter in error messages (e.g. by the module's parameter names); may be empty.
+using ParameterNamer = std::function<std::string(const torch::Tensor&)>;
+
+// Replaces the optimizer's state and its groups' options (lr, betas, ...) with `state`, moving
+// tensors to each parameter's device and dtype. Throws CheckpointError when the optimizer type,
+// the number of groups or of parameters per group, or a state tensor's shape does not match.
+// `what` names the optimizer in messages (e.g. "optimizer 0").
+void load_optimizer_state_dict(torch::optim::Optimizer& optimizer, const StateDict& state,
+                               const std::string& what, const ParameterNamer& name_of = {});
+
+}  // namespace volt

@@ -1,0 +1,185 @@
+#include "core/option_spec.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace volt {
+namespace {
+
+std::string trim(const std::string& s) {
+  const auto begin = s.find_first_not_of(" \t");
+  if (begin == std::string::npos) return "";
+  const auto end = s.find_last_not_of(" \t");
+  return s.substr(begin, end - begin + 1);
+}
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+bool parse_bool(const std::string& text, bool* out) {
+  const auto v = lower(text);
+  if (v == "true" || v == "1" || v == "yes" || v == "on") return *out = true, true;
+  if (v == "false" || v == "0" || v == "no" || v == "off") return *out = false, true;
+  return false;
+}
+
+bool parse_double(const std::string& text, double* out) {
+  if (text.empty()) return false;
+  std::istringstream in(text);
+  in >> *out;
+  return !in.fail() && in.eof();
+}
+
+bool parse_int(const std::string& text, int64_t* out) {
+  double value = 0;
+  if (!parse_double(text, &value) || !std::isfinite(value) || std::floor(value) != value ||
+      std::abs(value) > 9.0e18) {
+    return false;
+  }
+  *out = static_cast<int64_t>(value);
+  return true;
+}
+
+bool value_parses(OptionType type, const std::string& text) {
+  bool b;
+  int64_t i;
+  double d;
+  switch (type) {
+    case OptionType::Bool: return parse_bool(text, &b);
+    case OptionType::Int: return parse_int(text, &i);
+    case OptionType::Double: return parse_double(text, &d);
+    case OptionType::String: return true;
+  }
+  return false;
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+std::string to_string(OptionType type) {
+  switch (type) {
+    case OptionType::Bool: return "bool";
+    case OptionType::Int: return "int";
+    case OptionType::Double: return "float";
+    case OptionType::String: return "string";
+  }
+  return "?";
+}
+
+std::string closest_match(const std::string& word, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_distance = std::string::npos;
+  for (const auto& candidate : candidates) {
+    const size_t d = edit_distance(lower(word), lower(candidate));
+    if (d < best_distance) best_distance = d, best = candidate;
+  }
+  // Beyond about half the word's length a "suggestion" is noise.
+  return best_distance <= std::max<size_t>(2, word.size() / 2) ? best : "";
+}
+
+NamedSpec parse_named_spec(const std::string& text, const std::string& what) {
+  NamedSpec spec;
+  const auto colon = text.find(':');
+  spec.name = trim(text.substr(0, colon));
+  check<ConfigurationError>(!spec.name.empty(), what, ": expected 'name' or 'name:key=value,...', got '",
+                            text, "'");
+  if (colon == std::string::npos) return spec;
+  std::istringstream pairs(text.substr(colon + 1));
+  std::string pair;
+  while (std::getline(pairs, pair, ',')) {
+    if (trim(pair).empty()) continue;
+    const auto eq = pair.find('=');
+    check<ConfigurationError>(eq != std::string::npos && !trim(pair.substr(0, eq)).empty(), what,
+                              ": expected key=value in '", text, "', got '", trim(pair), "'");
+    const auto key = trim(pair.substr(0, eq));
+    check<ConfigurationError>(!spec.values.count(key), what, ": key '", key, "' is given twice in '",
+                              text, "'");
+    spec.values[key] = trim(pair.substr(eq + 1));
+  }
+  return spec;
+}
+
+OptionValues::OptionValues(std::string owner, const std::vector<OptionSpec>& specs,
+                           const std::map<std::string, std::string>& given)
+    : owner_(std::move(owner)) {
+  std::vector<std::string> keys;
+  for (const auto& spec : specs) {
+    keys.push_back(spec.key);
+    values_[spec.key] = {spec.type, spec.default_value};
+    set_[spec.key] = false;
+  }
+  for (const auto& [key, text] : given) {
+    auto found = values_.find(key);
+    if (found == values_.end()) {
+      std::string valid;
+      for (const auto& k : keys) valid += (valid.empty() ? "" : ", ") + k;
+      const auto suggestion = closest_match(key, keys);
+      throw ConfigurationError(owner_ + ": unknown option '" + key + "'" +
+                               (suggestion.empty() ? "" : "; did you mean '" + suggestion + "'?") +
+                               " Valid options: " + (valid.empty() ? "(none)" : valid));
+    }
+    check<ConfigurationError>(value_parses(found->second.first, text), owner_, ": option '", key,
+                              "' expects a ", to_string(found->second.first), ", got '", text, "'");
+    found->second.second = text;
+    set_[key] = true;
+  }
+}
+
+const std::string& OptionValues::raw(const std::string& key, OptionType expected) const {
+  auto found = values_.find(key);
+  VOLT_INTERNAL_ASSERT(found != values_.end(), owner_, " reads undeclared option '", key, "'");
+  VOLT_INTERNAL_ASSERT(found->second.first == expected, owner_, " reads option '", key, "' as ",
+                       to_string(expected), " but declared it ", to_string(found->second.first));
+  return found->second.second;
+}
+
+bool OptionValues::get_bool(const std::string& key) const {
+  bool value = false;
+  check<ConfigurationError>(parse_bool(raw(key, OptionType::Bool), &value), owner_, ": option '",
+                            key, "' has no valid default");
+  return value;
+}
+
+int64_t OptionValues::get_int(const std::string& key) const {
+  int64_t value = 0;
+  check<ConfigurationError>(parse_int(raw(key, OptionType::Int), &value), owner_, ": option '", key,
+                            "' has no valid default");
+  return value;
+}
+
+double OptionValues::get_double(const std::string& key) const {
+  double value = 0;
+  check<ConfigurationError>(parse_double(raw(key, OptionType::Double), &value), owner_,
+                            ": option '", key, "' has no valid default");
+  return value;
+}
+
+const std::string& OptionValues::get_string(const std::string& key) const {
+  return raw(key, OptionType::String);
+}
+
+bool OptionValues::was_set(const std::string& key) const {
+  auto found = set_.find(key);
+  return found != set_.end() && found->second;
+}
+
+}  // namespace volt

@@ -1,0 +1,78 @@
+#include "data/dataset.h"
+
+#include <numeric>
+
+#include "core/error.h"
+
+namespace volt {
+namespace {
+
+torch::Tensor index_tensor(const std::vector<int64_t>& indices) {
+  return torch::from_blob(const_cast<int64_t*>(indices.data()),
+                          {static_cast<int64_t>(indices.size())}, torch::kLong);
+}
+
+}  // namespace
+
+TensorDataset::TensorDataset(torch::Tensor input, torch::Tensor target,
+                             std::map<std::string, torch::Tensor> extras)
+    : data_{std::move(input), std::move(target), std::move(extras)} {
+  const int64_t n = data_.size();
+  auto check_rows = [n](const torch::Tensor& t, const std::string& name) {
+    check<DataError>(!t.defined() || (t.dim() > 0 && t.size(0) == n), "TensorDataset: expected '",
+                     name, "' to have ", n, " rows like the input, got shape ",
+                     t.defined() ? t.sizes() : torch::IntArrayRef{});
+  };
+  check_rows(data_.target, "target");
+  for (const auto& [key, value] : data_.extras) check_rows(value, key);
+}
+
+int64_t TensorDataset::size() const { return data_.size(); }
+
+Batch TensorDataset::get_batch(const std::vector<int64_t>& indices) const {
+  const auto index = index_tensor(indices);
+  auto select = [&](const torch::Tensor& t) {
+    return t.defined() ? t.index_select(0, index) : t;
+  };
+  Batch batch{select(data_.input), select(data_.target), {}};
+  for (const auto& [key, value] : data_.extras) batch.extras.emplace(key, select(value));
+  return batch;
+}
+
+SubsetDataset::SubsetDataset(std::shared_ptr<const Dataset> base, std::vector<int64_t> indices)
+    : base_(std::move(base)), indices_(std::move(indices)) {
+  for (int64_t index : indices_) {
+    check<DataError>(index >= 0 && index < base_->size(), "SubsetDataset: index ", index,
+                     " is outside the base dataset of size ", base_->size());
+  }
+}
+
+int64_t SubsetDataset::size() const { return static_cast<int64_t>(indices_.size()); }
+
+Batch SubsetDataset::get_batch(const std::vector<int64_t>& indices) const {
+  std::vector<int64_t> mapped;
+  mapped.reserve(indices.size());
+  for (int64_t index : indices) mapped.push_back(indices_.at(static_cast<size_t>(index)));
+  return base_->get_batch(mapped);
+}
+
+std::vector<std::shared_ptr<const Dataset>> random_split(std::shared_ptr<const Dataset> dataset,
+                                                         const std::vector<int64_t>& lengths,
+                                                         uint64_t seed) {
+  const int64_t total = std::accumulate(lengths.begin(), lengths.end(), int64_t{0});
+  check<ConfigurationError>(total == dataset->size(), "random_split: expected lengths summing to ",
+                            dataset->size(), ", got ", total);
+  auto generator = at::detail::createCPUGenerator(seed);
+  auto permutation = torch::randperm(total, generator, torch::kLong);
+  const int64_t* order = permutation.data_ptr<int64_t>();
+  std::vector<std::shared_ptr<const Dataset>> parts;
+  int64_t offset = 0;
+  for (int64_t length : lengths) {
+    parts.push_back(std::make_shared<SubsetDataset>(
+        dataset, std::vector<int64_t>(order + offset, order + offset + length)));
+    offset += length;
+  }
+  return parts;
+}
+
+}  // namespace volt

@@ -1,0 +1,78 @@
+#include "distributed/cluster/cluster_environment.h"
+
+#include "distributed/cluster/environments.h"
+#include "core/error.h"
+#include "core/option_spec.h"
+
+extern char** environ;
+
+namespace volt {
+
+EnvironmentVariables current_environment() {
+  EnvironmentVariables variables;
+  for (char** entry = environ; entry && *entry; ++entry) {
+    const std::string text(*entry);
+    const auto eq = text.find('=');
+    if (eq != std::string::npos) variables[text.substr(0, eq)] = text.substr(eq + 1);
+  }
+  return variables;
+}
+
+void ClusterEnvironment::set_topology(const ProcessTopology& t) {
+  const std::string who = name() + " environment";
+  check<ConfigurationError>(t.world_size >= 1, who, ": expected a world size >= 1, got ", t.world_size);
+  check<ConfigurationError>(t.global_rank >= 0 && t.global_rank < t.world_size, who, ": expected a rank in [0, ",
+                            t.world_size, "), got ", t.global_rank);
+  check<ConfigurationError>(t.local_world_size >= 1 && t.local_world_size <= t.world_size, who,
+                            ": expected between 1 and ", t.world_size, " processes per node, got ",
+                            t.local_world_size);
+  check<ConfigurationError>(t.local_rank >= 0 && t.local_rank < t.local_world_size, who,
+                            ": expected a local rank in [0, ", t.local_world_size, "), got ", t.local_rank);
+  check<ConfigurationError>(t.num_nodes >= 1 && t.node_rank >= 0 && t.node_rank < t.num_nodes, who,
+                            ": expected a node rank in [0, ", t.num_nodes, "), got ", t.node_rank);
+  check<ConfigurationError>(t.world_size == t.local_world_size * t.num_nodes, who, ": expected ", t.num_nodes,
+                            " node(s) × ", t.local_world_size, " processes = ", t.num_nodes * t.local_world_size,
+                            " ranks, got a world size of ", t.world_size,
+                            "; volt needs the same number of processes on every node");
+  topology_ = t;
+}
+
+void ClusterEnvironment::set_rendezvous(std::string master_addr, int64_t master_port) {
+  const std::string who = name() + " environment";
+  check<ConfigurationError>(!master_addr.empty(), who, ": expected a master address, got ''");
+  check<ConfigurationError>(master_port >= 1 && master_port <= 65535, who,
+                            ": expected a master port in [1, 65535], got ", master_port);
+  master_addr_ = std::move(master_addr);
+  master_port_ = master_port;
+}
+
+const std::vector<std::string>& cluster_environment_names() {
+  static const std::vector<std::string> names{"auto", "torchelastic", "slurm", "mpi", "volt"};
+  return names;
+}
+
+std::shared_ptr<ClusterEnvironment> make_cluster_environment(const std::string& name,
+                                                             const EnvironmentVariables& variables,
+                                                             const ClusterRequest& request) {
+  if (name == "auto") {
+    // A child of volt's launcher is unambiguous (it may inherit, say, SLURM's variables from its
+    // parent, which volt's launcher started under srun). Otherwise: the order.
+    if (VoltEnvironment::is_launched_child(variables)) return std::make_shared<VoltEnvironment>(variables, request);
+    if (TorchElasticEnvironment::detect(variables)) return std::make_shared<TorchElasticEnvironment>(variables, request);
+    if (SLURMEnvironment::detect(variables)) return std::make_shared<SLURMEnvironment>(variables, request);
+    if (MPIEnvironment::detect(variables)) return std::make_shared<MPIEnvironment>(variables, request);
+    return std::make_shared<VoltEnvironment>(variables, request);
+  }
+  if (name == "torchelastic") return std::make_shared<TorchElasticEnvironment>(variables, request);
+  if (name == "slurm") return std::make_shared<SLURMEnvironment>(variables, request);
+  if (name == "mpi") return std::make_shared<MPIEnvironment>(variables, request);
+  if (name == "volt") return std::make_shared<VoltEnvironment>(variables, request);
+  const auto& names = cluster_environment_names();
+  std::string valid;
+  for (const auto& n : names) valid += (valid.empty() ? "" : ", ") + n;
+  const auto suggestion = closest_match(name, names);
+  throw ConfigurationError("--cluster-environment: unknown environment '" + name + "'" +
+                           (suggestion.empty() ? "" : "; did you mean '" + suggestion + "'?") + " Valid: " + valid);
+}
+
+}  // namespace volt

@@ -1,0 +1,96 @@
+// The backend-independent half of Communicator: options, the blocking forms of the collectives,
+// node groups and counters. The c10d half is process_group_communicator.cpp.
+#include "distributed/communicator.h"
+
+#include <set>
+
+#include "core/error.h"
+
+namespace volt {
+
+void CommunicatorOptions::validate() const {
+  check<ConfigurationError>(world_size >= 1, "Communicator: expected world_size >= 1, got ", world_size);
+  check<ConfigurationError>(rank >= 0 && rank < world_size, "Communicator: expected a rank in [0, ",
+                            world_size, "), got ", rank);
+  check<ConfigurationError>(!master_addr.empty(), "Communicator: expected a master address, got ''; "
+                            "set --master-addr or MASTER_ADDR");
+  check<ConfigurationError>(master_port >= 1 && master_port <= 65535,
+                            "Communicator: expected a master port in [1, 65535], got ", master_port,
+                            "; set --master-port or MASTER_PORT");
+  check<ConfigurationError>(timeout.count() > 0, "Communicator: expected a timeout > 0 ms, got ",
+                            timeout.count(), " ms; set --timeout in seconds");
+  check<ConfigurationError>(heartbeat_interval.count() >= 0, "Communicator: expected a heartbeat interval >= 0 ms, got ",
+                            heartbeat_interval.count());
+  check<ConfigurationError>(inline_all_reduce_max_bytes >= 0,
+                            "Communicator: expected inline_all_reduce_max_bytes >= 0 (0 turns it off), got ",
+                            inline_all_reduce_max_bytes);
+  check<ConfigurationError>(backend == "auto" || backend == "gloo" || backend == "nccl",
+                            "Communicator: expected backend gloo, nccl or auto, got '", backend, "'");
+}
+
+Communicator::Communicator(int64_t rank, int64_t size, std::vector<int64_t> global_ranks,
+                           std::chrono::milliseconds timeout)
+    : rank_(rank), size_(size), global_ranks_(std::move(global_ranks)), timeout_(timeout) {}
+
+void Communicator::all_reduce(torch::Tensor& tensor, ReduceOp op) { all_reduce_async(tensor, op).wait(); }
+
+void Communicator::broadcast(torch::Tensor& tensor, int64_t root) { broadcast_async(tensor, root).wait(); }
+
+torch::Tensor Communicator::all_gather(const torch::Tensor& tensor) { return all_gather_async(tensor).wait(); }
+
+torch::Tensor Communicator::reduce_scatter(const torch::Tensor& input, ReduceOp op) {
+  return reduce_scatter_async(input, op).wait();
+}
+
+void Communicator::reduce(torch::Tensor& tensor, int64_t root, ReduceOp op) {
+  reduce_async(tensor, root, op).wait();
+}
+
+void Communicator::barrier() { barrier_async().wait(); }
+
+Communicator::NodeGroups Communicator::node_groups(int64_t node_rank) {
+  check<ConfigurationError>(node_rank >= 0, describe(), ": expected a node rank >= 0, got ", node_rank);
+  const auto gathered = all_gather(torch::tensor({node_rank}, torch::kLong));
+  const int64_t* nodes = gathered.data_ptr<int64_t>();
+  std::set<int64_t> distinct(nodes, nodes + size());
+  NodeGroups groups;
+  std::vector<int64_t> leaders;
+  // Every rank creates every node's group in the same (node) order; only members connect.
+  for (const int64_t node : distinct) {
+    std::vector<int64_t> members;
+    for (int64_t r = 0; r < size(); ++r) {
+      if (nodes[r] == node) members.push_back(r);
+    }
+    leaders.push_back(members.front());
+    auto group = new_group(members);
+    if (node == node_rank) groups.local = std::move(group);
+  }
+  groups.leaders = new_group(leaders);
+  return groups;
+}
+
+CollectiveCounters Communicator::counters() const {
+  std::lock_guard<std::mutex> lock(counters_mutex_);
+  return counters_;
+}
+
+void Communicator::reset_counters() {
+  std::lock_guard<std::mutex> lock(counters_mutex_);
+  counters_ = {};
+}
+
+void Communicator::count(CollectiveKind kind, int64_t bytes) {
+  std::lock_guard<std::mutex> lock(counters_mutex_);
+  auto& c = counters_[kind];
+  ++c.calls;
+  c.bytes += bytes;
+}
+
+std::string Communicator::describe() const {
+  std::string text = "Communicator (rank " + std::to_string(rank_) + " of " + std::to_string(size_);
+  const int64_t global = global_ranks_.at(static_cast<size_t>(rank_));
+  if (global != rank_) text += ", global rank " + std::to_string(global);
+  return text + ")";
+}
+
+}  // namespace volt

@@ -1,0 +1,163 @@
+#pragma once
+// volt's only door to other processes. A Communicator is one c10d process group (Gloo on CPU,
+// NCCL for CUDA tensors when LibTorch has CUDA) joined through a c10d TCPStore rendezvous, plus
+// what volt adds around it: every collective bounded by a timeout, errors that name the rank, the
+// collective and what to do, per-kind call and byte counters, and sub-groups.
+//
+// Only the files of distributed/ include c10d headers; everything else talks to c10d
+// through this header (../shared/DESIGN.md).
+//
+// Collectives. Every method marked [collective] must be called by every rank of the communicator,
+// in the same order, with tensors of the same shape and dtype (c10d matches calls by their order,
+// not by name). Tensors must be dense; a non-contiguous tensor is reduced through a contiguous copy.
+// In-place forms modify their argument; `*_async` forms return a CollectiveHandle at once and keep
+// the tensor alive until the handle is waited on.
+//
+// Thread safety: one thread issues collectives (like c10d itself: the order of calls is the
+// protocol). counters() may be read from any thread.
+#include <torch/torch.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "distributed/collective_counters.h"
+#include "distributed/reduce_op.h"
+
+namespace volt {
+
+struct CommunicatorOptions {
+  int64_t rank = 0;        // this process's rank, in [0, world_size)
+  int64_t world_size = 1;  // >= 1
+  // Rendezvous: a c10d TCPStore at master_addr:master_port. Rank 0 hosts it unless
+  // store_is_external (torchelastic's agent store: then every rank, rank 0 too, is a client).
+  std::string master_addr = "127.0.0.1";
+  int64_t master_port = 29500;  // 1..65535
+  bool store_is_external = false;
+  // Prepended to every store key (torchelastic: "/worker/attempt_<restart count>"), so that a
+  // restarted group never reads keys its predecessor left behind. Empty: none.
+  std::string store_prefix;
+  // Bound on the rendezvous and on every collective (PyTorch's default is 30 minutes).
+  std::chrono::milliseconds timeout{std::chrono::minutes(30)};
+  // "gloo", "nccl" or "auto" (nccl when `device` is CUDA, else gloo). nccl needs a LibTorch with CUDA.
+  std::string backend = "auto";
+  torch::Device device = torch::kCPU;
+  // The local address Gloo listens on. Empty: the GLOO_SOCKET_IFNAME interface when that variable
+  // is set (PyTorch's rule), otherwise the local address of the route to master_addr (so that
+  // ranks in different network namespaces or on different hosts pick the right interface).
+  std::string bind_address;
+  // How often each rank tells the others through the store that it is alive, so that a failed
+  // collective can name the rank to blame (Note [Naming the failed rank]); 0: no monitor.
+  std::chrono::milliseconds heartbeat_interval{500};
+  // Gloo all_reduces of CPU float/double/int32/int64 tensors up to this size run on the calling
+  // thread instead of the process group's worker thread: ~2-3x less latency for small ones (Note
+  // [Inline all_reduce]); larger ones stay asynchronous so that they overlap with computation.
+  // 0: every all_reduce goes through the process group. Must be the same on every rank.
+  int64_t inline_all_reduce_max_bytes = 1 << 20;
+
+  // Throws ConfigurationError naming the field, the value and what is allowed.
+  void validate() const;
+};
+
+// An in-flight collective. wait() blocks until it completes (or fails, or the communicator's
+// timeout passes) and returns its result; waiting again returns the same result. A default-
+// constructed handle is already complete with an undefined result.
+// Not thread-safe: wait on the thread that holds the handle.
+class CollectiveHandle {
+ public:
+  CollectiveHandle() = default;
+  // Throws DistributedError (naming rank, collective and cause) on failure or timeout.
+  torch::Tensor wait();
+  bool is_completed() const;
+  // A handle whose result is `continuation(result of this one)`, run on the waiting thread
+  // (e.g. decompressing a gradient bucket). Consumes this handle.
+  CollectiveHandle then(std::function<torch::Tensor(const torch::Tensor&)> continuation) &&;
+
+  struct State;  // defined where c10d is included
+  explicit CollectiveHandle(std::shared_ptr<State> state) : state_(std::move(state)) {}
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+class Communicator {
+ public:
+  // Joins the group described by `options`: connects to the store (rank 0 starts it), then
+  // builds the backend's process group. Blocks until every rank joined, at most options.timeout;
+  // throws DistributedError when the rendezvous fails or times out. [collective]
+  static std::shared_ptr<Communicator> connect(const CommunicatorOptions& options);
+
+  virtual ~Communicator() = default;
+
+  int64_t rank() const { return rank_; }
+  int64_t size() const { return size_; }
+  // The global rank (rank in the root communicator) of each member, by rank in this one.
+  const std::vector<int64_t>& global_ranks() const { return global_ranks_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  virtual std::string backend_name() const = 0;
+
+  // ---- collectives (each [collective])
+  // Reduces `tensor` over all ranks, in place. Mean needs a floating-point tensor.
+  void all_reduce(torch::Tensor& tensor, ReduceOp op = ReduceOp::Sum);
+  virtual CollectiveHandle all_reduce_async(torch::Tensor tensor, ReduceOp op = ReduceOp::Sum) = 0;
+  // Copies `root`'s tensor into every rank's `tensor`, in place.
+  void broadcast(torch::Tensor& tensor, int64_t root = 0);
+  virtual CollectiveHandle broadcast_async(torch::Tensor tensor, int64_t root = 0) = 0;
+  // Every rank's `tensor` (same shape on every rank), stacked: result[r] is rank r's tensor.
+  torch::Tensor all_gather(const torch::Tensor& tensor);
+  virtual CollectiveHandle all_gather_async(const torch::Tensor& tensor) = 0;
+  // `input`'s first dimension (a multiple of size()) is split into size() equal chunks; returns
+  // chunk rank() reduced over all ranks. See Note [Gloo reduce_scatter] for how Gloo does it.
+  torch::Tensor reduce_scatter(const torch::Tensor& input, ReduceOp op = ReduceOp::Sum);
+  virtual CollectiveHandle reduce_scatter_async(const torch::Tensor& input, ReduceOp op = ReduceOp::Sum) = 0;
+  // Reduces into `root`'s `tensor`, in place; other ranks' tensors are left unspecified.
+  void reduce(torch::Tensor& tensor, int64_t root = 0, ReduceOp op = ReduceOp::Sum);
+  virtual CollectiveHandle reduce_async(torch::Tensor tensor, int64_t root = 0, ReduceOp op = ReduceOp::Sum) = 0;
+  // Returns once every rank has called it.
+  void barrier();
+  virtual CollectiveHandle barrier_async() = 0;
+
+  // ---- sub-groups
+  // A communicator over `ranks` (ranks of this communicator; members are ordered by rank).
+  // Every rank of this communicator calls it, with the same list, in the same order as its other
+  // new_group calls; members get the sub-group, non-members nullptr. Only members communicate:
+  // the sub-group's rendezvous is bounded by the timeout like a collective.
+  virtual std::shared_ptr<Communicator> new_group(std::vector<int64_t> ranks) = 0;
+  // The ranks that share this process's node, and the lowest rank of every node (the "node
+  // leaders"; nullptr on other ranks). `node_rank` is this process's node; ranks need not be
+  // numbered node by node. One all_gather, then new_group for every node and for the leaders.
+  // [collective]
+  struct NodeGroups {
+    std::shared_ptr<Communicator> local;
+    std::shared_ptr<Communicator> leaders;
+  };
+  NodeGroups node_groups(int64_t node_rank);
+
+  // ---- failures
+  // Best effort, not a collective: records in the store why this rank is about to fail, so that
+  // the other ranks' failed collectives can name it and quote `message`.
+  virtual void report_failure(const std::string& message) = 0;
+
+  // ---- accounting
+  CollectiveCounters counters() const;
+  void reset_counters();
+
+ protected:
+  Communicator(int64_t rank, int64_t size, std::vector<int64_t> global_ranks, std::chrono::milliseconds timeout);
+  // Counts a collective about to start (thread-safe).
+  void count(CollectiveKind kind, int64_t bytes);
+  // "Communicator (rank 1 of 4)" and, in a sub-group, "(rank 1 of 2, global rank 3)".
+  std::string describe() const;
+
+ private:
+  int64_t rank_, size_;
+  std::vector<int64_t> global_ranks_;
+  std::chrono::milliseconds timeout_;
+  mutable std::mutex counters_mutex_;
+  CollectiveCounters counters_;
+};
+
+}  // namespace volt

@@ -1,0 +1,35 @@
+#include "distributed/process_group_setup.h"
+
+#include "distributed/process_launcher.h"
+
+namespace volt {
+
+std::shared_ptr<Communicator> start_process_group(const ClusterEnvironment& cluster,
+                                                  std::chrono::milliseconds timeout, torch::Device device) {
+  const auto& topology = cluster.topology();
+  if (!cluster.creates_processes_externally() && topology.local_world_size > 1) {
+    auto& launcher = ProcessLauncher::instance();
+    if (!launcher.launched()) {
+      LaunchOptions launch;
+      launch.local_world_size = topology.local_world_size;
+      launch.node_rank = topology.node_rank;
+      launch.num_nodes = topology.num_nodes;
+      launch.master_addr = cluster.master_addr();
+      launch.master_port = cluster.master_port();
+      launch.finish_timeout = timeout + std::chrono::minutes(1);
+      launcher.launch(launch);
+    }
+  }
+  CommunicatorOptions options;
+  options.rank = topology.global_rank;
+  options.world_size = topology.world_size;
+  options.master_addr = cluster.master_addr();
+  options.master_port = cluster.master_port();
+  options.store_is_external = cluster.store_is_external();
+  options.store_prefix = cluster.store_prefix();
+  options.timeout = timeout;
+  options.device = device;
+  return Communicator::connect(options);
+}
+
+}  // namespace volt

@@ -1,0 +1,20 @@
+#pragma once
+#include <chrono>
+#include <memory>
+
+#include <torch/torch.h>
+
+#include "distributed/communicator.h"
+#include "distributed/cluster/cluster_environment.h"
+
+namespace volt {
+
+// Brings this process into the run's process group: when `cluster` says this process must start
+// the other local ranks itself (volt's launcher, more than one process per node), starts them
+// first (ProcessLauncher), then joins the group through the cluster's rendezvous. Returns the
+// root communicator. Bounded by `timeout`. [collective]
+std::shared_ptr<Communicator> start_process_group(const ClusterEnvironment& cluster,
+                                                  std::chrono::milliseconds timeout,
+                                                  torch::Device device = torch::kCPU);
+
+}  // namespace volt

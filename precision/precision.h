@@ -1,0 +1,70 @@
+#pragma once
+// How numbers are represented during training. A Strategy holds one Precision and runs its
+// pipeline (Lightning's shape): forward inside forward_context(), backward() (which may scale the
+// loss), unscale_gradients() before clipping, optimizer_step() (which may skip a step), update().
+// The base class is plain full precision ("32-true").
+#include <torch/torch.h>
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "data/batch.h"
+#include "precision/grad_scaler.h"
+#include "core/scope_guard.h"
+#include "core/state_dict.h"
+
+namespace volt {
+
+class Precision {
+ public:
+  virtual ~Precision() = default;
+  virtual std::string name() const { return "32-true"; }
+
+  // Casts parameters and buffers (only the *-true variants other than 32 do).
+  virtual void convert_module(torch::nn::Module& module) {}
+  // Casts the floating-point tensors of a batch to match the module.
+  virtual Batch convert_input(const Batch& batch) { return batch; }
+  // The region in which a step's forward runs (autocast for *-mixed).
+  virtual ScopeGuard forward_context() { return {}; }
+
+  // loss.backward(), scaled where the precision scales losses.
+  virtual void backward(const torch::Tensor& loss) { loss.backward(); }
+  // Leaves the optimizer's gradients at their true scale (before clipping and the
+  // on_before_optimizer_step hooks). At most once per optimizer per step.
+  virtual void unscale_gradients(torch::optim::Optimizer& optimizer) {}
+  // Takes the optimizer step unless this precision decides to skip it; returns whether it stepped.
+  virtual bool optimizer_step(torch::optim::Optimizer& optimizer) {
+    optimizer.step();
+    return true;
+  }
+  // After every optimizer of a step has gone through optimizer_step (the GradScaler's update).
+  virtual void update() {}
+
+  // Numbers the Trainer logs each step (e.g. amp_scale, amp_skipped_steps); empty by default.
+  virtual std::map<std::string, double> metrics() const { return {}; }
+  // The precision's own state for checkpoints (a GradScaler's); empty by default.
+  virtual StateDict state_dict() const { return {}; }
+  virtual void load_state_dict(const StateDict& state) {}
+
+  // Where a precision that skips steps on inf/NaN gradients makes that decision agree across
+  // ranks (Note [Agreeing on inf] in grad_scaler.h). The Strategy installs its Max all-reduce
+  // here; precisions that never skip a step have nothing to reduce and ignore it.
+  virtual void set_found_inf_reducer(FoundInfReducer reducer) {}
+};
+
+// The precision that `name` (a TrainerOptions::precision value) selects for `device`:
+// 32-true, 64-true, bf16-mixed, 16-mixed (autocast float16 + GradScaler), bf16-true, 16-true.
+// Throws ConfigurationError for an unknown name (listing the valid ones), NotSupportedError for
+// one this device cannot run (16-mixed without CUDA, 16-true without float16 matrix multiply).
+std::shared_ptr<Precision> make_precision(const std::string& name, const torch::Device& device);
+
+// Every valid TrainerOptions::precision value, in canonical form.
+const std::vector<std::string>& precision_names();
+
+// `name` in canonical form: itself, or for Lightning's short aliases 32, 64, 16, bf16 the
+// canonical name (32-true, 64-true, 16-mixed, bf16-mixed). Throws ConfigurationError for an
+// unknown name, with the valid values and the closest one.
+std::string canonical_precision_name(const std::string& name);
+
+}  // namespace volt

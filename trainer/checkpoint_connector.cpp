@@ -1,0 +1,399 @@
+#include "trainer/checkpoint_connector.h"
+
+#include <iostream>
+#include <set>
+
+#include "checkpoint/checkpoint_format.h"
+#include "strategies/rank_gather.h"
+#include "checkpoint/rng_state.h"
+#include "trainer/training_state.h"
+#include "trainer/trainer.h"
+
+namespace volt {
+namespace {
+
+// Warnings go to stderr once (global rank 0): they report a resumed run that cannot be exactly
+// the original, which is allowed (the user changed a setting) but must not pass unnoticed.
+void warn(const Trainer& trainer, const std::string& message) {
+  if (trainer.is_global_zero()) std::cerr << "volt: warning: " << message << std::endl;
+}
+
+c10::IValue to_ivalue(const HyperparameterValue& value) {
+  return std::visit([](const auto& v) -> c10::IValue { return c10::IValue(v); }, value);
+}
+
+std::string layout_name(CheckpointLayout layout) { return layout == CheckpointLayout::Full ? "full" : "sharded"; }
+
+// The layout a checkpoint was written in (files without the key, e.g. edited in Python, are full).
+CheckpointLayout layout_of(const StateDict& checkpoint) {
+  return checkpoint.contains("layout") && checkpoint.get_string("layout") == "sharded" ? CheckpointLayout::Sharded
+                                                                                       : CheckpointLayout::Full;
+}
+
+// Names of the module's parameters by their TensorImpl, for optimizer messages and gradients.
+std::map<const void*, std::string> parameter_names(const Module& module) {
+  std::map<const void*, std::string> names;
+  for (const auto& p : module.named_parameters()) names.emplace(p.value().unsafeGetTensorImpl(), p.key());
+  return names;
+}
+
+}  // namespace
+
+StateDict CheckpointConnector::dump(bool weights_only) {
+  Trainer& t = trainer_;
+  check<ConfigurationError>(t.module_ != nullptr, "Trainer::save_checkpoint: no model is attached; call it during "
+                                                  "or after fit, validate, test or predict");
+  Module& module = *t.module_;
+  Strategy& strategy = *t.strategy_;
+  const auto layout = strategy.checkpoint_layout();
+  const auto topology = strategy.topology();
+
+  StateDict checkpoint;
+  checkpoint.set("volt_version", std::string(VOLT_VERSION));
+  checkpoint.set("format_version", kCheckpointFormatVersion);
+  checkpoint.set("layout", layout_name(layout));
+  if (layout == CheckpointLayout::Sharded) {
+    StateDict shard;
+    shard.set("rank", topology.global_rank);
+    shard.set("world_size", topology.world_size);
+    checkpoint.set("shard", shard);
+  }
+  checkpoint.set("weights_only", weights_only);
+  checkpoint.set("epoch", t.progress_.epoch);
+  checkpoint.set("global_step", t.progress_.global_step);
+  checkpoint.set("state_dict", strategy.model_state_dict(module, layout));
+  StateDict hparams;
+  for (const auto& [name, value] : module.hparams()) hparams.set(name, to_ivalue(value));
+  checkpoint.set("hyper_parameters", hparams);
+  StateDict strategy_section;
+  strategy_section.set("name", strategy.name());
+  strategy_section.set("world_size", topology.world_size);
+  if (!weights_only) strategy_section.set("state", strategy.strategy_state_dict());
+  checkpoint.set("strategy", strategy_section);
+
+  if (!weights_only) {
+    c10::impl::GenericList optimizers(c10::AnyType::get());
+    for (auto& optimizer : t.optimizers_) optimizers.push_back(strategy.optimizer_state_dict(*optimizer, layout).to_ivalue());
+    checkpoint.set("optimizer_states", optimizers);
+    c10::impl::GenericList schedulers(c10::AnyType::get());
+    for (const auto& config : t.schedulers_) schedulers.push_back(config.scheduler->state_dict().to_ivalue());
+    checkpoint.set("lr_schedulers", schedulers);
+    StateDict precision;
+    precision.set("name", t.precision_->name());
+    precision.set("state", t.precision_->state_dict());
+    checkpoint.set("precision", precision);
+    StateDict loops;
+    loops.set("fit_loop", dump_fit_loop());
+    checkpoint.set("loops", loops);
+
+    StateDict callbacks;
+    std::set<std::string> keys;
+    for (const auto& callback : t.callbacks_) {
+      const StateDict state = callback->state_dict();
+      if (state.empty()) continue;
+      const std::string key = callback->state_key();
+      check<ConfigurationError>(keys.insert(key).second, "Trainer::save_checkpoint: two callbacks have the state key '",
+                                key, "'; give them different settings or override state_key() so that each "
+                                "callback's state can be restored into it");
+      callbacks.set(key, state);
+    }
+    checkpoint.set("callbacks", callbacks);
+    c10::impl::GenericList loggers(c10::AnyType::get());
+    for (const auto& logger : t.loggers_) {
+      StateDict entry;
+      entry.set("name", logger->name());
+      entry.set("version", logger->version());
+      entry.set("log_dir", logger->log_dir());
+      loggers.push_back(entry.to_ivalue());
+    }
+    checkpoint.set("loggers", loggers);
+    checkpoint.set("rng_states", rng_state_dict());
+    if (topology.world_size > 1 && layout == CheckpointLayout::Full) {
+      checkpoint.set("rng_states_per_rank", gather_rng_states());
+    }
+    for (auto& callback : t.callbacks_) callback->on_save_checkpoint(t, module, checkpoint);
+  }
+  module.on_save_checkpoint(checkpoint);
+  return checkpoint;
+}
+
+StateDict CheckpointConnector::dump_fit_loop() {
+  Trainer& t = trainer_;
+  const auto& p = t.progress_;
+  StateDict fit_loop = fit_progress_state(p);
+  fit_loop.set("accumulate_grad_batches", t.options_.accumulate_grad_batches);
+  fit_loop.set("num_training_batches", t.num_training_batches_);
+  const auto topology = t.strategy_->topology();
+  if (t.train_loader_) fit_loop.set("train_data", train_data_state(*t.train_loader_, topology.world_size));
+  // What has been logged: the open epoch's aggregates, and the values callbacks monitor.
+  if (t.train_collector_.stage() == RunningStage::Training) fit_loop.set("train_metrics", t.train_collector_.state_dict());
+  StateDict callback_metrics;
+  for (const auto& [name, value] : t.callback_metrics_) callback_metrics.set(name, value);
+  fit_loop.set("callback_metrics", callback_metrics);
+  // Inside an accumulation window the gradients accumulated so far are part of the state: the
+  // step at the window's end needs them.
+  if (p.window_micro_batches > 0 && p.window_has_backward) {
+    if (topology.world_size == 1 || t.strategy_->checkpoint_layout() == CheckpointLayout::Sharded) {
+      StateDict grads;
+      for (const auto& p : t.module_->named_parameters()) {
+        if (p.value().grad().defined()) grads.set(p.key(), p.value().grad());
+      }
+      fit_loop.set("accumulated_grads", grads);
+    } else {
+      fit_loop.set("accumulated_grads_per_rank", gather_accumulated_grads());
+    }
+  }
+  return fit_loop;
+}
+
+c10::IValue CheckpointConnector::gather_accumulated_grads() {
+  // Each rank's own gradients (they differ: ranks accumulate locally until the window closes).
+  // Which parameters have one is gathered first, so every rank takes part in the same gathers.
+  Trainer& t = trainer_;
+  Strategy& strategy = *t.strategy_;
+  const auto parameters = t.module_->named_parameters();
+  auto has_grad = torch::zeros({static_cast<int64_t>(parameters.size())}, torch::kInt32);
+  for (size_t i = 0; i < parameters.size(); ++i) has_grad[static_cast<int64_t>(i)] = parameters[i].value().grad().defined() ? 1 : 0;
+  const auto flags = gather_from_ranks(strategy, has_grad);
+  const int64_t world = static_cast<int64_t>(flags.size());
+  std::vector<StateDict> per_rank(static_cast<size_t>(world));
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    bool anywhere = false;
+    for (const auto& f : flags) anywhere |= f[static_cast<int64_t>(i)].item<int32_t>() != 0;
+    if (!anywhere) continue;
+    const auto& parameter = parameters[i].value();
+    const auto grad = parameter.grad().defined() ? parameter.grad() : torch::zeros_like(parameter);
+    const auto all = gather_from_ranks(strategy, grad);
+    for (int64_t r = 0; r < world; ++r) {
+      if (flags[static_cast<size_t>(r)][static_cast<int64_t>(i)].item<int32_t>() != 0) {
+        per_rank[static_cast<size_t>(r)].set(parameters[i].key(), all[static_cast<size_t>(r)]);
+      }
+    }
+  }
+  c10::impl::GenericList out(c10::AnyType::get());
+  for (const auto& grads : per_rank) out.push_back(grads.to_ivalue());
+  return out;
+}
+
+void CheckpointConnector::restore(const StateDict& checkpoint, const std::string& source) {
+  Trainer& t = trainer_;
+  if (checkpoint.contains("format_version")) {
+    const int64_t version = checkpoint.get_int("format_version");
+    check<CheckpointError>(version <= kCheckpointFormatVersion, source, ": written in checkpoint format version ",
+                           version, " by a newer volt; this build reads format versions up to ",
+                           kCheckpointFormatVersion, ". Load it with a newer volt");
+  }
+  if (layout_of(checkpoint) == CheckpointLayout::Sharded) {
+    const auto shard = checkpoint.child("shard");
+    const auto writer = checkpoint.child("strategy").get_string("name");
+    const auto topology = t.strategy_->topology();
+    check<CheckpointError>(t.strategy_->checkpoint_layout() == CheckpointLayout::Sharded &&
+                               writer == t.strategy_->name() && shard.get_int("world_size") == topology.world_size,
+                           source, ": a sharded checkpoint written by strategy '", writer, "' with ",
+                           shard.get_int("world_size"), " ranks; this run uses '", t.strategy_->name(), "' with ",
+                           topology.world_size, " ranks. Resume it with the same strategy and world size, or "
+                           "resume from a full checkpoint");
+  }
+  t.module_->on_load_checkpoint(checkpoint);
+  restore_model(checkpoint, source);
+  if (t.fn_ != TrainerFn::Fitting) return;
+  check<CheckpointError>(!checkpoint.contains("weights_only") || !checkpoint.get_bool("weights_only"), source,
+                         " holds the model's weights only (saved with weights_only), so training cannot resume "
+                         "from it; resume from a full checkpoint, or load the weights with load_weights and "
+                         "start a new fit");
+  check<CheckpointError>(checkpoint.contains("loops") && checkpoint.contains("optimizer_states"), source,
+                         " holds no training state ('loops', 'optimizer_states'), so training cannot resume from "
+                         "it; it was not written by Trainer::save_checkpoint");
+  restore_callbacks(checkpoint);
+  restore_training_state(checkpoint, source);
+}
+
+void CheckpointConnector::restore_model(const StateDict& checkpoint, const std::string& source) {
+  Trainer& t = trainer_;
+  t.strategy_->load_model_state_dict(*t.module_, checkpoint.child("state_dict"), layout_of(checkpoint), /*strict=*/true,
+                                     source);
+}
+
+void CheckpointConnector::restore_callbacks(const StateDict& checkpoint) {
+  Trainer& t = trainer_;
+  const StateDict states = checkpoint.contains("callbacks") ? checkpoint.child("callbacks") : StateDict();
+  std::set<std::string> restored;
+  for (auto& callback : t.callbacks_) {
+    callback->on_load_checkpoint(t, *t.module_, checkpoint);
+    const std::string key = callback->state_key();
+    if (states.contains(key)) {
+      callback->load_state_dict(states.child(key));
+      restored.insert(key);
+    }
+  }
+  std::string unmatched;
+  for (const auto& key : states.keys()) {
+    if (!restored.count(key)) unmatched += (unmatched.empty() ? "" : ", ") + key;
+  }
+  if (!unmatched.empty()) {
+    warn(t, "the checkpoint holds state of callbacks this Trainer does not have (" + unmatched +
+                "); their state is not restored. Add the same callbacks, with the same settings, to resume them");
+  }
+}
+
+void CheckpointConnector::restore_training_state(const StateDict& checkpoint, const std::string& source) {
+  Trainer& t = trainer_;
+  Strategy& strategy = *t.strategy_;
+  const auto layout = layout_of(checkpoint);
+
+  const auto precision = checkpoint.child("precision");
+  if (precision.get_string("name") == t.precision_->name()) {
+    t.precision_->load_state_dict(precision.child("state"));
+  } else if (!precision.child("state").empty()) {
+    warn(t, source + " was written with precision '" + precision.get_string("name") + "', this run uses '" +
+                t.precision_->name() + "': the precision's state (e.g. the GradScaler's scale) is not restored");
+  }
+
+  const auto optimizers = checkpoint.at("optimizer_states");
+  check<CheckpointError>(optimizers.isList() && optimizers.toListRef().size() == t.optimizers_.size(), source,
+                         " holds the state of ", optimizers.isList() ? optimizers.toListRef().size() : 0,
+                         " optimizers, configure_optimizers returned ", t.optimizers_.size(),
+                         "; it must build the same optimizers as the run that wrote the checkpoint");
+  const auto names = parameter_names(*t.module_);
+  const ParameterNamer name_of = [&](const torch::Tensor& p) {
+    auto found = names.find(p.unsafeGetTensorImpl());
+    return found == names.end() ? std::string() : found->second;
+  };
+  for (size_t i = 0; i < t.optimizers_.size(); ++i) {
+    strategy.load_optimizer_state_dict(*t.optimizers_[i],
+                                       StateDict::from_ivalue(optimizers.toListRef()[i], source + " optimizer " + std::to_string(i)),
+                                       layout, source + ", optimizer " + std::to_string(i), name_of);
+  }
+  const auto schedulers = checkpoint.at("lr_schedulers");
+  check<CheckpointError>(schedulers.isList() && schedulers.toListRef().size() == t.schedulers_.size(), source,
+                         " holds the state of ", schedulers.isList() ? schedulers.toListRef().size() : 0,
+                         " LR schedulers, configure_optimizers returned ", t.schedulers_.size(),
+                         "; it must build the same schedulers as the run that wrote the checkpoint");
+  for (size_t i = 0; i < t.schedulers_.size(); ++i) {
+    t.schedulers_[i].scheduler->load_state_dict(
+        StateDict::from_ivalue(schedulers.toListRef()[i], source + " LR scheduler " + std::to_string(i)));
+  }
+
+  restore_fit_loop(checkpoint.child("loops").child("fit_loop"), source);
+
+  const auto strategy_section = checkpoint.child("strategy");
+  const auto strategy_state = strategy_section.contains("state") ? strategy_section.child("state") : StateDict();
+  if (strategy_section.get_string("name") == strategy.name()) {
+    strategy.load_strategy_state_dict(strategy_state);
+  } else if (!strategy_state.empty()) {
+    warn(t, source + " was written by strategy '" + strategy_section.get_string("name") + "', this run uses '" +
+                strategy.name() + "': that strategy's own state is not restored");
+  }
+  t.pending_rng_state_ = rng_state_for_this_rank(checkpoint, source);
+}
+
+c10::IValue CheckpointConnector::gather_rng_states() {
+  // The CPU generator's state and, on CUDA, that of this rank's device: what a rank's random
+  // numbers come from (ranks may be seeded differently).
+  Strategy& strategy = *trainer_.strategy_;
+  const auto device = strategy.root_device();
+  const auto cpu = gather_from_ranks(strategy, rng_state_dict().get_tensor("torch"));
+  std::vector<torch::Tensor> cuda;
+  if (device.is_cuda()) {
+    cuda = gather_from_ranks(strategy, at::globalContext().defaultGenerator(device).get_state());
+  }
+  c10::impl::GenericList per_rank(c10::AnyType::get());
+  for (size_t r = 0; r < cpu.size(); ++r) {
+    StateDict entry;
+    entry.set("torch", cpu[r]);
+    if (!cuda.empty()) entry.set("torch.cuda.device", cuda[r]);
+    per_rank.push_back(entry.to_ivalue());
+  }
+  return per_rank;
+}
+
+StateDict CheckpointConnector::rng_state_for_this_rank(const StateDict& checkpoint, const std::string& source) {
+  const auto topology = trainer_.strategy_->topology();
+  StateDict states = checkpoint.child("rng_states");
+  if (!checkpoint.contains("rng_states_per_rank")) {
+    if (topology.world_size > 1 && layout_of(checkpoint) == CheckpointLayout::Full) {
+      warn(trainer_, source + " holds one rank's random states; every one of the " + std::to_string(topology.world_size) +
+                         " ranks continues from them");
+    }
+    return states;
+  }
+  const auto per_rank = checkpoint.at("rng_states_per_rank");
+  check<CheckpointError>(per_rank.isList(), source, ": 'rng_states_per_rank' is not a list");
+  const auto& list = per_rank.toListRef();
+  if (static_cast<int64_t>(list.size()) != topology.world_size) {
+    warn(trainer_, source + " holds the random states of " + std::to_string(list.size()) + " ranks, this run has " +
+                       std::to_string(topology.world_size) + ": every rank continues from rank 0's");
+    return states;
+  }
+  const auto mine = StateDict::from_ivalue(list[static_cast<size_t>(topology.global_rank)], source + " rng state");
+  states.set("torch", mine.get_tensor("torch"));
+  if (mine.contains("torch.cuda.device")) states.set("torch.cuda.device", mine.get_tensor("torch.cuda.device"));
+  return states;
+}
+
+void CheckpointConnector::restore_fit_loop(const StateDict& fit_loop, const std::string& source) {
+  Trainer& t = trainer_;
+  const FitProgress progress = fit_progress_from(fit_loop);
+  const bool mid_epoch = progress.next_batch > 0 && !progress.epoch_end_started;
+  if (mid_epoch) {
+    std::vector<std::string> changes;
+    const int64_t accumulate = fit_loop.get_int("accumulate_grad_batches");
+    if (accumulate != t.options_.accumulate_grad_batches) {
+      changes.push_back("accumulate_grad_batches: " + std::to_string(accumulate) + " -> " +
+                        std::to_string(t.options_.accumulate_grad_batches));
+    }
+    const int64_t batches = fit_loop.get_int("num_training_batches");
+    if (batches != t.num_training_batches_) {
+      changes.push_back("training batches per epoch: " + std::to_string(batches) + " -> " +
+                        std::to_string(t.num_training_batches_));
+    }
+    if (fit_loop.contains("train_data") && t.train_loader_) {
+      for (auto& change : train_data_differences(fit_loop.child("train_data"),
+                                                 train_data_state(*t.train_loader_, t.strategy_->topology().world_size))) {
+        changes.push_back(std::move(change));
+      }
+    }
+    if (!changes.empty()) {
+      std::string list;
+      for (const auto& change : changes) list += (list.empty() ? "" : "; ") + change;
+      warn(t, source + " was written in the middle of epoch " + std::to_string(progress.epoch) + " (before batch " +
+                  std::to_string(progress.next_batch) + ") by a run whose data or accumulation differs from this one (" +
+                  list + "): the rest of this epoch will not see exactly the batches the original run would have");
+    }
+  }
+  t.progress_ = progress;
+  if (mid_epoch && fit_loop.contains("train_metrics")) t.train_collector_.load_state_dict(fit_loop.child("train_metrics"));
+  if (fit_loop.contains("callback_metrics")) {
+    const auto metrics = fit_loop.child("callback_metrics");
+    for (const auto& name : metrics.keys()) t.callback_metrics_[name] = metrics.get_double(name);
+  }
+  // The gradients of an open accumulation window: this process's, or this rank's of all ranks'.
+  StateDict grads = fit_loop.contains("accumulated_grads") ? fit_loop.child("accumulated_grads") : StateDict();
+  if (fit_loop.contains("accumulated_grads_per_rank")) {
+    const auto topology = t.strategy_->topology();
+    const auto per_rank = fit_loop.at("accumulated_grads_per_rank");
+    check<CheckpointError>(per_rank.isList(), source, ": 'accumulated_grads_per_rank' is not a list");
+    const auto& list = per_rank.toListRef();
+    if (static_cast<int64_t>(list.size()) == topology.world_size) {
+      grads = StateDict::from_ivalue(list[static_cast<size_t>(topology.global_rank)], source + " accumulated gradients");
+    } else {
+      warn(t, source + " was written inside an accumulation window by " + std::to_string(list.size()) +
+                  " ranks, this run has " + std::to_string(topology.world_size) +
+                  ": the window's gradients so far are dropped, so its step averages fewer micro-batches");
+    }
+  }
+  torch::NoGradGuard no_grad;
+  for (auto& p : t.module_->named_parameters()) {
+    auto& parameter = p.value();
+    if (grads.contains(p.key())) {
+      const auto grad = grads.get_tensor(p.key());
+      check<CheckpointError>(grad.sizes() == parameter.sizes(), source, ": the accumulated gradient of ", p.key(),
+                             " has shape ", grad.sizes(), ", the parameter ", parameter.sizes());
+      parameter.mutable_grad() = grad.to(parameter.options(), /*non_blocking=*/false, /*copy=*/true);
+    } else if (parameter.grad().defined()) {
+      parameter.mutable_grad().reset();
+    }
+  }
+}
+
+}  // namespace volt

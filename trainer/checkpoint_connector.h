@@ -1,0 +1,58 @@
+#pragma once
+// Between a Trainer and its checkpoints: builds the checkpoint dict from the trainer's state
+// (Note [What a checkpoint holds]) and restores one into it.
+#include <string>
+
+#include "core/state_dict.h"
+
+namespace volt {
+
+class Trainer;
+
+// Note [What a checkpoint holds]
+// A dict with str keys (Python: torch.load(path)):
+//   "volt_version", "format_version", "layout" ("full" | "sharded"), "shard" ({"rank",
+//   "world_size"}, sharded only), "weights_only", "epoch", "global_step",
+//   "state_dict"          the model: parameter/buffer name → tensor (PyTorch's names)
+//   "hyper_parameters"    Module::hparams()
+//   "strategy"            {"name", "world_size", "state": the strategy-owned section}
+// and unless weights_only:
+//   "optimizer_states"    [PyTorch-layout optimizer state dict per optimizer]
+//   "lr_schedulers"       [scheduler state per scheduler]
+//   "precision"           {"name", "state"} (the GradScaler's state for *-mixed)
+//   "loops"               {"fit_loop": progress, "train_data", "train_metrics",
+//                          "callback_metrics", "accumulated_grads" (one process or a shard) or
+//                          "accumulated_grads_per_rank" (full layout, several ranks)}
+//   "callbacks"           {Callback::state_key(): Callback::state_dict()}
+//   "loggers"             [{"name", "version", "log_dir"}]
+//   "rng_states"          {"torch": CPU generator state, "torch.cuda": [...]} of the writing rank
+//   "rng_states_per_rank" [{"torch", "torch.cuda.device"}] per rank (full layout, several ranks)
+// Callbacks' and the module's on_save_checkpoint hooks may add keys of their own.
+class CheckpointConnector {
+ public:
+  explicit CheckpointConnector(Trainer& trainer) : trainer_(trainer) {}
+
+  // The checkpoint of the trainer's current state. [collective when the strategy shards]
+  StateDict dump(bool weights_only);
+  // Restores what the trainer's current function needs: everything for fit (random states are
+  // left in Trainer::pending_rng_state_ for the fit loop), the model's weights otherwise.
+  // `source` names the checkpoint in messages.
+  void restore(const StateDict& checkpoint, const std::string& source);
+
+ private:
+  void restore_model(const StateDict& checkpoint, const std::string& source);
+  void restore_training_state(const StateDict& checkpoint, const std::string& source);
+  void restore_callbacks(const StateDict& checkpoint);
+  StateDict dump_fit_loop();
+  void restore_fit_loop(const StateDict& fit_loop, const std::string& source);
+  // Every rank's random states / gradients of the open accumulation window, for a full
+  // checkpoint of several ranks. [collective]
+  c10::IValue gather_rng_states();
+  c10::IValue gather_accumulated_grads();
+  // The random states this rank continues from.
+  StateDict rng_state_for_this_rank(const StateDict& checkpoint, const std::string& source);
+
+  Trainer& trainer_;
+};
+
+}  // namespace volt
