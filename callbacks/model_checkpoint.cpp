@@ -171,7 +171,26 @@ void ModelCheckpoint::write(Trainer& trainer, const std::string& path) {
   }
 }
 
+// Note [What ModelCheckpoint deletes]: only a checkpoint in its current dirpath, and never the one
+// this fit resumed from (Lightning's rule). A resumed run ranks afresh when its dirpath differs
+// from the original run's (a new version directory) but keeps best_model_path, which points into
+// the original run's directory: replacing that "best" must not delete the original run's files.
+bool ModelCheckpoint::may_remove(const Trainer& trainer, const std::string& path) const {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  const auto file = fs::weakly_canonical(path, error);
+  if (error || file.parent_path() != fs::weakly_canonical(dirpath_, error) || error) return false;
+  return trainer.resumed_from().empty() || fs::weakly_canonical(trainer.resumed_from(), error) != file;
+}
+
 void ModelCheckpoint::remove(Trainer& trainer, const std::string& path) {
+  if (!may_remove(trainer, path)) {
+    if (options_.verbose && trainer.is_global_zero()) {
+      std::cout << "ModelCheckpoint: kept " << path << " (outside " << dirpath_
+                << ", or the checkpoint this fit resumed from)" << std::endl;
+    }
+    return;
+  }
   trainer.remove_checkpoint(path);
   if (options_.verbose && trainer.is_global_zero()) std::cout << "ModelCheckpoint: removed " << path << std::endl;
 }

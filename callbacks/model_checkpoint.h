@@ -72,6 +72,8 @@ class ModelCheckpoint : public Callback {
   // <dirpath>/<name>.ckpt, with "-vN" added while that exists (other than `replaceable`).
   std::string unique_path(Trainer& trainer, const std::string& name, const std::string& replaceable) const;
   void write(Trainer& trainer, const std::string& path);
+  // Note [What ModelCheckpoint deletes].
+  bool may_remove(const Trainer& trainer, const std::string& path) const;
   void remove(Trainer& trainer, const std::string& path);
   void update_kth_and_best();
 

@@ -1,15 +1,20 @@
 #include "distributed/process_group_setup.h"
 
+#include "core/error.h"
 #include "distributed/process_launcher.h"
 
 namespace volt {
 
 std::shared_ptr<Communicator> start_process_group(const ClusterEnvironment& cluster,
-                                                  std::chrono::milliseconds timeout, torch::Device device) {
+                                                  std::chrono::milliseconds timeout, torch::Device device,
+                                                  ProcessLauncher* launcher) {
   const auto& topology = cluster.topology();
   if (!cluster.creates_processes_externally() && topology.local_world_size > 1) {
-    auto& launcher = ProcessLauncher::instance();
-    if (!launcher.launched()) {
+    check<ConfigurationError>(launcher != nullptr, "process group: this process must start the other ",
+                              topology.local_world_size - 1, " local rank(s) itself (cluster environment '",
+                              cluster.name(), "'), but no ProcessLauncher was handed to it; give the Trainer "
+                              "run_main's launcher, or start the ranks with torchrun, srun or mpirun");
+    if (!launcher->launched()) {
       LaunchOptions launch;
       launch.local_world_size = topology.local_world_size;
       launch.node_rank = topology.node_rank;
@@ -17,7 +22,7 @@ std::shared_ptr<Communicator> start_process_group(const ClusterEnvironment& clus
       launch.master_addr = cluster.master_addr();
       launch.master_port = cluster.master_port();
       launch.finish_timeout = timeout + std::chrono::minutes(1);
-      launcher.launch(launch);
+      launcher->launch(launch);
     }
   }
   CommunicatorOptions options;

@@ -4,17 +4,20 @@
 
 #include <torch/torch.h>
 
-#include "distributed/communicator.h"
 #include "distributed/cluster/cluster_environment.h"
+#include "distributed/communicator.h"
 
 namespace volt {
 
+class ProcessLauncher;
+
 // Brings this process into the run's process group: when `cluster` says this process must start
 // the other local ranks itself (volt's launcher, more than one process per node), starts them
-// first (ProcessLauncher), then joins the group through the cluster's rendezvous. Returns the
-// root communicator. Bounded by `timeout`. [collective]
+// first through `launcher` (unless it already did), then joins the group through the cluster's
+// rendezvous. Returns the root communicator. Bounded by `timeout`. Throws ConfigurationError when
+// ranks must be started and `launcher` is null. [collective]
 std::shared_ptr<Communicator> start_process_group(const ClusterEnvironment& cluster,
-                                                  std::chrono::milliseconds timeout,
-                                                  torch::Device device = torch::kCPU);
+                                                  std::chrono::milliseconds timeout, torch::Device device,
+                                                  ProcessLauncher* launcher);
 
 }  // namespace volt

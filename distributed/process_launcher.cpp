@@ -9,6 +9,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -199,13 +200,10 @@ struct ProcessLauncher::State {
   }
 };
 
-ProcessLauncher& ProcessLauncher::instance() {
-  static ProcessLauncher launcher;
-  return launcher;
-}
-
 void ProcessLauncher::launch(const LaunchOptions& options) {
-  VOLT_INTERNAL_ASSERT(state_ == nullptr, "ProcessLauncher::launch runs once per process");
+  static std::atomic<bool> launched_in_this_process{false};
+  check<ConfigurationError>(!launched_in_this_process.exchange(true), "launcher: this process already started its "
+                            "local ranks; a program starts them once (give every Trainer run_main's launcher)");
   check<ConfigurationError>(options.local_world_size >= 1 && options.local_world_size < kMaxChildren,
                             "launcher: expected 1 to ", kMaxChildren - 1, " processes per node, got ",
                             options.local_world_size);
@@ -332,10 +330,13 @@ void ProcessLauncher::stop_children() {
 
 ProcessLauncher::~ProcessLauncher() {
   if (!state_) return;
-  // A program that returns from main without volt::run_main still waits for its children.
-  const bool reported = state_->parent_finished;
-  const auto failed = wait_for_children(state_->options.finish_timeout);
-  if (failed && !reported) std::cerr << "volt launcher: " << *failed << std::endl;
+  if (std::uncaught_exceptions() > 0) {
+    stop_children();
+  } else {
+    const bool reported = state_->parent_finished;
+    const auto failed = wait_for_children(state_->options.finish_timeout);
+    if (failed && !reported) std::cerr << "volt launcher: " << *failed << std::endl;
+  }
   delete state_;
 }
 

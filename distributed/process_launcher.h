@@ -5,6 +5,12 @@
 // LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR, MASTER_PORT). The children run the whole program and
 // join the same Trainer.fit as ranks of their own.
 //
+// Ownership: whoever starts the run owns the launcher and hands it to strategies through
+// StrategyEnvironment: volt::run_main (its launcher form), or a Trainer that was given none. The
+// owner outlives the children's work: when it is destroyed it waits for them (or, while an
+// exception propagates, stops them). One launch per process: the children are this process's,
+// and the signal forwarding below is process-wide.
+//
 // Watching: a thread reaps the children as they end. When one fails (non-zero exit or a signal)
 // the launcher says which rank and how on stderr, stops the other children (SIGTERM, then SIGKILL
 // after a grace period), and records the failure; the parent's next collective fails at once
@@ -15,7 +21,7 @@
 // (SIGKILL after the grace period), then the parent ends by the same signal. Children get
 // PR_SET_PDEATHSIG=SIGKILL: a parent killed outright takes its children with it. No zombies.
 //
-// One launch per process (the children are processes of this process); thread-safe.
+// Thread-safe.
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -47,11 +53,13 @@ std::map<std::string, std::string> child_environment(const LaunchOptions& option
 
 class ProcessLauncher {
  public:
-  // The launcher of this process.
-  static ProcessLauncher& instance();
+  ProcessLauncher() = default;
+  ProcessLauncher(const ProcessLauncher&) = delete;
+  ProcessLauncher& operator=(const ProcessLauncher&) = delete;
 
   // Starts the children. Throws DistributedError when a child cannot be started (the ones
-  // already started are stopped) and InternalError when called twice.
+  // already started are stopped) and ConfigurationError when this process already started its
+  // local ranks (through this launcher or another one).
   void launch(const LaunchOptions& options);
   bool launched() const;
 
@@ -68,10 +76,11 @@ class ProcessLauncher {
   // parent fails; the children's exit statuses are then not failures of their own.
   void stop_children();
 
+  // Waits for the children (finish_timeout) and reports a failure on stderr, or stops them when
+  // destroyed while an exception propagates.
   ~ProcessLauncher();
 
  private:
-  ProcessLauncher() = default;
   struct State;
   State* state_ = nullptr;  // owned; allocated by launch()
 };

@@ -9,7 +9,7 @@ namespace volt {
 namespace {
 
 // One line per tensor: "parameter net.0.weight float [16, 8]".
-std::vector<std::string> layout_of(Module& module) {
+std::vector<std::string> layout_of(torch::nn::Module& module) {
   std::vector<std::string> lines;
   auto describe = [&](const char* kind, const std::string& name, const torch::Tensor& t) {
     std::ostringstream line;
@@ -44,7 +44,7 @@ int64_t fingerprint(const std::string& text) {
 
 }  // namespace
 
-void verify_same_model(Communicator& communicator, Module& module) {
+void verify_same_model(Communicator& communicator, torch::nn::Module& module) {
   const auto lines = layout_of(module);
   const std::string mine = joined(lines);
   const auto gathered = communicator.all_gather(torch::tensor({fingerprint(mine)}, torch::kLong)).flatten();

@@ -11,16 +11,13 @@ void ParallelStrategy::setup_environment(const StrategyEnvironment& environment)
   check<ConfigurationError>(environment.cluster != nullptr, name(),
                             ": expected the Trainer to resolve a cluster environment, got none");
   cluster_ = environment.cluster;
-  communicator_ = start_process_group(*cluster_, environment.timeout, environment.device);
+  communicator_ = start_process_group(*cluster_, environment.timeout, environment.device, environment.launcher);
   at_last_step_ = communicator_->counters();
 }
 
-void ParallelStrategy::setup_module(Module& module) {
-  Strategy::setup_module(module);
-  broadcast_module_state(module);
-}
+void ParallelStrategy::wrap_module(torch::nn::Module& module) { broadcast_module_state(module); }
 
-void ParallelStrategy::broadcast_module_state(Module& module) {
+void ParallelStrategy::broadcast_module_state(torch::nn::Module& module) {
   verify_same_model(communicator(), module);
   torch::NoGradGuard no_grad;
   for (auto& parameter : module.parameters()) {

@@ -1,8 +1,8 @@
 #pragma once
 // The base of every strategy that runs several processes (DDP, sharded, FSDP, SlowMo build on it).
-// It owns the process group: setup_environment() starts volt's launcher children when this
-// process must (ProcessLauncher) and joins the group through the cluster environment's
-// rendezvous; the Trainer's collectives (metric reduction, decisions, barrier) go through its
+// It owns the process group: setup_environment() starts the other local ranks when this process
+// must (through the ProcessLauncher in its StrategyEnvironment) and joins the group through the
+// cluster environment's rendezvous; the Trainer's collectives (metric reduction, decisions, barrier) go through its
 // Communicator, whose counters it publishes as metrics ("comm/bytes", "comm/step_bytes", ...).
 //
 // Subclasses add the gradient synchronization (pre_backward / post_backward / optimizer_step)
@@ -10,9 +10,9 @@
 // Not thread-safe (one Trainer, one thread), like every Strategy.
 #include <memory>
 
+#include "distributed/cluster/cluster_environment.h"
 #include "distributed/communicator.h"
 #include "strategies/strategy.h"
-#include "distributed/cluster/cluster_environment.h"
 
 namespace volt {
 
@@ -22,9 +22,6 @@ class ParallelStrategy : public Strategy {
 
   // Starts/joins the process group. [collective]
   void setup_environment(const StrategyEnvironment& environment) override;
-  // Moves the module to the device, then makes every rank start from rank 0's parameters and
-  // buffers (a broadcast of each). [collective]
-  void setup_module(Module& module) override;
   void after_optimizer_steps(int64_t global_step) override;
   void teardown() override;
   // Records the error for the other ranks (Note [Naming the failed rank]) unless it is itself
@@ -50,9 +47,12 @@ class ParallelStrategy : public Strategy {
   const ClusterEnvironment& cluster() const;
 
  protected:
+  // Makes every rank start from rank 0's parameters and buffers (after checking that every rank
+  // built the same model). [collective]
+  void wrap_module(torch::nn::Module& module) override;
   // Broadcasts every parameter and buffer of `module` from rank 0, in registration order.
   // [collective]
-  void broadcast_module_state(Module& module);
+  void broadcast_module_state(torch::nn::Module& module);
 
  private:
   std::shared_ptr<const ClusterEnvironment> cluster_;

@@ -1,10 +1,10 @@
 #include "strategies/rank_gather.h"
 
-#include "strategies/strategy.h"
+#include "strategies/strategy_collectives.h"
 
 namespace volt {
 
-std::vector<torch::Tensor> gather_from_ranks(Strategy& strategy, const torch::Tensor& tensor) {
+std::vector<torch::Tensor> gather_from_ranks(StrategyCollectives& strategy, const torch::Tensor& tensor) {
   const auto topology = strategy.topology();
   if (topology.world_size == 1) return {tensor};
   const auto bytes = tensor.detach().to(torch::kCPU).contiguous().reshape({-1}).view(torch::kUInt8);

@@ -1,6 +1,7 @@
 #include "strategies/strategy.h"
 
 #include "core/error.h"
+#include "data/sampler.h"
 
 namespace volt {
 
@@ -8,7 +9,11 @@ void Strategy::setup_environment(const StrategyEnvironment& environment) {
   environment_ = environment;
 }
 
-void Strategy::setup_module(Module& module) { module.to(root_device()); }
+void Strategy::setup_module(torch::nn::Module& module) {
+  precision().convert_module(module);
+  module.to(root_device());
+  wrap_module(module);
+}
 
 void Strategy::set_precision(std::shared_ptr<Precision> precision) {
   check<ConfigurationError>(precision != nullptr, "Strategy: expected a precision, got nullptr");
@@ -22,6 +27,32 @@ void Strategy::set_precision(std::shared_ptr<Precision> precision) {
 Precision& Strategy::precision() const {
   VOLT_INTERNAL_ASSERT(precision_ != nullptr, "the Trainer sets a precision before using a strategy");
   return *precision_;
+}
+
+std::shared_ptr<DataLoader> Strategy::distribute_loader(std::shared_ptr<DataLoader> loader, RunningStage stage) const {
+  const auto topology = this->topology();
+  if (topology.world_size == 1) return loader;
+  auto copy = std::make_shared<DataLoader>(loader->dataset_ptr(), loader->options());
+  const int64_t n = loader->dataset().size();
+  const auto& options = loader->options();
+  if (stage == RunningStage::Training) {
+    copy->set_sampler(std::make_shared<DistributedSampler>(n, topology.world_size, topology.global_rank,
+                                                           options.shuffle, options.seed, options.drop_last));
+  } else if (evaluation_needs_equal_steps()) {
+    copy->set_sampler(std::make_shared<DistributedSampler>(n, topology.world_size, topology.global_rank,
+                                                           /*shuffle=*/false, options.seed, /*drop_last=*/false));
+  } else {
+    copy->set_sampler(std::make_shared<UnpaddedDistributedSampler>(n, topology.world_size, topology.global_rank));
+  }
+  return copy;
+}
+
+Batch Strategy::batch_to_device(const Batch& batch) const { return precision().convert_input(batch.to(root_device())); }
+
+torch::Tensor Strategy::run_step(RunningStage stage, torch::nn::Module& module, const Batch& batch,
+                                 const StepFunction& step) {
+  auto context = forward_context(stage);
+  return step(module, batch);
 }
 
 ScopeGuard Strategy::forward_context(RunningStage stage) { return precision().forward_context(); }

@@ -1,39 +1,45 @@
 #pragma once
 // The Strategy decides where parameters, gradients and optimizer state live across processes and
 // how they are kept in agreement. The Trainer owns the loop and asks its Strategy for everything
-// that involves other ranks; it never calls a collective itself (../shared/DESIGN.md).
+// that involves other ranks, devices or dtypes; it never calls a collective, converts a dtype or
+// moves a batch itself (../shared/DESIGN.md).
+//
+// The interface is split along its seams, each in its own header:
+//   strategy_collectives.h    who am I; the collectives the Trainer and callbacks use
+//   strategy_checkpointing.h  checkpoint state (model, optimizers, open window, strategy section)
+//   strategy.h (this)         lifecycle, data placement and the training step
 //
 // Contract, in the order the Trainer calls it:
-//   setup_environment()  process group and devices                       [collective]
-//   setup_module()       model on device, broadcast or shard             [collective]
+//   setup_environment()  process group and devices                                [collective]
+//   setup_module()       through the precision, to the device, then wrapped        [collective]
+//                        (broadcast, reducer, shards: wrap_module)
 //   setup_optimizers()   the user's optimizers (built after setup_module), possibly wrapped
-//   per micro-batch:     no_sync() scope unless it is the window's last micro-batch;
-//                        forward_context() around the step; backward()
+//   distribute_loader()  each loader with the sampler this strategy needs
+//   per micro-batch:     batch_to_device(); no_sync() scope unless it is the window's last
+//                        micro-batch; run_step() (the forward); backward()
 //   per window:          optimizer_step() for each optimizer, then after_optimizer_steps()
 //   teardown()
-// Methods marked [collective] must be called by every rank at the same point.
 // A Strategy is used by one Trainer on one thread; it is not thread-safe.
 #include <torch/torch.h>
 
 #include <chrono>
-#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "distributed/reduce_op.h"
-#include "distributed/cluster/cluster_environment.h"
-#include "checkpoint/checkpoint_io.h"
-#include "checkpoint/optimizer_state.h"
-#include "trainer/module.h"
-#include "precision/precision.h"
-#include "core/scope_guard.h"
-#include "core/state_dict.h"
 #include "core/run_stage.h"
+#include "core/scope_guard.h"
+#include "data/batch.h"
+#include "data/data_loader.h"
+#include "distributed/cluster/cluster_environment.h"
+#include "precision/precision.h"
+#include "strategies/strategy_checkpointing.h"
 
 namespace volt {
+
+class ProcessLauncher;
 
 // What the Trainer resolved from its options before the strategy sets up.
 struct StrategyEnvironment {
@@ -44,20 +50,19 @@ struct StrategyEnvironment {
   // Who started the processes and where they meet (set by the Trainer; distributed strategies
   // read their topology and rendezvous from it).
   std::shared_ptr<const ClusterEnvironment> cluster;
+  // Starts the other local ranks when the cluster environment says this process must (volt's
+  // own launcher); owned by whoever started the run (run_main or the Trainer), which outlives
+  // the strategy's use of it. Null when nobody can launch.
+  ProcessLauncher* launcher = nullptr;
 };
 
-// Note [Checkpoint layouts]
-// Full: one file, written by global rank 0, holding every parameter and the whole optimizer state
-// unsharded and under PyTorch's names; any strategy at any world size can load it (a sharding
-// strategy takes its shard from it). Sharded: a directory with one file per rank
-// (shard_<rank>.ckpt), each holding the whole training state except that "state_dict" and
-// "optimizer_states" are that rank's shard; only the same strategy at the same world size loads
-// it. Either is written atomically: readers see the previous checkpoint or the complete new one.
-enum class CheckpointLayout { Full, Sharded };
+// One step's forward: the module's training/validation/test/predict step on `batch`. The strategy
+// runs it (run_step) on the module it set up, inside its forward context; a strategy that splits a
+// batch over several devices calls it once per replica and chunk.
+using StepFunction = std::function<torch::Tensor(torch::nn::Module& module, const Batch& batch)>;
 
-class Strategy {
+class Strategy : public StrategyCheckpointing {
  public:
-  virtual ~Strategy() = default;
   virtual std::string name() const = 0;
   // Whether this strategy can run several processes (a ParallelStrategy). The Trainer refuses a
   // non-distributed strategy when the cluster environment has more than one process.
@@ -65,10 +70,13 @@ class Strategy {
 
   // ---- lifecycle
   virtual void setup_environment(const StrategyEnvironment& environment);  // [collective]
-  // Moves the module to root_device() and prepares it (broadcast, sharding). Runs before
+  // Converts the module through the precision (a *-true precision's dtype), moves it to
+  // root_device(), then wraps it (wrap_module: broadcast, reducer, shards). In that order, so that
+  // whatever the wrapping attaches (autograd hooks on gradient accumulators, flat parameters) sees
+  // the module's final tensors: converting afterwards would replace them. Runs before
   // configure_optimizers, so that optimizers see the parameters as the strategy laid them out.
   // [collective]
-  virtual void setup_module(Module& module);
+  void setup_module(torch::nn::Module& module);
   // Returns the optimizers the loop steps: the given ones, or wrappers around them (e.g. a
   // sharded optimizer). [collective]
   virtual std::vector<std::shared_ptr<torch::optim::Optimizer>> setup_optimizers(
@@ -85,18 +93,26 @@ class Strategy {
   // outlive the precision's use.
   void set_precision(std::shared_ptr<Precision> precision);
   Precision& precision() const;
+  torch::Device root_device() const override { return environment_.device; }
 
-  // ---- who am I
-  virtual ProcessTopology topology() const { return {}; }
-  bool is_global_zero() const { return topology().global_rank == 0; }
-  const torch::Device& root_device() const { return environment_.device; }
+  // ---- data
+  // The loader this rank draws `stage`'s batches from: `loader` itself on one process; otherwise
+  // a copy with this rank's sampler (the user's loader is never changed). Training gets
+  // DistributedSampler's equal, padded shares. Evaluation gets an unpadded split, so that every
+  // sample counts once in the metrics, unless evaluation_needs_equal_steps(): then padded
+  // shares, sequential, so that every rank runs the same number of steps (a sharded strategy's
+  // forward has collectives); up to world_size - 1 samples then count twice, as in PyTorch's.
+  virtual std::shared_ptr<DataLoader> distribute_loader(std::shared_ptr<DataLoader> loader, RunningStage stage) const;
+  // The batch on root_device(), its floating-point tensors in the precision's input dtype.
+  virtual Batch batch_to_device(const Batch& batch) const;
 
   // ---- one training step
   // Micro-batches inside this scope accumulate gradients locally without synchronizing.
   virtual ScopeGuard no_sync() { return {}; }
-  // The region in which a step of `stage` runs its forward (the precision's autocast, plus a
-  // strategy's pre-forward work such as DDP's buffer broadcast).
-  virtual ScopeGuard forward_context(RunningStage stage);
+  // Runs one step's forward of `stage` on `module` (the one given to setup_module) inside
+  // forward_context(stage), and returns what the step returns.
+  virtual torch::Tensor run_step(RunningStage stage, torch::nn::Module& module, const Batch& batch,
+                                 const StepFunction& step);
   // pre_backward → precision().backward → post_backward.
   void backward(const torch::Tensor& loss);
   // Unscales, runs `before_step` (the Trainer's hooks and clipping), then steps through the
@@ -116,52 +132,19 @@ class Strategy {
                                      double norm_type = 2.0);
   virtual void clip_gradients_value(torch::optim::Optimizer& optimizer, double clip_value);
 
-  // ---- collectives for the Trainer (the identity on one process)
-  virtual torch::Tensor all_reduce(const torch::Tensor& value, ReduceOp op) { return value; }  // [collective]
-  // `root`'s value, on every rank. [collective]
-  virtual torch::Tensor broadcast(const torch::Tensor& value, int64_t root = 0) { return value; }
-  // Rank 0's decision, on every rank (stopping, checkpointing). [collective]
-  virtual bool broadcast_decision(bool decision) { return decision; }
-  // `all`: true iff every rank decided true; otherwise true iff any did. [collective]
-  virtual bool reduce_boolean_decision(bool decision, bool all = true) { return decision; }
-  virtual void barrier(const std::string& name = "") {}  // [collective]
-
   // Numbers the strategy publishes beside the training metrics (e.g. bytes communicated); the
   // fit loop logs them with every logged step.
   virtual std::map<std::string, double> metrics() const { return {}; }
 
-  // ---- checkpoints (strategies/strategy_checkpoint.cpp; Note [Checkpoint layouts])
-  virtual CheckpointLayout checkpoint_layout() const { return CheckpointLayout::Full; }
-  // The module's parameters and buffers in `layout`, tensors on any device (the file stores CPU
-  // copies). [collective for strategies that shard]
-  virtual StateDict model_state_dict(Module& module, CheckpointLayout layout);
-  // Loads `state` (of `layout`) into the module in place; `source` names it in errors.
-  virtual void load_model_state_dict(Module& module, const StateDict& state, CheckpointLayout layout,
-                                     bool strict, const std::string& source);
-  // An optimizer's state in `layout` (a sharded optimizer consolidates for Full). [collective
-  // for strategies that shard]
-  virtual StateDict optimizer_state_dict(torch::optim::Optimizer& optimizer, CheckpointLayout layout);
-  virtual void load_optimizer_state_dict(torch::optim::Optimizer& optimizer, const StateDict& state,
-                                         CheckpointLayout layout, const std::string& what,
-                                         const ParameterNamer& name_of);
-  // The strategy's own section of a checkpoint (comm-hook state, model-averager step, SlowMo
-  // buffers); restored only into a strategy of the same name().
-  virtual StateDict strategy_state_dict() { return {}; }
-  virtual void load_strategy_state_dict(const StateDict& state) {}
-  // Writes `checkpoint` atomically in checkpoint_layout(): global rank 0 writes the file `path`
-  // (Full), or every rank its shard into the directory `path` (Sharded). When any rank fails,
-  // every rank throws. [collective]
-  virtual void save_checkpoint(const StateDict& checkpoint, const std::filesystem::path& path);
-  // This rank's view of the checkpoint at `path`: the file, or this rank's shard of a sharded
-  // directory. Throws CheckpointError when missing, damaged, or sharded for another world size.
-  virtual StateDict load_checkpoint(const std::filesystem::path& path);
-  // Global rank 0 removes the checkpoint file or directory. [collective]
-  virtual void remove_checkpoint(const std::filesystem::path& path);
-  // Where checkpoint bytes go; the default writes local files (CheckpointIO).
-  void set_checkpoint_io(std::shared_ptr<CheckpointIO> checkpoint_io);
-  CheckpointIO& checkpoint_io() const { return *checkpoint_io_; }
-
  protected:
+  // What setup_module does once the module has its final dtype and device; nothing by default.
+  virtual void wrap_module(torch::nn::Module& module) {}
+  // The region in which a step of `stage` runs its forward (the precision's autocast, plus a
+  // strategy's pre-forward work such as DDP's buffer broadcast).
+  virtual ScopeGuard forward_context(RunningStage stage);
+  // Whether evaluation steps run collectives, so that every rank must run as many of them
+  // (distribute_loader).
+  virtual bool evaluation_needs_equal_steps() const { return false; }
   virtual void pre_backward(const torch::Tensor& loss) {}
   virtual void post_backward(const torch::Tensor& loss) {}
   const StrategyEnvironment& environment() const { return environment_; }
@@ -169,7 +152,6 @@ class Strategy {
  private:
   StrategyEnvironment environment_;
   std::shared_ptr<Precision> precision_;
-  std::shared_ptr<CheckpointIO> checkpoint_io_ = std::make_shared<CheckpointIO>();
 };
 
 }  // namespace volt

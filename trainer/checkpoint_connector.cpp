@@ -1,13 +1,13 @@
 #include "trainer/checkpoint_connector.h"
 
-#include <iostream>
 #include <set>
 
 #include "checkpoint/checkpoint_format.h"
-#include "strategies/rank_gather.h"
 #include "checkpoint/rng_state.h"
-#include "trainer/training_state.h"
+#include "core/warning.h"
+#include "strategies/rank_gather.h"
 #include "trainer/trainer.h"
+#include "trainer/training_state.h"
 
 namespace volt {
 namespace {
@@ -15,7 +15,7 @@ namespace {
 // Warnings go to stderr once (global rank 0): they report a resumed run that cannot be exactly
 // the original, which is allowed (the user changed a setting) but must not pass unnoticed.
 void warn(const Trainer& trainer, const std::string& message) {
-  if (trainer.is_global_zero()) std::cerr << "volt: warning: " << message << std::endl;
+  if (trainer.is_global_zero()) volt::warn(message);
 }
 
 c10::IValue to_ivalue(const HyperparameterValue& value) {
@@ -41,10 +41,10 @@ std::map<const void*, std::string> parameter_names(const Module& module) {
 
 StateDict CheckpointConnector::dump(bool weights_only) {
   Trainer& t = trainer_;
-  check<ConfigurationError>(t.module_ != nullptr, "Trainer::save_checkpoint: no model is attached; call it during "
+  check<ConfigurationError>(state_.module != nullptr, "Trainer::save_checkpoint: no model is attached; call it during "
                                                   "or after fit, validate, test or predict");
-  Module& module = *t.module_;
-  Strategy& strategy = *t.strategy_;
+  Module& module = *state_.module;
+  Strategy& strategy = t.strategy();
   const auto layout = strategy.checkpoint_layout();
   const auto topology = strategy.topology();
 
@@ -59,8 +59,8 @@ StateDict CheckpointConnector::dump(bool weights_only) {
     checkpoint.set("shard", shard);
   }
   checkpoint.set("weights_only", weights_only);
-  checkpoint.set("epoch", t.progress_.epoch);
-  checkpoint.set("global_step", t.progress_.global_step);
+  checkpoint.set("epoch", state_.progress.epoch);
+  checkpoint.set("global_step", state_.progress.global_step);
   checkpoint.set("state_dict", strategy.model_state_dict(module, layout));
   StateDict hparams;
   for (const auto& [name, value] : module.hparams()) hparams.set(name, to_ivalue(value));
@@ -68,19 +68,19 @@ StateDict CheckpointConnector::dump(bool weights_only) {
   StateDict strategy_section;
   strategy_section.set("name", strategy.name());
   strategy_section.set("world_size", topology.world_size);
-  if (!weights_only) strategy_section.set("state", strategy.strategy_state_dict());
+  if (!weights_only) strategy_section.set("state", strategy.strategy_state_dict(layout));
   checkpoint.set("strategy", strategy_section);
 
   if (!weights_only) {
     c10::impl::GenericList optimizers(c10::AnyType::get());
-    for (auto& optimizer : t.optimizers_) optimizers.push_back(strategy.optimizer_state_dict(*optimizer, layout).to_ivalue());
+    for (auto& optimizer : state_.optimizers) optimizers.push_back(strategy.optimizer_state_dict(*optimizer, layout).to_ivalue());
     checkpoint.set("optimizer_states", optimizers);
     c10::impl::GenericList schedulers(c10::AnyType::get());
-    for (const auto& config : t.schedulers_) schedulers.push_back(config.scheduler->state_dict().to_ivalue());
+    for (const auto& config : state_.schedulers) schedulers.push_back(config.scheduler->state_dict().to_ivalue());
     checkpoint.set("lr_schedulers", schedulers);
     StateDict precision;
-    precision.set("name", t.precision_->name());
-    precision.set("state", t.precision_->state_dict());
+    precision.set("name", t.precision().name());
+    precision.set("state", t.precision().state_dict());
     checkpoint.set("precision", precision);
     StateDict loops;
     loops.set("fit_loop", dump_fit_loop());
@@ -88,7 +88,7 @@ StateDict CheckpointConnector::dump(bool weights_only) {
 
     StateDict callbacks;
     std::set<std::string> keys;
-    for (const auto& callback : t.callbacks_) {
+    for (const auto& callback : t.callbacks()) {
       const StateDict state = callback->state_dict();
       if (state.empty()) continue;
       const std::string key = callback->state_key();
@@ -99,7 +99,7 @@ StateDict CheckpointConnector::dump(bool weights_only) {
     }
     checkpoint.set("callbacks", callbacks);
     c10::impl::GenericList loggers(c10::AnyType::get());
-    for (const auto& logger : t.loggers_) {
+    for (const auto& logger : t.loggers()) {
       StateDict entry;
       entry.set("name", logger->name());
       entry.set("version", logger->version());
@@ -111,7 +111,7 @@ StateDict CheckpointConnector::dump(bool weights_only) {
     if (topology.world_size > 1 && layout == CheckpointLayout::Full) {
       checkpoint.set("rng_states_per_rank", gather_rng_states());
     }
-    for (auto& callback : t.callbacks_) callback->on_save_checkpoint(t, module, checkpoint);
+    for (auto& callback : t.callbacks()) callback->on_save_checkpoint(t, module, checkpoint);
   }
   module.on_save_checkpoint(checkpoint);
   return checkpoint;
@@ -119,60 +119,24 @@ StateDict CheckpointConnector::dump(bool weights_only) {
 
 StateDict CheckpointConnector::dump_fit_loop() {
   Trainer& t = trainer_;
-  const auto& p = t.progress_;
+  const auto& p = state_.progress;
   StateDict fit_loop = fit_progress_state(p);
-  fit_loop.set("accumulate_grad_batches", t.options_.accumulate_grad_batches);
-  fit_loop.set("num_training_batches", t.num_training_batches_);
-  const auto topology = t.strategy_->topology();
-  if (t.train_loader_) fit_loop.set("train_data", train_data_state(*t.train_loader_, topology.world_size));
+  fit_loop.set("accumulate_grad_batches", t.options().accumulate_grad_batches);
+  fit_loop.set("num_training_batches", state_.num_training_batches);
+  const auto topology = t.strategy().topology();
+  if (state_.train_loader) fit_loop.set("train_data", train_data_state(*state_.train_loader, topology.world_size));
   // What has been logged: the open epoch's aggregates, and the values callbacks monitor.
-  if (t.train_collector_.stage() == RunningStage::Training) fit_loop.set("train_metrics", t.train_collector_.state_dict());
+  if (state_.train_collector.stage() == RunningStage::Training) fit_loop.set("train_metrics", state_.train_collector.state_dict());
   StateDict callback_metrics;
-  for (const auto& [name, value] : t.callback_metrics_) callback_metrics.set(name, value);
+  for (const auto& [name, value] : state_.callback_metrics) callback_metrics.set(name, value);
   fit_loop.set("callback_metrics", callback_metrics);
   // Inside an accumulation window the gradients accumulated so far are part of the state: the
-  // step at the window's end needs them.
+  // step at the window's end needs them. The strategy knows where they live.
   if (p.window_micro_batches > 0 && p.window_has_backward) {
-    if (topology.world_size == 1 || t.strategy_->checkpoint_layout() == CheckpointLayout::Sharded) {
-      StateDict grads;
-      for (const auto& p : t.module_->named_parameters()) {
-        if (p.value().grad().defined()) grads.set(p.key(), p.value().grad());
-      }
-      fit_loop.set("accumulated_grads", grads);
-    } else {
-      fit_loop.set("accumulated_grads_per_rank", gather_accumulated_grads());
-    }
+    const StateDict section = t.strategy().accumulated_gradients(*state_.module, t.strategy().checkpoint_layout());
+    for (const auto& key : section.keys()) fit_loop.set(key, section.at(key));
   }
   return fit_loop;
-}
-
-c10::IValue CheckpointConnector::gather_accumulated_grads() {
-  // Each rank's own gradients (they differ: ranks accumulate locally until the window closes).
-  // Which parameters have one is gathered first, so every rank takes part in the same gathers.
-  Trainer& t = trainer_;
-  Strategy& strategy = *t.strategy_;
-  const auto parameters = t.module_->named_parameters();
-  auto has_grad = torch::zeros({static_cast<int64_t>(parameters.size())}, torch::kInt32);
-  for (size_t i = 0; i < parameters.size(); ++i) has_grad[static_cast<int64_t>(i)] = parameters[i].value().grad().defined() ? 1 : 0;
-  const auto flags = gather_from_ranks(strategy, has_grad);
-  const int64_t world = static_cast<int64_t>(flags.size());
-  std::vector<StateDict> per_rank(static_cast<size_t>(world));
-  for (size_t i = 0; i < parameters.size(); ++i) {
-    bool anywhere = false;
-    for (const auto& f : flags) anywhere |= f[static_cast<int64_t>(i)].item<int32_t>() != 0;
-    if (!anywhere) continue;
-    const auto& parameter = parameters[i].value();
-    const auto grad = parameter.grad().defined() ? parameter.grad() : torch::zeros_like(parameter);
-    const auto all = gather_from_ranks(strategy, grad);
-    for (int64_t r = 0; r < world; ++r) {
-      if (flags[static_cast<size_t>(r)][static_cast<int64_t>(i)].item<int32_t>() != 0) {
-        per_rank[static_cast<size_t>(r)].set(parameters[i].key(), all[static_cast<size_t>(r)]);
-      }
-    }
-  }
-  c10::impl::GenericList out(c10::AnyType::get());
-  for (const auto& grads : per_rank) out.push_back(grads.to_ivalue());
-  return out;
 }
 
 void CheckpointConnector::restore(const StateDict& checkpoint, const std::string& source) {
@@ -186,17 +150,17 @@ void CheckpointConnector::restore(const StateDict& checkpoint, const std::string
   if (layout_of(checkpoint) == CheckpointLayout::Sharded) {
     const auto shard = checkpoint.child("shard");
     const auto writer = checkpoint.child("strategy").get_string("name");
-    const auto topology = t.strategy_->topology();
-    check<CheckpointError>(t.strategy_->checkpoint_layout() == CheckpointLayout::Sharded &&
-                               writer == t.strategy_->name() && shard.get_int("world_size") == topology.world_size,
+    const auto topology = t.strategy().topology();
+    check<CheckpointError>(t.strategy().checkpoint_layout() == CheckpointLayout::Sharded &&
+                               writer == t.strategy().name() && shard.get_int("world_size") == topology.world_size,
                            source, ": a sharded checkpoint written by strategy '", writer, "' with ",
-                           shard.get_int("world_size"), " ranks; this run uses '", t.strategy_->name(), "' with ",
+                           shard.get_int("world_size"), " ranks; this run uses '", t.strategy().name(), "' with ",
                            topology.world_size, " ranks. Resume it with the same strategy and world size, or "
                            "resume from a full checkpoint");
   }
-  t.module_->on_load_checkpoint(checkpoint);
+  state_.module->on_load_checkpoint(checkpoint);
   restore_model(checkpoint, source);
-  if (t.fn_ != TrainerFn::Fitting) return;
+  if (state_.fn != TrainerFn::Fitting) return;
   check<CheckpointError>(!checkpoint.contains("weights_only") || !checkpoint.get_bool("weights_only"), source,
                          " holds the model's weights only (saved with weights_only), so training cannot resume "
                          "from it; resume from a full checkpoint, or load the weights with load_weights and "
@@ -210,7 +174,7 @@ void CheckpointConnector::restore(const StateDict& checkpoint, const std::string
 
 void CheckpointConnector::restore_model(const StateDict& checkpoint, const std::string& source) {
   Trainer& t = trainer_;
-  t.strategy_->load_model_state_dict(*t.module_, checkpoint.child("state_dict"), layout_of(checkpoint), /*strict=*/true,
+  t.strategy().load_model_state_dict(*state_.module, checkpoint.child("state_dict"), layout_of(checkpoint), /*strict=*/true,
                                      source);
 }
 
@@ -218,8 +182,8 @@ void CheckpointConnector::restore_callbacks(const StateDict& checkpoint) {
   Trainer& t = trainer_;
   const StateDict states = checkpoint.contains("callbacks") ? checkpoint.child("callbacks") : StateDict();
   std::set<std::string> restored;
-  for (auto& callback : t.callbacks_) {
-    callback->on_load_checkpoint(t, *t.module_, checkpoint);
+  for (auto& callback : t.callbacks()) {
+    callback->on_load_checkpoint(t, *state_.module, checkpoint);
     const std::string key = callback->state_key();
     if (states.contains(key)) {
       callback->load_state_dict(states.child(key));
@@ -238,39 +202,39 @@ void CheckpointConnector::restore_callbacks(const StateDict& checkpoint) {
 
 void CheckpointConnector::restore_training_state(const StateDict& checkpoint, const std::string& source) {
   Trainer& t = trainer_;
-  Strategy& strategy = *t.strategy_;
+  Strategy& strategy = t.strategy();
   const auto layout = layout_of(checkpoint);
 
   const auto precision = checkpoint.child("precision");
-  if (precision.get_string("name") == t.precision_->name()) {
-    t.precision_->load_state_dict(precision.child("state"));
+  if (precision.get_string("name") == t.precision().name()) {
+    t.precision().load_state_dict(precision.child("state"));
   } else if (!precision.child("state").empty()) {
     warn(t, source + " was written with precision '" + precision.get_string("name") + "', this run uses '" +
-                t.precision_->name() + "': the precision's state (e.g. the GradScaler's scale) is not restored");
+                t.precision().name() + "': the precision's state (e.g. the GradScaler's scale) is not restored");
   }
 
   const auto optimizers = checkpoint.at("optimizer_states");
-  check<CheckpointError>(optimizers.isList() && optimizers.toListRef().size() == t.optimizers_.size(), source,
+  check<CheckpointError>(optimizers.isList() && optimizers.toListRef().size() == state_.optimizers.size(), source,
                          " holds the state of ", optimizers.isList() ? optimizers.toListRef().size() : 0,
-                         " optimizers, configure_optimizers returned ", t.optimizers_.size(),
+                         " optimizers, configure_optimizers returned ", state_.optimizers.size(),
                          "; it must build the same optimizers as the run that wrote the checkpoint");
-  const auto names = parameter_names(*t.module_);
+  const auto names = parameter_names(*state_.module);
   const ParameterNamer name_of = [&](const torch::Tensor& p) {
     auto found = names.find(p.unsafeGetTensorImpl());
     return found == names.end() ? std::string() : found->second;
   };
-  for (size_t i = 0; i < t.optimizers_.size(); ++i) {
-    strategy.load_optimizer_state_dict(*t.optimizers_[i],
+  for (size_t i = 0; i < state_.optimizers.size(); ++i) {
+    strategy.load_optimizer_state_dict(*state_.optimizers[i],
                                        StateDict::from_ivalue(optimizers.toListRef()[i], source + " optimizer " + std::to_string(i)),
                                        layout, source + ", optimizer " + std::to_string(i), name_of);
   }
   const auto schedulers = checkpoint.at("lr_schedulers");
-  check<CheckpointError>(schedulers.isList() && schedulers.toListRef().size() == t.schedulers_.size(), source,
+  check<CheckpointError>(schedulers.isList() && schedulers.toListRef().size() == state_.schedulers.size(), source,
                          " holds the state of ", schedulers.isList() ? schedulers.toListRef().size() : 0,
-                         " LR schedulers, configure_optimizers returned ", t.schedulers_.size(),
+                         " LR schedulers, configure_optimizers returned ", state_.schedulers.size(),
                          "; it must build the same schedulers as the run that wrote the checkpoint");
-  for (size_t i = 0; i < t.schedulers_.size(); ++i) {
-    t.schedulers_[i].scheduler->load_state_dict(
+  for (size_t i = 0; i < state_.schedulers.size(); ++i) {
+    state_.schedulers[i].scheduler->load_state_dict(
         StateDict::from_ivalue(schedulers.toListRef()[i], source + " LR scheduler " + std::to_string(i)));
   }
 
@@ -279,18 +243,18 @@ void CheckpointConnector::restore_training_state(const StateDict& checkpoint, co
   const auto strategy_section = checkpoint.child("strategy");
   const auto strategy_state = strategy_section.contains("state") ? strategy_section.child("state") : StateDict();
   if (strategy_section.get_string("name") == strategy.name()) {
-    strategy.load_strategy_state_dict(strategy_state);
+    strategy.load_strategy_state_dict(strategy_state, layout);
   } else if (!strategy_state.empty()) {
     warn(t, source + " was written by strategy '" + strategy_section.get_string("name") + "', this run uses '" +
                 strategy.name() + "': that strategy's own state is not restored");
   }
-  t.pending_rng_state_ = rng_state_for_this_rank(checkpoint, source);
+  state_.pending_rng_state = rng_state_for_this_rank(checkpoint, source);
 }
 
 c10::IValue CheckpointConnector::gather_rng_states() {
   // The CPU generator's state and, on CUDA, that of this rank's device: what a rank's random
   // numbers come from (ranks may be seeded differently).
-  Strategy& strategy = *trainer_.strategy_;
+  Strategy& strategy = trainer_.strategy();
   const auto device = strategy.root_device();
   const auto cpu = gather_from_ranks(strategy, rng_state_dict().get_tensor("torch"));
   std::vector<torch::Tensor> cuda;
@@ -308,7 +272,7 @@ c10::IValue CheckpointConnector::gather_rng_states() {
 }
 
 StateDict CheckpointConnector::rng_state_for_this_rank(const StateDict& checkpoint, const std::string& source) {
-  const auto topology = trainer_.strategy_->topology();
+  const auto topology = trainer_.strategy().topology();
   StateDict states = checkpoint.child("rng_states");
   if (!checkpoint.contains("rng_states_per_rank")) {
     if (topology.world_size > 1 && layout_of(checkpoint) == CheckpointLayout::Full) {
@@ -338,18 +302,18 @@ void CheckpointConnector::restore_fit_loop(const StateDict& fit_loop, const std:
   if (mid_epoch) {
     std::vector<std::string> changes;
     const int64_t accumulate = fit_loop.get_int("accumulate_grad_batches");
-    if (accumulate != t.options_.accumulate_grad_batches) {
+    if (accumulate != t.options().accumulate_grad_batches) {
       changes.push_back("accumulate_grad_batches: " + std::to_string(accumulate) + " -> " +
-                        std::to_string(t.options_.accumulate_grad_batches));
+                        std::to_string(t.options().accumulate_grad_batches));
     }
     const int64_t batches = fit_loop.get_int("num_training_batches");
-    if (batches != t.num_training_batches_) {
+    if (batches != state_.num_training_batches) {
       changes.push_back("training batches per epoch: " + std::to_string(batches) + " -> " +
-                        std::to_string(t.num_training_batches_));
+                        std::to_string(state_.num_training_batches));
     }
-    if (fit_loop.contains("train_data") && t.train_loader_) {
+    if (fit_loop.contains("train_data") && state_.train_loader) {
       for (auto& change : train_data_differences(fit_loop.child("train_data"),
-                                                 train_data_state(*t.train_loader_, t.strategy_->topology().world_size))) {
+                                                 train_data_state(*state_.train_loader, t.strategy().topology().world_size))) {
         changes.push_back(std::move(change));
       }
     }
@@ -361,39 +325,14 @@ void CheckpointConnector::restore_fit_loop(const StateDict& fit_loop, const std:
                   list + "): the rest of this epoch will not see exactly the batches the original run would have");
     }
   }
-  t.progress_ = progress;
-  if (mid_epoch && fit_loop.contains("train_metrics")) t.train_collector_.load_state_dict(fit_loop.child("train_metrics"));
+  state_.progress = progress;
+  if (mid_epoch && fit_loop.contains("train_metrics")) state_.train_collector.load_state_dict(fit_loop.child("train_metrics"));
   if (fit_loop.contains("callback_metrics")) {
     const auto metrics = fit_loop.child("callback_metrics");
-    for (const auto& name : metrics.keys()) t.callback_metrics_[name] = metrics.get_double(name);
+    for (const auto& name : metrics.keys()) state_.callback_metrics[name] = metrics.get_double(name);
   }
-  // The gradients of an open accumulation window: this process's, or this rank's of all ranks'.
-  StateDict grads = fit_loop.contains("accumulated_grads") ? fit_loop.child("accumulated_grads") : StateDict();
-  if (fit_loop.contains("accumulated_grads_per_rank")) {
-    const auto topology = t.strategy_->topology();
-    const auto per_rank = fit_loop.at("accumulated_grads_per_rank");
-    check<CheckpointError>(per_rank.isList(), source, ": 'accumulated_grads_per_rank' is not a list");
-    const auto& list = per_rank.toListRef();
-    if (static_cast<int64_t>(list.size()) == topology.world_size) {
-      grads = StateDict::from_ivalue(list[static_cast<size_t>(topology.global_rank)], source + " accumulated gradients");
-    } else {
-      warn(t, source + " was written inside an accumulation window by " + std::to_string(list.size()) +
-                  " ranks, this run has " + std::to_string(topology.world_size) +
-                  ": the window's gradients so far are dropped, so its step averages fewer micro-batches");
-    }
-  }
-  torch::NoGradGuard no_grad;
-  for (auto& p : t.module_->named_parameters()) {
-    auto& parameter = p.value();
-    if (grads.contains(p.key())) {
-      const auto grad = grads.get_tensor(p.key());
-      check<CheckpointError>(grad.sizes() == parameter.sizes(), source, ": the accumulated gradient of ", p.key(),
-                             " has shape ", grad.sizes(), ", the parameter ", parameter.sizes());
-      parameter.mutable_grad() = grad.to(parameter.options(), /*non_blocking=*/false, /*copy=*/true);
-    } else if (parameter.grad().defined()) {
-      parameter.mutable_grad().reset();
-    }
-  }
+  // The gradients of an open accumulation window (none: the window is empty).
+  t.strategy().load_accumulated_gradients(*state_.module, fit_loop, source);
 }
 
 }  // namespace volt

@@ -1,9 +1,11 @@
 #pragma once
-// Between a Trainer and its checkpoints: builds the checkpoint dict from the trainer's state
-// (Note [What a checkpoint holds]) and restores one into it.
+// Between a Trainer and its checkpoints: builds the checkpoint dict from the trainer's loop state
+// and what its strategy, precision, callbacks and loggers hold (Note [What a checkpoint holds]),
+// and restores one into them.
 #include <string>
 
 #include "core/state_dict.h"
+#include "trainer/loops/loop_state.h"
 
 namespace volt {
 
@@ -21,7 +23,8 @@ class Trainer;
 //   "lr_schedulers"       [scheduler state per scheduler]
 //   "precision"           {"name", "state"} (the GradScaler's state for *-mixed)
 //   "loops"               {"fit_loop": progress, "train_data", "train_metrics",
-//                          "callback_metrics", "accumulated_grads" (one process or a shard) or
+//                          "callback_metrics", and the strategy's accumulated_gradients():
+//                          "accumulated_grads" (one process or a shard) or
 //                          "accumulated_grads_per_rank" (full layout, several ranks)}
 //   "callbacks"           {Callback::state_key(): Callback::state_dict()}
 //   "loggers"             [{"name", "version", "log_dir"}]
@@ -30,12 +33,12 @@ class Trainer;
 // Callbacks' and the module's on_save_checkpoint hooks may add keys of their own.
 class CheckpointConnector {
  public:
-  explicit CheckpointConnector(Trainer& trainer) : trainer_(trainer) {}
+  CheckpointConnector(Trainer& trainer, LoopState& state) : trainer_(trainer), state_(state) {}
 
   // The checkpoint of the trainer's current state. [collective when the strategy shards]
   StateDict dump(bool weights_only);
   // Restores what the trainer's current function needs: everything for fit (random states are
-  // left in Trainer::pending_rng_state_ for the fit loop), the model's weights otherwise.
+  // left in LoopState::pending_rng_state for the fit loop), the model's weights otherwise.
   // `source` names the checkpoint in messages.
   void restore(const StateDict& checkpoint, const std::string& source);
 
@@ -45,14 +48,13 @@ class CheckpointConnector {
   void restore_callbacks(const StateDict& checkpoint);
   StateDict dump_fit_loop();
   void restore_fit_loop(const StateDict& fit_loop, const std::string& source);
-  // Every rank's random states / gradients of the open accumulation window, for a full
-  // checkpoint of several ranks. [collective]
+  // Every rank's random states, for a full checkpoint of several ranks. [collective]
   c10::IValue gather_rng_states();
-  c10::IValue gather_accumulated_grads();
   // The random states this rank continues from.
   StateDict rng_state_for_this_rank(const StateDict& checkpoint, const std::string& source);
 
   Trainer& trainer_;
+  LoopState& state_;
 };
 
 }  // namespace volt

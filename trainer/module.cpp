@@ -1,5 +1,6 @@
 #include "trainer/module.h"
 
+#include "trainer/loops/loop_state.h"
 #include "trainer/trainer.h"
 
 namespace volt {
@@ -26,9 +27,9 @@ int64_t Module::current_epoch() const { return trainer_ ? trainer_->current_epoc
 int64_t Module::global_step() const { return trainer_ ? trainer_->global_step() : 0; }
 
 void Module::log(const std::string& name, const torch::Tensor& value, const LogOptions& options) {
-  check<ConfigurationError>(trainer_ != nullptr, "log('", name,
+  check<ConfigurationError>(loop_state_ != nullptr, "log('", name,
                             "'): no Trainer is running this module; log from a step or hook");
-  trainer_->metric_collector().log(name, value, options);
+  loop_state_->active_collector().log(name, value, options);
 }
 
 void Module::log(const std::string& name, double value, const LogOptions& options) {

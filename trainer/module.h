@@ -15,6 +15,7 @@
 namespace volt {
 
 class Trainer;
+struct LoopState;
 
 // Thrown by the default validation_step/test_step/predict_step: the Trainer treats it as "this
 // module does not define that step" (skipping validation, or failing test/predict clearly).
@@ -66,7 +67,10 @@ class Module : public torch::nn::Module {
 
  private:
   friend class Trainer;
-  Trainer* trainer_ = nullptr;  // set by the Trainer for the duration of fit/validate/test/predict
+  // Set by the Trainer for the duration of fit/validate/test/predict: who runs this module, and
+  // the loop state whose active metric collector log() feeds.
+  Trainer* trainer_ = nullptr;
+  LoopState* loop_state_ = nullptr;
   Hyperparameters hparams_;
 };
 

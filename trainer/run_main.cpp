@@ -33,8 +33,7 @@ int run_body(const std::function<void()>& body) {
 
 // With volt's launcher this process is local rank 0 of a group it started: it ends only after its
 // children, and fails when one of them did (naming it).
-int finish_children(int exit_code) {
-  auto& launcher = ProcessLauncher::instance();
+int finish_children(int exit_code, ProcessLauncher& launcher) {
   if (!launcher.launched()) return exit_code;
   if (exit_code != 0) {
     if (auto failure = launcher.failure()) std::cerr << "error: the first failure was " << *failure << std::endl;
@@ -50,6 +49,11 @@ int finish_children(int exit_code) {
 
 }  // namespace
 
-int run_main(const std::function<void()>& body) { return finish_children(run_body(body)); }
+int run_main(const std::function<void()>& body) { return run_body(body); }
+
+int run_main(const std::function<void(ProcessLauncher& launcher)>& body) {
+  ProcessLauncher launcher;
+  return finish_children(run_body([&] { body(launcher); }), launcher);
+}
 
 }  // namespace volt

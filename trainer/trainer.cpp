@@ -14,6 +14,8 @@
 #include "checkpoint/last_checkpoint.h"
 #include "trainer/loops/evaluation_loop.h"
 #include "trainer/loops/fit_loop.h"
+#include "trainer/loops/loop_hooks.h"
+#include "distributed/process_launcher.h"
 #include "core/compat.h"
 #include "core/cpu_threads.h"
 #include "core/malloc_tuning.h"
@@ -46,26 +48,30 @@ class DataModuleOfLoaders : public DataModule {
   std::shared_ptr<DataLoader> train_, val_;
 };
 
-std::shared_ptr<Precision> given_precision(std::shared_ptr<Precision> precision) {
-  check<ConfigurationError>(precision != nullptr, "Trainer: expected a precision, got nullptr");
-  return precision;
+// A strategy or precision handed to a constructor that takes one must be there.
+template <typename T>
+std::shared_ptr<T> given(std::shared_ptr<T> object, const char* what) {
+  check<ConfigurationError>(object != nullptr, "Trainer: expected a ", what, ", got nullptr");
+  return object;
 }
 
 }  // namespace
 
-Trainer::Trainer(TrainerOptions options) : Trainer(options, nullptr, nullptr, true) {}
+Trainer::Trainer(TrainerOptions options) : Trainer(std::move(options), TrainerComponents{}) {}
 
 Trainer::Trainer(TrainerOptions options, std::shared_ptr<Strategy> strategy)
-    : Trainer(std::move(options), std::move(strategy), nullptr, false) {}
+    : Trainer(std::move(options), TrainerComponents{given(std::move(strategy), "strategy"), nullptr, nullptr}) {}
 
 Trainer::Trainer(TrainerOptions options, std::shared_ptr<Strategy> strategy, std::shared_ptr<Precision> precision)
-    : Trainer(std::move(options), strategy, given_precision(std::move(precision)), strategy == nullptr) {}
+    : Trainer(std::move(options), TrainerComponents{std::move(strategy), given(std::move(precision), "precision"),
+                                                    nullptr}) {}
 
-Trainer::Trainer(TrainerOptions options, std::shared_ptr<Strategy> strategy, std::shared_ptr<Precision> precision,
-                 bool from_registry)
+Trainer::Trainer(TrainerOptions options, ProcessLauncher& launcher)
+    : Trainer(std::move(options), TrainerComponents{nullptr, nullptr, &launcher}) {}
+
+Trainer::Trainer(TrainerOptions options, TrainerComponents components)
     : options_(std::move(options)),
-      train_collector_([this](const torch::Tensor& value, ReduceOp op) { return strategy_->all_reduce(value, op); }),
-      eval_collector_([this](const torch::Tensor& value, ReduceOp op) { return strategy_->all_reduce(value, op); }) {
+      state_([this](const torch::Tensor& value, ReduceOp op) { return strategy_->all_reduce(value, op); }) {
   options_.validate();
   // Seeded now as well as at the start of each run: a module built after the Trainer (the
   // order LightningCLI uses: seed_everything, then the model) starts from weights the seed decides.
@@ -76,28 +82,28 @@ Trainer::Trainer(TrainerOptions options, std::shared_ptr<Strategy> strategy, std
   const std::string origin = std::to_string(topology.local_world_size) + " per node × " +
                              std::to_string(topology.num_nodes) + " node(s) from the " + cluster_->name() +
                              " cluster environment";
-  if (from_registry) strategy = create_strategy(options_.strategy, topology.world_size, origin);
-  check<ConfigurationError>(strategy != nullptr, "Trainer: expected a strategy, got nullptr");
-  check_strategy_fits(*strategy, topology.world_size, origin);
-  init(std::move(strategy), std::move(precision));
-}
-
-MetricCollector& Trainer::metric_collector() {
-  return stage_ == RunningStage::Training || stage_ == RunningStage::None ? train_collector_ : eval_collector_;
+  if (!components.strategy) components.strategy = create_strategy(options_.strategy, topology.world_size, origin);
+  check_strategy_fits(*components.strategy, topology.world_size, origin);
+  launcher_ = components.launcher;
+  if (launcher_ == nullptr && !cluster_->creates_processes_externally() && topology.local_world_size > 1) {
+    owned_launcher_ = std::make_unique<ProcessLauncher>();
+    launcher_ = owned_launcher_.get();
+  }
+  init(std::move(components));
 }
 
 Trainer::~Trainer() {
   if (strategy_) strategy_->teardown();
 }
 
-void Trainer::init(std::shared_ptr<Strategy> strategy, std::shared_ptr<Precision> precision) {
-  strategy_ = std::move(strategy);
-  if (precision) {
+void Trainer::init(TrainerComponents components) {
+  strategy_ = std::move(components.strategy);
+  if (components.precision) {
     const auto asked = canonical_precision_name(options_.precision);
-    check<ConfigurationError>(precision->name() == asked, "Trainer: the Precision object given is '",
-                              precision->name(), "' but options.precision is '", options_.precision,
-                              "'; set options.precision to '", precision->name(), "'");
-    precision_ = std::move(precision);
+    check<ConfigurationError>(components.precision->name() == asked, "Trainer: the Precision object given is '",
+                              components.precision->name(), "' but options.precision is '", options_.precision,
+                              "'; set options.precision to '", components.precision->name(), "'");
+    precision_ = std::move(components.precision);
   } else {
     precision_ = make_precision(options_.precision, resolve_device(options_));
   }
@@ -129,8 +135,8 @@ std::string Trainer::log_dir() const {
 }
 
 int64_t Trainer::estimated_stepping_batches() const {
-  const int64_t k = accumulate_grad_batches_;
-  const int64_t per_epoch = (num_training_batches_ + k - 1) / k;
+  const int64_t k = state_.accumulate_grad_batches;
+  const int64_t per_epoch = (state_.num_training_batches + k - 1) / k;
   const int64_t epochs = max_epochs();
   const int64_t by_epochs = epochs == -1 ? -1 : per_epoch * epochs;
   if (options_.max_steps == -1) return by_epochs;
@@ -143,11 +149,12 @@ void Trainer::setup(TrainerFn fn, const std::shared_ptr<Module>& module,
   check<ConfigurationError>(data != nullptr, "Trainer: expected a data module, got nullptr");
   check<ConfigurationError>(module->trainer_ == nullptr || module->trainer_ == this,
                             "Trainer: this module is already being run by another Trainer");
-  fn_ = fn;
-  status_ = TrainerStatus::Running;
-  module_ = module;
-  data_ = data;
-  module_->trainer_ = this;
+  state_.fn = fn;
+  state_.status = TrainerStatus::Running;
+  state_.module = module;
+  state_.data = data;
+  module->trainer_ = this;
+  module->loop_state_ = &state_;
   if (!environment_ready_) {
     StrategyEnvironment environment;
     environment.device = resolve_device(options_);
@@ -155,6 +162,7 @@ void Trainer::setup(TrainerFn fn, const std::shared_ptr<Module>& module,
     environment.num_nodes = cluster_->topology().num_nodes;
     environment.timeout = options_.timeout;
     environment.cluster = cluster_;
+    environment.launcher = launcher_;
     configure_cpu_threads(cluster_->topology().local_world_size);
     if (options_.malloc_tuning) keep_freed_memory_in_heap();
     strategy_->setup_environment(environment);
@@ -186,31 +194,32 @@ void Trainer::setup(TrainerFn fn, const std::shared_ptr<Module>& module,
     if (!options_.enable_progress_bar && !loggers_.empty() && !has_console) {
       loggers_.push_back(std::make_shared<ConsoleLogger>());
     }
-    accumulate_grad_batches_ = options_.accumulate_grad_batches;
+    state_.accumulate_grad_batches = options_.accumulate_grad_batches;
   } else if (options_.enable_progress_bar &&
              std::none_of(callbacks_.begin(), callbacks_.end(),
                           [](const auto& c) { return dynamic_cast<ProgressBar*>(c.get()) != nullptr; })) {
     callbacks_.push_back(std::make_shared<ProgressBar>());
   }
-  data_->setup(fn);
-  strategy_->setup_module(*module_);
-  precision_->convert_module(*module_);
-  call_callbacks(&Callback::setup, to_string(fn));
+  data->setup(fn);
+  // Through the precision, to the device, then wrapped: the strategy owns the order.
+  strategy_->setup_module(*module);
+  call_callbacks(*this, *module, &Callback::setup, to_string(fn));
 }
 
 void Trainer::setup_optimizers() {
-  OptimizerConfig config = module_->configure_optimizers();
+  OptimizerConfig config = state_.module->configure_optimizers();
   config.validate();
-  optimizers_ = strategy_->setup_optimizers(config.optimizers);
-  schedulers_ = config.schedulers;
+  state_.optimizers = strategy_->setup_optimizers(config.optimizers);
+  state_.schedulers = config.schedulers;
 }
 
 void Trainer::teardown() {
-  if (module_) {
-    call_callbacks(&Callback::teardown, to_string(fn_));
-    module_->trainer_ = nullptr;
+  if (state_.module) {
+    call_callbacks(*this, *state_.module, &Callback::teardown, to_string(state_.fn));
+    state_.module->trainer_ = nullptr;
+    state_.module->loop_state_ = nullptr;
   }
-  stage_ = RunningStage::None;
+  state_.stage = RunningStage::None;
 }
 
 template <typename Body>
@@ -219,32 +228,30 @@ void Trainer::run_guarded(TrainerFn fn, const std::shared_ptr<Module>& module,
   try {
     setup(fn, module, data);
     body();
-    status_ = TrainerStatus::Finished;
-    if (loggers_active()) {
-      for (auto& logger : loggers_) logger->finalize(status_);
+    state_.status = TrainerStatus::Finished;
+    if (loggers_active(*this)) {
+      for (auto& logger : loggers_) logger->finalize(state_.status);
     }
     teardown();
   } catch (const std::exception& error) {
-    status_ = TrainerStatus::Interrupted;
+    state_.status = TrainerStatus::Interrupted;
     strategy_->on_exception(error);
-    if (module_) {
+    if (state_.module) {
       for (auto& callback : callbacks_) {
         try {
-          callback->on_exception(*this, *module_, error);
+          callback->on_exception(*this, *state_.module, error);
         } catch (...) {
           // The original error is the one to report; a failing on_exception must not hide it.
         }
       }
-      if (loggers_active()) {
-        for (auto& logger : loggers_) logger->finalize(status_);
+      if (loggers_active(*this)) {
+        for (auto& logger : loggers_) logger->finalize(state_.status);
       }
       teardown();
     }
     throw;
   }
 }
-
-bool Trainer::loggers_active() const { return !loggers_.empty() && strategy_->is_global_zero(); }
 
 void Trainer::fit(std::shared_ptr<Module> module, std::shared_ptr<DataLoader> train,
                   std::shared_ptr<DataLoader> val, const std::string& ckpt_path) {
@@ -254,15 +261,17 @@ void Trainer::fit(std::shared_ptr<Module> module, std::shared_ptr<DataLoader> tr
 void Trainer::fit(std::shared_ptr<Module> module, std::shared_ptr<DataModule> data,
                   const std::string& ckpt_path) {
   run_guarded(TrainerFn::Fitting, module, data, [&] {
-    auto train = data_->train_dataloader();
+    auto train = state_.data->train_dataloader();
     check<ConfigurationError>(train != nullptr,
                               "Trainer::fit: the data module provides no train_dataloader()");
-    auto val = data_->val_dataloader();
+    auto val = state_.data->val_dataloader();
     // The loop resolves the batch limits first, so that configure_optimizers can read
     // estimated_stepping_batches() (e.g. for a schedule over the whole fit).
-    FitLoop loop(*this, prepare_loader(train, true), val ? prepare_loader(val, false) : nullptr);
+    FitLoop loop(*this, state_, strategy_->distribute_loader(train, RunningStage::Training),
+                 val ? strategy_->distribute_loader(val, RunningStage::Validating) : nullptr);
     setup_optimizers();
-    pending_rng_state_.reset();
+    state_.pending_rng_state.reset();
+    state_.resumed_from.clear();
     const std::string& resume_from = ckpt_path.empty() ? options_.ckpt_path : ckpt_path;
     if (!resume_from.empty()) restore_checkpoint(resume_from);
     loop.run();
@@ -274,10 +283,10 @@ std::map<std::string, double> Trainer::validate(std::shared_ptr<Module> module,
                                                 const std::string& ckpt_path) {
   std::map<std::string, double> metrics;
   run_guarded(TrainerFn::Validating, module, data, [&] {
-    auto loader = data_->val_dataloader();
+    auto loader = state_.data->val_dataloader();
     check<ConfigurationError>(loader != nullptr, "Trainer::validate: the data module provides no val_dataloader()");
     if (!ckpt_path.empty()) restore_checkpoint(ckpt_path);
-    metrics = run_evaluation(RunningStage::Validating, prepare_loader(loader, false));
+    metrics = run_evaluation(RunningStage::Validating, strategy_->distribute_loader(loader, RunningStage::Validating));
   });
   return metrics;
 }
@@ -286,10 +295,10 @@ std::map<std::string, double> Trainer::test(std::shared_ptr<Module> module, std:
                                             const std::string& ckpt_path) {
   std::map<std::string, double> metrics;
   run_guarded(TrainerFn::Testing, module, data, [&] {
-    auto loader = data_->test_dataloader();
+    auto loader = state_.data->test_dataloader();
     check<ConfigurationError>(loader != nullptr, "Trainer::test: the data module provides no test_dataloader()");
     if (!ckpt_path.empty()) restore_checkpoint(ckpt_path);
-    metrics = run_evaluation(RunningStage::Testing, prepare_loader(loader, false));
+    metrics = run_evaluation(RunningStage::Testing, strategy_->distribute_loader(loader, RunningStage::Testing));
   });
   return metrics;
 }
@@ -298,11 +307,12 @@ std::vector<torch::Tensor> Trainer::predict(std::shared_ptr<Module> module, std:
                                             const std::string& ckpt_path) {
   std::vector<torch::Tensor> predictions;
   run_guarded(TrainerFn::Predicting, module, data, [&] {
-    auto loader = data_->predict_dataloader();
+    auto loader = state_.data->predict_dataloader();
     check<ConfigurationError>(loader != nullptr,
                               "Trainer::predict: the data module provides no predict_dataloader()");
     if (!ckpt_path.empty()) restore_checkpoint(ckpt_path);
-    EvaluationLoop loop(*this, RunningStage::Predicting, prepare_loader(loader, false));
+    EvaluationLoop loop(*this, state_, RunningStage::Predicting,
+                        strategy_->distribute_loader(loader, RunningStage::Predicting));
     predictions = loop.predict();
   });
   return predictions;
@@ -310,40 +320,8 @@ std::vector<torch::Tensor> Trainer::predict(std::shared_ptr<Module> module, std:
 
 std::map<std::string, double> Trainer::run_evaluation(RunningStage stage,
                                                       const std::shared_ptr<DataLoader>& loader) {
-  EvaluationLoop loop(*this, stage, loader);
+  EvaluationLoop loop(*this, state_, stage, loader);
   return loop.run();
-}
-
-std::shared_ptr<DataLoader> Trainer::prepare_loader(std::shared_ptr<DataLoader> loader, bool training) const {
-  // The user's loader unless this process needs another sampler; then a copy with it, so the
-  // user's object is never mutated.
-  const auto topology = strategy_->topology();
-  if (topology.world_size == 1) return loader;
-  // Each rank sees its own share: training gets DistributedSampler's equal, padded shares;
-  // evaluation an unpadded split so that every sample counts once in the metrics.
-  auto copy = std::make_shared<DataLoader>(loader->dataset_ptr(), loader->options());
-  const int64_t n = loader->dataset().size();
-  if (training) {
-    copy->set_sampler(std::make_shared<DistributedSampler>(n, topology.world_size, topology.global_rank,
-                                                           loader->options().shuffle, loader->options().seed,
-                                                           loader->options().drop_last));
-  } else {
-    copy->set_sampler(std::make_shared<UnpaddedDistributedSampler>(n, topology.world_size, topology.global_rank));
-  }
-  return copy;
-}
-
-void Trainer::publish_metrics(const MetricValues& values, bool to_loggers) {
-  for (const auto& [name, value] : values.callback) callback_metrics_[name] = value;
-  for (const auto& [name, value] : values.prog_bar) progress_bar_metrics_[name] = value;
-  if (to_loggers && !values.logger.empty()) log_to_loggers(values.logger);
-}
-
-void Trainer::log_to_loggers(std::map<std::string, double> metrics) {
-  metrics["epoch"] = static_cast<double>(progress_.epoch);
-  for (const auto& [name, value] : metrics) logged_metrics_[name] = value;
-  if (!loggers_active()) return;
-  for (auto& logger : loggers_) logger->log_metrics(metrics, progress_.global_step);
 }
 
 void Trainer::agree_on_logger_versions() {
@@ -355,21 +333,22 @@ void Trainer::agree_on_logger_versions() {
   }
 }
 
-void Trainer::log_metrics(const std::map<std::string, double>& metrics) { log_to_loggers(metrics); }
+void Trainer::log_metrics(const std::map<std::string, double>& metrics) { log_to_loggers(*this, state_, metrics); }
 
 void Trainer::set_accumulate_grad_batches(int64_t micro_batches) {
   check<ConfigurationError>(micro_batches >= 1, "Trainer: expected accumulate_grad_batches >= 1, got ",
                             micro_batches);
-  if (micro_batches == accumulate_grad_batches_) return;
-  check<ConfigurationError>(progress_.window_micro_batches == 0 && progress_.next_batch == 0,
+  if (micro_batches == state_.accumulate_grad_batches) return;
+  const auto& p = state_.progress;
+  check<ConfigurationError>(p.window_micro_batches == 0 && p.next_batch == 0,
                             "Trainer: accumulate_grad_batches can change only at the start of an epoch "
-                            "(on_train_epoch_start); asked for ", micro_batches, " at epoch ", progress_.epoch,
-                            ", batch ", progress_.next_batch);
-  accumulate_grad_batches_ = micro_batches;
+                            "(on_train_epoch_start); asked for ", micro_batches, " at epoch ", p.epoch,
+                            ", batch ", p.next_batch);
+  state_.accumulate_grad_batches = micro_batches;
 }
 
 void Trainer::save_checkpoint(const std::filesystem::path& path, bool weights_only) {
-  CheckpointConnector connector(*this);
+  CheckpointConnector connector(*this, state_);
   strategy_->save_checkpoint(connector.dump(weights_only), path);
 }
 
@@ -384,7 +363,7 @@ bool Trainer::restore_checkpoint(const std::string& path) {
   if (path == "last") {
     file = find_last_checkpoint(options_.default_root_dir, {checkpoint_dir()});
     if (file.empty()) {
-      check<CheckpointError>(fn_ == TrainerFn::Fitting, "ckpt_path 'last': no checkpoint under '",
+      check<CheckpointError>(state_.fn == TrainerFn::Fitting, "ckpt_path 'last': no checkpoint under '",
                              options_.default_root_dir, "'; pass a checkpoint file");
       if (is_global_zero()) {
         std::cerr << "volt: ckpt_path 'last': no checkpoint under '" << options_.default_root_dir
@@ -394,7 +373,8 @@ bool Trainer::restore_checkpoint(const std::string& path) {
     }
   }
   const StateDict checkpoint = strategy_->load_checkpoint(file);
-  CheckpointConnector(*this).restore(checkpoint, "checkpoint '" + file.string() + "'");
+  CheckpointConnector(*this, state_).restore(checkpoint, "checkpoint '" + file.string() + "'");
+  if (state_.fn == TrainerFn::Fitting) state_.resumed_from = file.string();
   return true;
 }
 

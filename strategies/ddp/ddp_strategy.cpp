@@ -41,8 +41,8 @@ void DDPStrategy::set_comm_hook(std::function<std::unique_ptr<ddp::CommHook>(Com
   if (reducer_) reducer_->set_comm_hook(make_hook_(communicator()));
 }
 
-void DDPStrategy::setup_module(Module& module) {
-  ParallelStrategy::setup_module(module);  // verifies the model and broadcasts rank 0's state
+void DDPStrategy::wrap_module(torch::nn::Module& module) {
+  ParallelStrategy::wrap_module(module);  // verifies the model and broadcasts rank 0's state
   module_ = &module;
   std::vector<torch::Tensor> parameters;
   std::vector<std::string> names;

@@ -3,8 +3,9 @@
 // batch, and gradients are averaged over the ranks by a Reducer that overlaps the bucketed
 // all-reduces with backward (reducer.h). `--strategy ddp[:key=value,...]`, see DDPOptions.
 //
-// Lifecycle: setup_module broadcasts rank 0's parameters and buffers (after checking that every
-// rank built the same model) and builds the Reducer; each synchronized backward is bracketed by
+// Lifecycle: setup_module converts the module through the precision and moves it to the device,
+// then (wrap_module) broadcasts rank 0's parameters and buffers (after checking that every rank
+// built the same model) and builds the Reducer on the module's final tensors; each synchronized backward is bracketed by
 // prepare_for_backward / finalize_backward; no_sync() turns synchronization off for
 // accumulation micro-batches; forward_context(Training) broadcasts rank 0's buffers first
 // (broadcast_buffers). Not thread-safe (one Trainer, one thread).
@@ -40,16 +41,16 @@ class DDPStrategy : public ParallelStrategy {
   // Replaces the default all-reduce hook; takes effect at setup_module, or at once after it.
   void set_comm_hook(std::function<std::unique_ptr<ddp::CommHook>(Communicator&)> make_hook);
 
-  void setup_module(Module& module) override;  // [collective]
   void teardown() override;
   ScopeGuard no_sync() override;
-  ScopeGuard forward_context(RunningStage stage) override;  // [collective in training: buffers]
   void zero_grad(torch::optim::Optimizer& optimizer) override;
 
   // The reducer; throws InternalError before setup_module.
   ddp::Reducer& reducer() const;
 
  protected:
+  void wrap_module(torch::nn::Module& module) override;  // [collective]
+  ScopeGuard forward_context(RunningStage stage) override;  // [collective in training: buffers]
   void pre_backward(const torch::Tensor& loss) override;   // [collective]
   void post_backward(const torch::Tensor& loss) override;  // [collective]
 
@@ -57,7 +58,7 @@ class DDPStrategy : public ParallelStrategy {
   void broadcast_buffers();
 
   DDPOptions options_;
-  Module* module_ = nullptr;
+  torch::nn::Module* module_ = nullptr;
   std::unique_ptr<ddp::Reducer> reducer_;
   std::function<std::unique_ptr<ddp::CommHook>(Communicator&)> make_hook_;
 };

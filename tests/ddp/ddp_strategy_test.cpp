@@ -59,11 +59,10 @@ TEST(DDPRegistrationTest, AutoPicksDDPForSeveralProcesses) {
   EXPECT_EQ(create_strategy("auto", 1, "test")->name(), "single_device");
 }
 
-struct Small : Module {
+// Strategies see a plain torch::nn::Module (the strategy layer knows nothing of volt::Module).
+struct Small : torch::nn::Module {
   torch::nn::Linear fc{nullptr};
   explicit Small(int64_t width) { fc = register_module("fc", torch::nn::Linear(4, width)); }
-  torch::Tensor training_step(const Batch&, int64_t) override { return {}; }
-  OptimizerConfig configure_optimizers() override { return {}; }
 };
 
 TEST(ModelAgreementTest, RanksWithDifferentModelsFailNamingTheFirstDifference) {

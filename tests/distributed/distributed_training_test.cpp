@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <regex>
 
+#include "tests/distributed/worker_runs.h"
 #include "tests/support/test_support.h"
 #include "distributed/network.h"
 
@@ -15,35 +16,8 @@ namespace volt {
 namespace {
 
 using testing::run_command;
-
-struct Trained {
-  int64_t rank;
-  std::vector<double> params;
-  double val_samples;
-  std::string log_dir, env;
-  int64_t restarts;
-};
-
-std::vector<Trained> trained_lines(const std::string& output) {
-  static const std::regex pattern(
-      "TRAINED rank=(\\d+) params=(\\S+) val_samples=(\\S+) log_dir=(\\S+) env=(\\w+) restarts=(\\d+)");
-  std::vector<Trained> out;
-  for (std::sregex_iterator it(output.begin(), output.end(), pattern), end; it != end; ++it) {
-    Trained t{std::stoll((*it)[1]), {}, std::stod((*it)[3]), (*it)[4], (*it)[5], std::stoll((*it)[6])};
-    std::stringstream params((*it)[2]);
-    std::string value;
-    while (std::getline(params, value, ',')) t.params.push_back(std::stod(value));
-    out.push_back(t);
-  }
-  std::sort(out.begin(), out.end(), [](const Trained& a, const Trained& b) { return a.rank < b.rank; });
-  return out;
-}
-
-std::string train_command(const std::string& root, const std::string& extra) {
-  return testing::built_binary("tests/distributed_worker") + " --mode train --seed 3 --max-epochs 2 --timeout 60" +
-         " --enable-progress-bar false --enable-model-summary false --enable-checkpointing false" +
-         " --num-sanity-val-steps 0 --log-every-n-steps 1 --default-root-dir " + root + " " + extra;
-}
+using testing::train_command;
+using testing::trained_lines;
 
 void expect_close(const std::vector<double>& a, const std::vector<double>& b, double tolerance, const std::string& what) {
   ASSERT_EQ(a.size(), b.size()) << what;
@@ -52,15 +26,7 @@ void expect_close(const std::vector<double>& a, const std::vector<double>& b, do
 
 class DistributedTrainingTest : public ::testing::Test {
  protected:
-  // One process, batch 16: what two ranks with batch 8 each must reproduce.
-  static std::vector<double> reference_params() {
-    testing::TemporaryDirectory dir;
-    const auto result = run_command(train_command(dir.path(), "--batch-size 16 --strategy single_device"), 120);
-    EXPECT_EQ(result.exit_code, 0) << result.output;
-    const auto lines = trained_lines(result.output);
-    EXPECT_EQ(lines.size(), 1u) << result.output;
-    return lines.empty() ? std::vector<double>{} : lines[0].params;
-  }
+  static std::vector<double> reference_params() { return testing::one_process_params(); }
 };
 
 TEST_F(DistributedTrainingTest, LauncherRunEqualsOneProcessWithTheGlobalBatch) {

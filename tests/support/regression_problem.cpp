@@ -7,12 +7,22 @@ RegressionModule::RegressionModule(RegressionOptions opts) : options(std::move(o
   if (options.dropout > 0) dropout = register_module("dropout", torch::nn::Dropout(options.dropout));
 }
 
+namespace {
+
+// Mean squared error from elementwise ops: LibTorch 1.13 has no bfloat16 CPU kernel for
+// mse_loss, and the strategy × precision tests train this module in bf16-true.
+torch::Tensor squared_error(const torch::Tensor& prediction, const torch::Tensor& target) {
+  return (prediction - target).square().mean();
+}
+
+}  // namespace
+
 torch::Tensor RegressionModule::training_step(const Batch& batch, int64_t batch_idx) {
   ++training_steps;
   if (options.skip_batch && options.skip_batch(batch_idx)) return {};
   auto x = batch.input;
   if (dropout) x = dropout->forward(x);
-  auto loss = torch::mse_loss(linear->forward(x), batch.target);
+  auto loss = squared_error(linear->forward(x), batch.target);
   if (options.loss_weight) loss = loss * options.loss_weight(batch_idx);
   log("train_loss", loss);
   return loss;
@@ -20,7 +30,7 @@ torch::Tensor RegressionModule::training_step(const Batch& batch, int64_t batch_
 
 void RegressionModule::validation_step(const Batch& batch, int64_t batch_idx) {
   ++validation_steps;
-  log("val_loss", torch::mse_loss(linear->forward(batch.input), batch.target));
+  log("val_loss", squared_error(linear->forward(batch.input), batch.target));
 }
 
 OptimizerConfig RegressionModule::configure_optimizers() {

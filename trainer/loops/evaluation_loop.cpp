@@ -1,5 +1,6 @@
 #include "trainer/loops/evaluation_loop.h"
 
+#include "trainer/loops/loop_hooks.h"
 #include "trainer/trainer.h"
 
 namespace volt {
@@ -33,10 +34,10 @@ struct EvaluationScope {
 
 }  // namespace
 
-EvaluationLoop::EvaluationLoop(Trainer& trainer, RunningStage stage, std::shared_ptr<DataLoader> loader,
-                               int64_t max_batches)
-    : trainer_(trainer), stage_(stage), loader_(std::move(loader)) {
-  const auto& options = trainer_.options_;
+EvaluationLoop::EvaluationLoop(Trainer& trainer, LoopState& state, RunningStage stage,
+                               std::shared_ptr<DataLoader> loader, int64_t max_batches)
+    : trainer_(trainer), state_(state), stage_(stage), loader_(std::move(loader)) {
+  const auto& options = trainer_.options();
   loader_->set_epoch(0);
   num_batches_ = options.fast_dev_run > 0
                      ? std::min(options.fast_dev_run, loader_->num_batches())
@@ -46,75 +47,77 @@ EvaluationLoop::EvaluationLoop(Trainer& trainer, RunningStage stage, std::shared
 
 std::map<std::string, double> EvaluationLoop::run() {
   Trainer& t = trainer_;
-  Module& module = *t.module_;
+  Strategy& strategy = t.strategy();
+  Module& module = *state_.module;
   const bool sanity = stage_ == RunningStage::SanityChecking;
   const bool testing = stage_ == RunningStage::Testing;
-  EvaluationScope scope(module, t.stage_, stage_);
-  t.num_eval_batches_ = num_batches_;
-  t.eval_collector_.reset(stage_);
+  EvaluationScope scope(module, state_.stage, stage_);
+  state_.num_eval_batches = num_batches_;
+  state_.eval_collector.reset(stage_);
 
-  if (sanity) t.call_callbacks(&Callback::on_sanity_check_start);
-  t.call_callbacks(testing ? &Callback::on_test_start : &Callback::on_validation_start);
-  t.call_callbacks(testing ? &Callback::on_test_epoch_start : &Callback::on_validation_epoch_start);
+  if (sanity) call_callbacks(t, module, &Callback::on_sanity_check_start);
+  call_callbacks(t, module, testing ? &Callback::on_test_start : &Callback::on_validation_start);
+  call_callbacks(t, module, testing ? &Callback::on_test_epoch_start : &Callback::on_validation_epoch_start);
   testing ? module.on_test_epoch_start() : module.on_validation_epoch_start();
 
   for (int64_t b = 0; b < num_batches_; ++b) {
-    const Batch batch = t.precision_->convert_input(loader_->batch(b).to(t.strategy_->root_device()));
-    t.call_callbacks(testing ? &Callback::on_test_batch_start : &Callback::on_validation_batch_start, batch, b);
-    t.eval_collector_.begin_batch();
-    t.eval_collector_.set_in_step(true, batch.size());
+    const Batch batch = strategy.batch_to_device(loader_->batch(b));
+    call_callbacks(t, module, testing ? &Callback::on_test_batch_start : &Callback::on_validation_batch_start, batch, b);
+    state_.eval_collector.begin_batch();
+    state_.eval_collector.set_in_step(true, batch.size());
     try {
-      auto context = t.strategy_->forward_context(stage_);
-      testing ? module.test_step(batch, b) : module.validation_step(batch, b);
+      strategy.run_step(stage_, module, batch, [&](torch::nn::Module&, const Batch& input) {
+        testing ? module.test_step(input, b) : module.validation_step(input, b);
+        return torch::Tensor();
+      });
     } catch (const StepNotDefined& e) {
       // Test needs a test_step. A module without validation_step simply is not validated: this
       // first pass ends empty and the fit loop schedules no further validation.
       if (testing) throw ConfigurationError(e.what());
-      t.validation_step_defined_ = false;
-      t.eval_collector_.set_in_step(false);
+      state_.validation_step_defined = false;
+      state_.eval_collector.set_in_step(false);
       break;
     }
-    t.eval_collector_.set_in_step(false);
-    t.call_callbacks(testing ? &Callback::on_test_batch_end : &Callback::on_validation_batch_end, batch, b);
+    state_.eval_collector.set_in_step(false);
+    call_callbacks(t, module, testing ? &Callback::on_test_batch_end : &Callback::on_validation_batch_end, batch, b);
   }
 
-  t.call_callbacks(testing ? &Callback::on_test_epoch_end : &Callback::on_validation_epoch_end);
+  call_callbacks(t, module, testing ? &Callback::on_test_epoch_end : &Callback::on_validation_epoch_end);
   testing ? module.on_test_epoch_end() : module.on_validation_epoch_end();
   std::map<std::string, double> metrics;
-  const MetricValues values = t.eval_collector_.epoch_values();
+  const MetricValues values = state_.eval_collector.epoch_values();
   if (!sanity) {
-    t.publish_metrics(values, true);
+    publish_metrics(t, state_, values, true);
     metrics = values.callback;
   }
-  t.call_callbacks(testing ? &Callback::on_test_end : &Callback::on_validation_end);
-  if (sanity) t.call_callbacks(&Callback::on_sanity_check_end);
+  call_callbacks(t, module, testing ? &Callback::on_test_end : &Callback::on_validation_end);
+  if (sanity) call_callbacks(t, module, &Callback::on_sanity_check_end);
   return metrics;
 }
 
 std::vector<torch::Tensor> EvaluationLoop::predict() {
   Trainer& t = trainer_;
-  Module& module = *t.module_;
-  EvaluationScope scope(module, t.stage_, stage_);
-  t.num_eval_batches_ = num_batches_;
-  t.eval_collector_.reset(stage_);
+  Strategy& strategy = t.strategy();
+  Module& module = *state_.module;
+  EvaluationScope scope(module, state_.stage, stage_);
+  state_.num_eval_batches = num_batches_;
+  state_.eval_collector.reset(stage_);
   std::vector<torch::Tensor> predictions;
-  t.call_callbacks(&Callback::on_predict_start);
+  call_callbacks(t, module, &Callback::on_predict_start);
   for (int64_t b = 0; b < num_batches_; ++b) {
-    const Batch batch = t.precision_->convert_input(loader_->batch(b).to(t.strategy_->root_device()));
-    t.call_callbacks(&Callback::on_predict_batch_start, batch, b);
+    const Batch batch = strategy.batch_to_device(loader_->batch(b));
+    call_callbacks(t, module, &Callback::on_predict_batch_start, batch, b);
     torch::Tensor prediction;
-    {
-      auto context = t.strategy_->forward_context(stage_);
-      try {
-        prediction = module.predict_step(batch, b);
-      } catch (const StepNotDefined& e) {
-        throw ConfigurationError(e.what());
-      }
+    try {
+      prediction = strategy.run_step(stage_, module, batch,
+                                     [&](torch::nn::Module&, const Batch& input) { return module.predict_step(input, b); });
+    } catch (const StepNotDefined& e) {
+      throw ConfigurationError(e.what());
     }
-    t.call_callbacks(&Callback::on_predict_batch_end, prediction, batch, b);
+    call_callbacks(t, module, &Callback::on_predict_batch_end, prediction, batch, b);
     predictions.push_back(prediction);
   }
-  t.call_callbacks(&Callback::on_predict_end);
+  call_callbacks(t, module, &Callback::on_predict_end);
   return predictions;
 }
 

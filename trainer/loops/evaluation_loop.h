@@ -4,20 +4,22 @@
 #include <string>
 #include <vector>
 
-#include "data/data_loader.h"
 #include "core/run_stage.h"
+#include "data/data_loader.h"
+#include "trainer/loops/loop_state.h"
 
 namespace volt {
 
 class Trainer;
 
 // One pass over an evaluation loader (validation, sanity check, test, predict): the module in
-// eval mode without autograd, each batch through the strategy's forward context, epoch metrics
-// aggregated (and synced across ranks where logged with sync_dist) at the end.
+// eval mode without autograd, each batch through the strategy (batch_to_device, run_step), epoch
+// metrics aggregated (and synced across ranks where logged with sync_dist) at the end.
 class EvaluationLoop {
  public:
   // `max_batches` caps the number of batches (-1: the stage's limit_*_batches applies).
-  EvaluationLoop(Trainer& trainer, RunningStage stage, std::shared_ptr<DataLoader> loader,
+  // `loader` is the loader as the strategy distributed it.
+  EvaluationLoop(Trainer& trainer, LoopState& state, RunningStage stage, std::shared_ptr<DataLoader> loader,
                  int64_t max_batches = -1);
   // Validation/test/sanity check: returns the epoch metrics (empty for the sanity check, whose
   // metrics are discarded).
@@ -29,6 +31,7 @@ class EvaluationLoop {
 
  private:
   Trainer& trainer_;
+  LoopState& state_;
   RunningStage stage_;
   std::shared_ptr<DataLoader> loader_;
   int64_t num_batches_;

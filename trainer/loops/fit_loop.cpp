@@ -3,6 +3,7 @@
 #include "checkpoint/rng_state.h"
 #include "trainer/loops/accumulation_window.h"
 #include "trainer/loops/evaluation_loop.h"
+#include "trainer/loops/loop_hooks.h"
 #include "trainer/trainer.h"
 
 namespace volt {
@@ -18,21 +19,22 @@ std::shared_ptr<DataLoader> sequential_copy(const DataLoader& loader) {
 
 }  // namespace
 
-FitLoop::FitLoop(Trainer& trainer, std::shared_ptr<DataLoader> train, std::shared_ptr<DataLoader> val)
-    : trainer_(trainer), train_(std::move(train)), val_(std::move(val)) {
-  const auto& options = trainer_.options_;
+FitLoop::FitLoop(Trainer& trainer, LoopState& state, std::shared_ptr<DataLoader> train,
+                 std::shared_ptr<DataLoader> val)
+    : trainer_(trainer), state_(state), train_(std::move(train)), val_(std::move(val)) {
+  const auto& options = trainer_.options();
   int64_t n = 0;
   if (options.fast_dev_run > 0) {
     n = std::min(options.fast_dev_run, train_->num_batches());
   } else if (!options.overfit_batches.is_zero()) {
-    train_ = trainer_.prepare_loader(sequential_copy(*train_), true);
+    train_ = trainer_.strategy().distribute_loader(sequential_copy(*train_), RunningStage::Training);
     val_ = train_;
     n = options.overfit_batches.resolve(train_->num_batches());
     val_max_batches_ = n;
   } else {
     n = options.limit_train_batches.resolve(train_->num_batches());
   }
-  trainer_.num_training_batches_ = n;
+  state_.num_training_batches = n;
 
   const auto& interval = options.val_check_interval;
   if (options.fast_dev_run > 0 || interval.is_fraction()) {
@@ -45,98 +47,107 @@ FitLoop::FitLoop(Trainer& trainer, std::shared_ptr<DataLoader> train, std::share
     val_check_batch_ = interval.count_value();
   }
   validation_enabled_ = val_ != nullptr && (options.fast_dev_run > 0 || !options.limit_val_batches.is_zero());
-  trainer_.fit_validates_ = validation_enabled_;
-  trainer_.train_loader_ = train_;
+  state_.fit_validates = validation_enabled_;
+  state_.train_loader = train_;
 }
 
 void FitLoop::run() {
   Trainer& t = trainer_;
-  Module& module = *t.module_;
-  const auto& options = t.options_;
-  if (auto limit = options.max_time_duration()) t.deadline_ = std::chrono::steady_clock::now() + *limit;
-  if (t.loggers_active()) {
-    for (auto& logger : t.loggers_) logger->log_hyperparams(module.hparams());
+  Module& module = *state_.module;
+  const auto& options = t.options();
+  if (auto limit = options.max_time_duration()) state_.deadline = std::chrono::steady_clock::now() + *limit;
+  if (loggers_active(t)) {
+    for (auto& logger : t.loggers()) logger->log_hyperparams(module.hparams());
   }
 
-  t.call_callbacks(&Callback::on_fit_start);
+  call_callbacks(t, module, &Callback::on_fit_start);
   module.on_fit_start();
 
   const int64_t sanity_steps = options.fast_dev_run > 0 ? 0 : options.num_sanity_val_steps;
   if (validation_enabled_ && sanity_steps != 0) {
     const int64_t cap = val_max_batches_ < 0 ? sanity_steps : std::min(sanity_steps, val_max_batches_);
-    EvaluationLoop sanity(t, RunningStage::SanityChecking, val_, sanity_steps < 0 ? val_max_batches_ : cap);
+    EvaluationLoop sanity(t, state_, RunningStage::SanityChecking, val_, sanity_steps < 0 ? val_max_batches_ : cap);
     sanity.run();
-    validation_enabled_ = t.validation_step_defined_;
-    t.fit_validates_ = validation_enabled_;
+    validation_enabled_ = state_.validation_step_defined;
+    state_.fit_validates = validation_enabled_;
   }
 
-  t.stage_ = RunningStage::Training;
+  state_.stage = RunningStage::Training;
   module.train();
-  t.call_callbacks(&Callback::on_train_start);
-  if (t.pending_rng_state_) {
-    load_rng_state_dict(*t.pending_rng_state_, t.strategy_->root_device());
-    t.pending_rng_state_.reset();
+  call_callbacks(t, module, &Callback::on_train_start);
+  if (state_.pending_rng_state) {
+    load_rng_state_dict(*state_.pending_rng_state, t.strategy().root_device());
+    state_.pending_rng_state.reset();
   }
   // No training batches (limit_train_batches=0): nothing to train, like Lightning. An epoch that
   // a restored checkpoint left unfinished is finished first, whatever the limits say now. Rank 0's
   // stop decisions are agreed on before each new epoch.
-  const auto& p = t.progress_;
-  while (t.num_training_batches_ > 0) {
+  const auto& p = state_.progress;
+  while (state_.num_training_batches > 0) {
     if (p.next_batch == 0 && !p.epoch_end_started) {
       agree_on_stopping();
       if (done()) break;
     }
-    run_epoch();
+    if (!run_epoch()) break;
   }
-  t.call_callbacks(&Callback::on_train_end);
-  t.stage_ = RunningStage::None;
+  call_callbacks(t, module, &Callback::on_train_end);
+  state_.stage = RunningStage::None;
 
-  t.call_callbacks(&Callback::on_fit_end);
+  call_callbacks(t, module, &Callback::on_fit_end);
   module.on_fit_end();
 }
 
 bool FitLoop::steps_exhausted() const {
-  const int64_t max_steps = trainer_.options_.max_steps;
-  return max_steps != -1 && trainer_.progress_.global_step >= max_steps;
+  const int64_t max_steps = trainer_.options().max_steps;
+  return max_steps != -1 && state_.progress.global_step >= max_steps;
 }
 
 bool FitLoop::time_exhausted() const {
-  return trainer_.deadline_ && std::chrono::steady_clock::now() >= *trainer_.deadline_;
+  return state_.deadline && std::chrono::steady_clock::now() >= *state_.deadline;
 }
 
 bool FitLoop::done() const {
-  const auto& p = trainer_.progress_;
-  const int64_t max_epochs = trainer_.options_.resolved_max_epochs();
+  const auto& p = state_.progress;
+  const int64_t max_epochs = trainer_.options().resolved_max_epochs();
   if (max_epochs != -1 && p.epoch >= max_epochs) return true;
   if (steps_exhausted() || time_up_) return true;
-  return trainer_.should_stop_ && p.epoch >= trainer_.options_.min_epochs;
+  return state_.should_stop && p.epoch >= trainer_.options().min_epochs;
 }
 
 void FitLoop::agree_on_stopping() {
-  Trainer& t = trainer_;
+  Strategy& strategy = trainer_.strategy();
   // One process decides alone; skipping the identity broadcast also keeps the count of decisions
   // a strategy sees to the callbacks' own (EarlyStopping, Timer, ModelCheckpoint).
-  if (t.strategy_->topology().world_size == 1) {
-    if (t.deadline_) time_up_ = time_exhausted();
+  if (strategy.topology().world_size == 1) {
+    if (state_.deadline) time_up_ = time_exhausted();
     return;
   }
-  t.should_stop_ = t.strategy_->broadcast_decision(t.should_stop_);
-  if (t.deadline_) time_up_ = t.strategy_->broadcast_decision(time_exhausted());
+  state_.should_stop = strategy.broadcast_decision(state_.should_stop);
+  if (state_.deadline) time_up_ = strategy.broadcast_decision(time_exhausted());
 }
 
-void FitLoop::run_epoch() {
+// Note [Interrupted epochs]: a stop condition (max_steps, max_time, should_stop) that ends an
+// epoch before its last batch interrupts it: the epoch-end hooks run (callbacks save checkpoints
+// and loggers get the epoch's metrics so far, as in Lightning), but the epoch is not finished: its
+// epoch-interval schedulers do not step, the epoch counter stays, and the progress keeps
+// epoch_end_started false. A run resumed from a checkpoint written then (or after the fit)
+// therefore continues the same epoch at next_batch and trains exactly like a run that was never
+// stopped (Lightning would start the next epoch, skipping the rest of this one).
+bool FitLoop::run_epoch() {
   Trainer& t = trainer_;
-  Module& module = *t.module_;
-  auto& p = t.progress_;
-  const int64_t n = t.num_training_batches_;
+  Module& module = *state_.module;
+  auto& p = state_.progress;
+  const int64_t n = state_.num_training_batches;
   train_->set_epoch(p.epoch);
-  // A run resumed from a checkpoint written in on_train_epoch_end only finishes the epoch.
+  // A run resumed from a checkpoint written in on_train_epoch_end of a finished epoch only
+  // finishes that epoch.
+  bool finished = true;
   if (!p.epoch_end_started) {
     // Resumed mid-epoch, the epoch-start hooks run again (callbacks set themselves up there).
-    if (p.next_batch == 0 || t.train_collector_.stage() != RunningStage::Training) {
-      t.train_collector_.reset(RunningStage::Training);
+    if (p.next_batch == 0 || state_.train_collector.stage() != RunningStage::Training) {
+      state_.train_collector.reset(RunningStage::Training);
     }
-    t.call_callbacks(&Callback::on_train_epoch_start);
+    call_callbacks(t, module, &Callback::on_train_epoch_start);
     module.on_train_epoch_start();
 
     // After each batch: its validation check (unless a checkpoint written there says it began),
@@ -147,45 +158,47 @@ void FitLoop::run_epoch() {
         agree_on_stopping();
         if (steps_exhausted() || time_up_) break;
         // should_stop set by a callback mid-epoch ends the epoch once min_epochs are behind us.
-        if (t.should_stop_ && p.epoch >= t.options_.min_epochs) break;
+        if (state_.should_stop && p.epoch >= t.options().min_epochs) break;
       }
       if (p.next_batch >= n) break;
       run_batch(p.next_batch);
     }
 
+    finished = p.next_batch >= n;
     module.on_train_epoch_end();
-    t.publish_metrics(t.train_collector_.epoch_values(), true);
-    p.epoch_end_started = true;
-    t.call_callbacks(&Callback::on_train_epoch_end);
+    publish_metrics(t, state_, state_.train_collector.epoch_values(), true);
+    p.epoch_end_started = finished;
+    call_callbacks(t, module, &Callback::on_train_epoch_end);
   }
-  if (t.loggers_active()) {
-    for (auto& logger : t.loggers_) logger->log_epoch_end(module, p.epoch, p.global_step);
+  if (loggers_active(t)) {
+    for (auto& logger : t.loggers()) logger->log_epoch_end(module, p.epoch, p.global_step);
   }
-  step_schedulers(/*epoch_interval=*/true, std::vector<bool>(t.optimizers_.size(), true));
+  if (!finished) return false;
+  step_schedulers(/*epoch_interval=*/true, std::vector<bool>(state_.optimizers.size(), true));
   ++p.epoch;
   p.next_batch = 0;
   p.epoch_end_started = false;
+  return true;
 }
 
 void FitLoop::run_batch(int64_t batch_idx) {
   Trainer& t = trainer_;
-  Module& module = *t.module_;
-  auto& p = t.progress_;
-  const Batch batch = t.precision_->convert_input(train_->batch(batch_idx).to(t.strategy_->root_device()));
-  const auto window = accumulation_window(batch_idx, t.num_training_batches_, t.accumulate_grad_batches_);
-  t.call_callbacks(&Callback::on_train_batch_start, batch, batch_idx);
-  t.train_collector_.begin_batch();
-  t.train_collector_.set_in_step(true, batch.size());
+  Strategy& strategy = t.strategy();
+  Module& module = *state_.module;
+  auto& p = state_.progress;
+  const Batch batch = strategy.batch_to_device(train_->batch(batch_idx));
+  const auto window = accumulation_window(batch_idx, state_.num_training_batches, state_.accumulate_grad_batches);
+  call_callbacks(t, module, &Callback::on_train_batch_start, batch, batch_idx);
+  state_.train_collector.begin_batch();
+  state_.train_collector.set_in_step(true, batch.size());
 
   torch::Tensor loss;
   {
     // Micro-batches that do not close their window accumulate without synchronizing.
-    ScopeGuard no_sync = window.closes() ? ScopeGuard{} : t.strategy_->no_sync();
-    {
-      auto context = t.strategy_->forward_context(RunningStage::Training);
-      loss = module.training_step(batch, batch_idx);
-    }
-    t.train_collector_.set_in_step(false);
+    ScopeGuard no_sync = window.closes() ? ScopeGuard{} : strategy.no_sync();
+    loss = strategy.run_step(RunningStage::Training, module, batch,
+                             [&](torch::nn::Module&, const Batch& b) { return module.training_step(b, batch_idx); });
+    state_.train_collector.set_in_step(false);
     if (loss.defined()) {
       check<ConfigurationError>(loss.numel() == 1, "training_step: expected a scalar loss, got shape ",
                                 loss.sizes());
@@ -193,10 +206,10 @@ void FitLoop::run_batch(int64_t batch_idx) {
                                 "training_step: the returned loss does not require grad; return a loss "
                                 "computed from the module's parameters (or an undefined tensor to skip)");
       const auto scaled = loss / static_cast<double>(window.size);
-      t.call_callbacks(&Callback::on_before_backward, scaled);
+      call_callbacks(t, module, &Callback::on_before_backward, scaled);
       module.on_before_backward(scaled);
-      t.strategy_->backward(scaled);
-      t.call_callbacks(&Callback::on_after_backward);
+      strategy.backward(scaled);
+      call_callbacks(t, module, &Callback::on_after_backward);
       module.on_after_backward();
       p.window_has_backward = true;
     }
@@ -217,78 +230,76 @@ void FitLoop::run_batch(int64_t batch_idx) {
 
   // Metrics first, so that on_train_batch_end callbacks see this batch's values. Logging
   // cadence counts optimizer steps.
-  const MetricValues step_values = t.train_collector_.step_values();
-  t.publish_metrics(step_values, false);
-  if (stepped && p.global_step % t.options_.log_every_n_steps == 0) {
+  const MetricValues step_values = state_.train_collector.step_values();
+  publish_metrics(t, state_, step_values, false);
+  if (stepped && p.global_step % t.options().log_every_n_steps == 0) {
     auto metrics = step_values.logger;
-    for (const auto& [name, value] : t.precision_->metrics()) metrics[name] = value;
-    for (const auto& [name, value] : t.strategy_->metrics()) metrics[name] = value;
-    if (!metrics.empty()) t.log_to_loggers(metrics);
+    for (const auto& [name, value] : t.precision().metrics()) metrics[name] = value;
+    for (const auto& [name, value] : strategy.metrics()) metrics[name] = value;
+    if (!metrics.empty()) log_to_loggers(t, state_, metrics);
   }
-  t.call_callbacks(&Callback::on_train_batch_end, loss, batch, batch_idx);
+  call_callbacks(t, module, &Callback::on_train_batch_end, loss, batch, batch_idx);
 }
 
 void FitLoop::step_optimizers() {
   Trainer& t = trainer_;
-  Module& module = *t.module_;
+  Strategy& strategy = t.strategy();
+  Module& module = *state_.module;
   std::vector<bool> stepped;
-  for (auto& optimizer : t.optimizers_) {
-    stepped.push_back(t.strategy_->optimizer_step(*optimizer, [&](torch::optim::Optimizer& o) {
-      t.call_callbacks(&Callback::on_before_optimizer_step, o);
+  for (auto& optimizer : state_.optimizers) {
+    stepped.push_back(strategy.optimizer_step(*optimizer, [&](torch::optim::Optimizer& o) {
+      call_callbacks(t, module, &Callback::on_before_optimizer_step, o);
       module.on_before_optimizer_step(o);
       clip_gradients(o);
     }));
   }
-  ++t.progress_.global_step;
-  t.strategy_->after_optimizer_steps(t.progress_.global_step);
+  ++state_.progress.global_step;
+  strategy.after_optimizer_steps(state_.progress.global_step);
   step_schedulers(/*epoch_interval=*/false, stepped);
-  for (auto& optimizer : t.optimizers_) {
-    t.call_callbacks(&Callback::on_before_zero_grad, *optimizer);
+  for (auto& optimizer : state_.optimizers) {
+    call_callbacks(t, module, &Callback::on_before_zero_grad, *optimizer);
     module.on_before_zero_grad(*optimizer);
-    t.strategy_->zero_grad(*optimizer);
+    strategy.zero_grad(*optimizer);
   }
 }
 
 void FitLoop::clip_gradients(torch::optim::Optimizer& optimizer) {
-  const auto& options = trainer_.options_;
+  const auto& options = trainer_.options();
   if (!options.gradient_clip_val) return;
   if (options.gradient_clip_algorithm == GradientClipAlgorithm::Norm) {
-    trainer_.strategy_->clip_gradients_norm(optimizer, *options.gradient_clip_val);
+    trainer_.strategy().clip_gradients_norm(optimizer, *options.gradient_clip_val);
   } else {
-    trainer_.strategy_->clip_gradients_value(optimizer, *options.gradient_clip_val);
+    trainer_.strategy().clip_gradients_value(optimizer, *options.gradient_clip_val);
   }
 }
 
 void FitLoop::step_schedulers(bool epoch_interval, const std::vector<bool>& stepped) {
-  Trainer& t = trainer_;
-  const int64_t count = epoch_interval ? t.progress_.epoch + 1 : t.progress_.global_step;
-  for (auto& config : t.schedulers_) {
+  const int64_t count = epoch_interval ? state_.progress.epoch + 1 : state_.progress.global_step;
+  for (auto& config : state_.schedulers) {
     if ((config.interval == SchedulerInterval::Epoch) != epoch_interval) continue;
     if (count % config.frequency != 0) continue;
     // A step the precision skipped (inf/NaN gradients) does not advance its scheduler.
     bool optimizer_stepped = true;
-    for (size_t i = 0; i < t.optimizers_.size(); ++i) {
-      if (t.optimizers_[i].get() == &config.scheduler->optimizer()) optimizer_stepped = stepped[i];
+    for (size_t i = 0; i < state_.optimizers.size(); ++i) {
+      if (state_.optimizers[i].get() == &config.scheduler->optimizer()) optimizer_stepped = stepped[i];
     }
     if (optimizer_stepped) config.scheduler->step();
   }
 }
 
 void FitLoop::validate_if_due(int64_t batch_idx) {
-  Trainer& t = trainer_;
-  t.progress_.validation_checked = true;
-  if (!validation_enabled_ || !t.validation_step_defined_) return;
-  if ((t.progress_.epoch + 1) % t.options_.check_val_every_n_epoch != 0) return;
+  state_.progress.validation_checked = true;
+  if (!validation_enabled_ || !state_.validation_step_defined) return;
+  if ((state_.progress.epoch + 1) % trainer_.options().check_val_every_n_epoch != 0) return;
   if ((batch_idx + 1) % val_check_batch_ != 0) return;
   run_validation();
 }
 
 void FitLoop::run_validation() {
-  Trainer& t = trainer_;
-  EvaluationLoop validation(t, RunningStage::Validating, val_, val_max_batches_);
+  EvaluationLoop validation(trainer_, state_, RunningStage::Validating, val_, val_max_batches_);
   validation.run();
-  validation_enabled_ = t.validation_step_defined_;
-  t.fit_validates_ = validation_enabled_;
+  validation_enabled_ = state_.validation_step_defined;
+  state_.fit_validates = validation_enabled_;
 }
 
 }  // namespace volt

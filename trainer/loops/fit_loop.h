@@ -2,6 +2,7 @@
 #include <memory>
 
 #include "data/data_loader.h"
+#include "trainer/loops/loop_state.h"
 
 namespace volt {
 
@@ -10,14 +11,17 @@ class Trainer;
 // Epochs of training batches with validation checks in between: sanity check, then for each
 // epoch its batches (accumulation windows, optimizer steps, schedulers, logging cadence), then
 // epoch-end validation, hooks and schedulers, until a limit or should_stop ends the fit.
-// Reads and advances Trainer::progress_, so a restored progress continues at the next batch.
+// Reads and advances the LoopState's progress, so a restored progress continues at the next batch.
 class FitLoop {
  public:
-  FitLoop(Trainer& trainer, std::shared_ptr<DataLoader> train, std::shared_ptr<DataLoader> val);
+  // `train` and `val` are the loaders as the strategy distributed them.
+  FitLoop(Trainer& trainer, LoopState& state, std::shared_ptr<DataLoader> train, std::shared_ptr<DataLoader> val);
   void run();
 
  private:
-  void run_epoch();
+  // Runs (the rest of) the current epoch; returns false when a stop condition ended it before its
+  // last batch (Note [Interrupted epochs]).
+  bool run_epoch();
   void run_batch(int64_t batch_idx);
   void step_optimizers();
   void clip_gradients(torch::optim::Optimizer& optimizer);
@@ -33,6 +37,7 @@ class FitLoop {
   void agree_on_stopping();
 
   Trainer& trainer_;
+  LoopState& state_;
   std::shared_ptr<DataLoader> train_;
   std::shared_ptr<DataLoader> val_;
   int64_t val_max_batches_ = -1;  // overfit_batches: validate on the same batches it trains on

@@ -27,6 +27,7 @@
 
 #include "strategies/parallel_strategy.h"
 #include "distributed/process_group_setup.h"
+#include "distributed/process_launcher.h"
 #include "strategies/strategy_registry.h"
 #include "tests/support/regression_problem.h"
 #include "callbacks/callback.h"
@@ -129,9 +130,9 @@ class CheckpointAndCrash : public Callback {
   int64_t crash_rank_, crash_epoch_;
 };
 
-void train(const TrainerOptions& options, int64_t batch_size, std::shared_ptr<Callback> extra) {
+void train(const TrainerOptions& options, ProcessLauncher& launcher, int64_t batch_size, std::shared_ptr<Callback> extra) {
   register_test_strategy();
-  Trainer trainer(options);
+  Trainer trainer(options, launcher);  // run_main's launcher: the children's exit statuses count
   trainer.add_callback(std::move(extra));
   // LibTorch seeds its default generator nondeterministically: seed before building the model,
   // so that the one-process reference starts from the same weights as the ranks.
@@ -167,6 +168,7 @@ class IndexRecorder : public Module {
   std::map<int64_t, std::vector<int64_t>> seen;
 };
 
+// The Trainer owns its launcher here (no launcher given), the other way a program can run.
 void record_sampler(const TrainerOptions& options) {
   register_test_strategy();
   Trainer trainer(options);
@@ -201,7 +203,7 @@ void misbehave(const std::string& how) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return run_main([&] {
+  return run_main([&](ProcessLauncher& launcher) {
     po::options_description own("distributed_worker");
     own.add_options()("mode", po::value<std::string>()->default_value("collectives"), "collectives | fail")
         ("fail-rank", po::value<int64_t>()->default_value(-1), "rank that misbehaves in --mode fail")
@@ -214,14 +216,14 @@ int main(int argc, char** argv) {
     const auto options = TrainerOptions::from_args(argc, argv, own, &vm);
     const auto mode = vm["mode"].as<std::string>();
     if (mode == "train") {
-      return train(options, vm["batch-size"].as<int64_t>(),
+      return train(options, launcher, vm["batch-size"].as<int64_t>(),
                    std::make_shared<CheckpointAndCrash>(vm["checkpoint-every-epoch"].as<bool>(),
                                                         vm["crash-rank"].as<int64_t>(),
                                                         vm["crash-epoch"].as<int64_t>()));
     }
     if (mode == "sampler") return record_sampler(options);
     const auto cluster = cluster_of(options);
-    auto communicator = start_process_group(*cluster, options.timeout);
+    auto communicator = start_process_group(*cluster, options.timeout, torch::kCPU, &launcher);
     check_collectives(*communicator, *cluster);
     if (mode == "collectives") return;
     check<ConfigurationError>(mode == "fail", "worker: --mode expects collectives, fail or train, got '", mode, "'");

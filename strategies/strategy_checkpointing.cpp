@@ -1,5 +1,6 @@
-// Strategy's checkpoint methods: the default Full layout (global rank 0 writes one file) and the
-// directory mechanics of the Sharded layout (Note [Checkpoint layouts]).
+// StrategyCheckpointing's defaults: whole tensors on every rank, the Full layout written by global
+// rank 0, per-rank gradients of an open window gathered for it, and the directory mechanics of the
+// Sharded layout (Note [Checkpoint layouts]).
 #include <fcntl.h>
 #include <stdio.h>
 
@@ -7,10 +8,12 @@
 #include <cstring>
 #include <exception>
 
-#include "strategies/strategy.h"
+#include "strategies/strategy_checkpointing.h"
 #include "checkpoint/atomic_file.h"
 #include "checkpoint/module_state.h"
 #include "core/error.h"
+#include "core/warning.h"
+#include "strategies/rank_gather.h"
 
 namespace fs = std::filesystem;
 
@@ -24,7 +27,7 @@ fs::path shard_file(const fs::path& directory, int64_t rank) {
 // Runs `body` where `run_here` holds; then every rank learns whether it succeeded (the decision is
 // a collective, so it is also the barrier after the write). A failure is rethrown where it
 // happened and reported as a CheckpointError on the other ranks.
-void run_and_agree(Strategy& strategy, bool run_here, bool all_ranks_ran, const std::string& what,
+void run_and_agree(StrategyCollectives& strategy, bool run_here, bool all_ranks_ran, const std::string& what,
                    const std::function<void()>& body) {
   std::exception_ptr failure;
   if (run_here) {
@@ -61,29 +64,97 @@ void replace_directory(const fs::path& temporary, const fs::path& path) {
 
 }  // namespace
 
-void Strategy::set_checkpoint_io(std::shared_ptr<CheckpointIO> checkpoint_io) {
-  check<ConfigurationError>(checkpoint_io != nullptr, "Strategy::set_checkpoint_io: expected a CheckpointIO, got nullptr");
+void StrategyCheckpointing::set_checkpoint_io(std::shared_ptr<CheckpointIO> checkpoint_io) {
+  check<ConfigurationError>(checkpoint_io != nullptr, "StrategyCheckpointing::set_checkpoint_io: expected a CheckpointIO, got nullptr");
   checkpoint_io_ = std::move(checkpoint_io);
 }
 
-StateDict Strategy::model_state_dict(Module& module, CheckpointLayout layout) { return module_state_dict(module); }
+StateDict StrategyCheckpointing::model_state_dict(torch::nn::Module& module, CheckpointLayout layout) { return module_state_dict(module); }
 
-void Strategy::load_model_state_dict(Module& module, const StateDict& state, CheckpointLayout layout, bool strict,
+void StrategyCheckpointing::load_model_state_dict(torch::nn::Module& module, const StateDict& state, CheckpointLayout layout, bool strict,
                                      const std::string& source) {
   load_module_state_dict(module, state, strict, source);
 }
 
-StateDict Strategy::optimizer_state_dict(torch::optim::Optimizer& optimizer, CheckpointLayout layout) {
+StateDict StrategyCheckpointing::optimizer_state_dict(torch::optim::Optimizer& optimizer, CheckpointLayout layout) {
   return volt::optimizer_state_dict(optimizer);
 }
 
-void Strategy::load_optimizer_state_dict(torch::optim::Optimizer& optimizer, const StateDict& state,
+void StrategyCheckpointing::load_optimizer_state_dict(torch::optim::Optimizer& optimizer, const StateDict& state,
                                          CheckpointLayout layout, const std::string& what,
                                          const ParameterNamer& name_of) {
   volt::load_optimizer_state_dict(optimizer, state, what, name_of);
 }
 
-void Strategy::save_checkpoint(const StateDict& checkpoint, const fs::path& path) {
+StateDict StrategyCheckpointing::accumulated_gradients(torch::nn::Module& module, CheckpointLayout layout) {
+  StateDict section;
+  const auto parameters = module.named_parameters();
+  const auto topology = this->topology();
+  if (topology.world_size == 1 || layout == CheckpointLayout::Sharded) {
+    StateDict grads;
+    for (const auto& p : parameters) {
+      if (p.value().grad().defined()) grads.set(p.key(), p.value().grad());
+    }
+    section.set("accumulated_grads", grads);
+    return section;
+  }
+  // Each rank's own gradients, for global rank 0 to write. Which parameters have one is gathered
+  // first, so that every rank takes part in the same gathers.
+  auto has_grad = torch::zeros({static_cast<int64_t>(parameters.size())}, torch::kInt32);
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    has_grad[static_cast<int64_t>(i)] = parameters[i].value().grad().defined() ? 1 : 0;
+  }
+  const auto flags = gather_from_ranks(*this, has_grad);
+  std::vector<StateDict> per_rank(flags.size());
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    const auto index = static_cast<int64_t>(i);
+    bool anywhere = false;
+    for (const auto& f : flags) anywhere |= f[index].item<int32_t>() != 0;
+    if (!anywhere) continue;
+    const auto& parameter = parameters[i].value();
+    const auto grad = parameter.grad().defined() ? parameter.grad() : torch::zeros_like(parameter);
+    const auto all = gather_from_ranks(*this, grad);
+    for (size_t r = 0; r < per_rank.size(); ++r) {
+      if (flags[r][index].item<int32_t>() != 0) per_rank[r].set(parameters[i].key(), all[r]);
+    }
+  }
+  c10::impl::GenericList list(c10::AnyType::get());
+  for (const auto& grads : per_rank) list.push_back(grads.to_ivalue());
+  section.set("accumulated_grads_per_rank", list);
+  return section;
+}
+
+void StrategyCheckpointing::load_accumulated_gradients(torch::nn::Module& module, const StateDict& section,
+                                                       const std::string& source) {
+  StateDict grads = section.contains("accumulated_grads") ? section.child("accumulated_grads") : StateDict();
+  if (section.contains("accumulated_grads_per_rank")) {
+    const auto topology = this->topology();
+    const auto per_rank = section.at("accumulated_grads_per_rank");
+    check<CheckpointError>(per_rank.isList(), source, ": 'accumulated_grads_per_rank' is not a list");
+    const auto& list = per_rank.toListRef();
+    if (static_cast<int64_t>(list.size()) == topology.world_size) {
+      grads = StateDict::from_ivalue(list[static_cast<size_t>(topology.global_rank)], source + " accumulated gradients");
+    } else if (is_global_zero()) {
+      warn(source + " was written inside an accumulation window by " + std::to_string(list.size()) +
+           " ranks, this run has " + std::to_string(topology.world_size) +
+           ": the window's gradients so far are dropped, so its step averages fewer micro-batches");
+    }
+  }
+  torch::NoGradGuard no_grad;
+  for (auto& p : module.named_parameters()) {
+    auto& parameter = p.value();
+    if (grads.contains(p.key())) {
+      const auto grad = grads.get_tensor(p.key());
+      check<CheckpointError>(grad.sizes() == parameter.sizes(), source, ": the accumulated gradient of ", p.key(),
+                             " has shape ", grad.sizes(), ", the parameter ", parameter.sizes());
+      parameter.mutable_grad() = grad.to(parameter.options(), /*non_blocking=*/false, /*copy=*/true);
+    } else if (parameter.grad().defined()) {
+      parameter.mutable_grad().reset();
+    }
+  }
+}
+
+void StrategyCheckpointing::save_checkpoint(const StateDict& checkpoint, const fs::path& path) {
   const auto topology = this->topology();
   if (checkpoint_layout() == CheckpointLayout::Full) {
     run_and_agree(*this, topology.global_rank == 0, false, "writing checkpoint '" + path.string() + "'",
@@ -108,7 +179,7 @@ void Strategy::save_checkpoint(const StateDict& checkpoint, const fs::path& path
                 [&] { replace_directory(temporary, path); });
 }
 
-StateDict Strategy::load_checkpoint(const fs::path& path) {
+StateDict StrategyCheckpointing::load_checkpoint(const fs::path& path) {
   std::error_code error;
   if (!fs::is_directory(path, error)) return checkpoint_io().load(path);
   const auto topology = this->topology();
@@ -120,7 +191,7 @@ StateDict Strategy::load_checkpoint(const fs::path& path) {
   return checkpoint_io().load(shard);
 }
 
-void Strategy::remove_checkpoint(const fs::path& path) {
+void StrategyCheckpointing::remove_checkpoint(const fs::path& path) {
   run_and_agree(*this, is_global_zero(), false, "removing checkpoint '" + path.string() + "'",
                 [&] { checkpoint_io().remove(path); });
 }

@@ -1,0 +1,37 @@
+#pragma once
+// The first of the Strategy's three seams (strategy.h): who this process is among the run's
+// processes and where it computes, and the collectives the Trainer, its loops and callbacks use:
+// reducing a logged metric, agreeing on a decision (stop, save), a barrier. On one process every
+// collective is the identity; a distributed strategy overrides them over its Communicator
+// (ParallelStrategy).
+//
+// Every method marked [collective] must be called by every rank at the same point.
+#include <torch/torch.h>
+
+#include <string>
+
+#include "distributed/process_topology.h"
+#include "distributed/reduce_op.h"
+
+namespace volt {
+
+class StrategyCollectives {
+ public:
+  virtual ~StrategyCollectives() = default;
+
+  virtual ProcessTopology topology() const { return {}; }
+  bool is_global_zero() const { return topology().global_rank == 0; }
+  // The device this process computes on; tensors handed to a collective live there.
+  virtual torch::Device root_device() const { return torch::kCPU; }
+
+  virtual torch::Tensor all_reduce(const torch::Tensor& value, ReduceOp op) { return value; }  // [collective]
+  // `root`'s value, on every rank. [collective]
+  virtual torch::Tensor broadcast(const torch::Tensor& value, int64_t root = 0) { return value; }
+  // Rank 0's decision, on every rank (stopping, checkpointing). [collective]
+  virtual bool broadcast_decision(bool decision) { return decision; }
+  // `all`: true iff every rank decided true; otherwise true iff any did. [collective]
+  virtual bool reduce_boolean_decision(bool decision, bool all = true) { return decision; }
+  virtual void barrier(const std::string& name = "") {}  // [collective]
+};
+
+}  // namespace volt

@@ -1,0 +1,20 @@
+#include "trainer/loops/loop_hooks.h"
+
+namespace volt {
+
+bool loggers_active(const Trainer& trainer) { return !trainer.loggers().empty() && trainer.is_global_zero(); }
+
+void publish_metrics(const Trainer& trainer, LoopState& state, const MetricValues& values, bool to_loggers) {
+  for (const auto& [name, value] : values.callback) state.callback_metrics[name] = value;
+  for (const auto& [name, value] : values.prog_bar) state.progress_bar_metrics[name] = value;
+  if (to_loggers && !values.logger.empty()) log_to_loggers(trainer, state, values.logger);
+}
+
+void log_to_loggers(const Trainer& trainer, LoopState& state, std::map<std::string, double> metrics) {
+  metrics["epoch"] = static_cast<double>(state.progress.epoch);
+  for (const auto& [name, value] : metrics) state.logged_metrics[name] = value;
+  if (!loggers_active(trainer)) return;
+  for (const auto& logger : trainer.loggers()) logger->log_metrics(metrics, state.progress.global_step);
+}
+
+}  // namespace volt

@@ -1,0 +1,32 @@
+#pragma once
+// What the loops and the checkpoint connector do through the Trainer's public side: call the
+// callbacks' hooks, and publish metrics to the Trainer's maps and its loggers (Note [Loop state]).
+#include <map>
+#include <string>
+
+#include "callbacks/callback.h"
+#include "trainer/loops/loop_state.h"
+#include "trainer/metrics/metric_collector.h"
+#include "trainer/trainer.h"
+
+namespace volt {
+
+// Calls `hook` on every callback of `trainer`, in the order they were added.
+template <typename... HookArgs, typename... Args>
+void call_callbacks(Trainer& trainer, Module& module, void (Callback::*hook)(Trainer&, Module&, HookArgs...),
+                    Args&&... args) {
+  for (const auto& callback : trainer.callbacks()) ((*callback).*hook)(trainer, module, args...);
+}
+
+// Whether this process writes to the loggers: it has some, and it is global rank 0.
+bool loggers_active(const Trainer& trainer);
+
+// Merges `values` into the state's callback and progress-bar metrics and, with `to_loggers`, sends
+// values.logger to the loggers.
+void publish_metrics(const Trainer& trainer, LoopState& state, const MetricValues& values, bool to_loggers);
+
+// Sends `metrics` (with the epoch added) to the loggers at the current global step, and keeps them
+// as the state's logged metrics.
+void log_to_loggers(const Trainer& trainer, LoopState& state, std::map<std::string, double> metrics);
+
+}  // namespace volt
