@@ -5,6 +5,8 @@ namespace fashion_mnist {
 namespace nn = torch::nn;
 
 Classifier::Classifier(ClassifierOptions options) : options_(options) {
+  volt::check<volt::ConfigurationError>(options_.lr_schedule_steps >= 0, "--lr-schedule-steps: expected >= 0 "
+                                        "(0: every step of the fit), got ", options_.lr_schedule_steps);
   features_ = register_module(
       "features",
       nn::Sequential(nn::Conv2d(nn::Conv2dOptions(1, 32, 3).padding(1).bias(false)), nn::BatchNorm2d(32),
@@ -45,8 +47,10 @@ torch::Tensor Classifier::predict_step(const volt::Batch& batch, int64_t) {
 volt::OptimizerConfig Classifier::configure_optimizers() {
   auto optimizer = std::make_shared<torch::optim::AdamW>(
       parameters(), torch::optim::AdamWOptions(options_.lr).weight_decay(options_.weight_decay));
-  // Cosine annealing per optimizer step, over every step the fit will take.
-  const int64_t total_steps = std::max<int64_t>(1, trainer().estimated_stepping_batches());
+  // Cosine annealing per optimizer step, over every step the fit will take (or the given length).
+  const int64_t total_steps = options_.lr_schedule_steps > 0
+                                  ? options_.lr_schedule_steps
+                                  : std::max<int64_t>(1, trainer().estimated_stepping_batches());
   auto schedule = std::make_shared<volt::CosineAnnealingLR>(*optimizer, total_steps);
   return volt::OptimizerConfig(optimizer, {schedule, volt::SchedulerInterval::Step});
 }

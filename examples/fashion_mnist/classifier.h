@@ -7,6 +7,10 @@ struct ClassifierOptions {
   double lr = 2e-3;            // AdamW learning rate
   double weight_decay = 1e-4;
   double dropout = 0.25;
+  // Steps the cosine learning-rate schedule anneals over; 0: every step this fit will take. Fix it
+  // when a run will be stopped and resumed with a longer limit (--max-steps), so that both parts
+  // follow the schedule of the whole run.
+  int64_t lr_schedule_steps = 0;
 };
 
 // The main job's CNN: two 3×3 conv blocks (32 and 64 channels, batch norm, ReLU, 2×2 max pool),

@@ -24,7 +24,9 @@ int main(int argc, char** argv) {
         ("val-size", po::value(&data_options.val_size)->default_value(data_options.val_size),
          "training images held out for validation")
         ("lr", po::value(&model_options.lr)->default_value(model_options.lr), "AdamW learning rate")
-        ("dropout", po::value(&model_options.dropout)->default_value(model_options.dropout), "dropout before the last layer");
+        ("dropout", po::value(&model_options.dropout)->default_value(model_options.dropout), "dropout before the last layer")
+        ("lr-schedule-steps", po::value(&model_options.lr_schedule_steps)->default_value(model_options.lr_schedule_steps),
+         "steps of the cosine LR schedule (0: every step of this fit; fix it to stop and resume a run)");
     po::variables_map values;
     auto options = volt::TrainerOptions::from_args(argc, argv, program, &values);
     if (!options.max_epochs && options.max_steps == -1) options.max_epochs = 5;  // this job's default
