@@ -15,6 +15,7 @@
 #include "loggers/logger.h"
 #include "loggers/logger_registry.h"
 #include "loggers/tensorboard_logger.h"
+#include "distributed/process_launcher.h"
 #include "strategies/strategy.h"
 #include "strategies/strategy_registry.h"
 #include "checkpoint/weights.h"

@@ -12,7 +12,9 @@
 namespace po = boost::program_options;
 
 int main(int argc, char** argv) {
-  return volt::run_main([&] {
+  // With --devices N, this process starts the other ranks through run_main's launcher and ends
+  // only after them (a failed rank makes the exit status non-zero).
+  return volt::run_main([&](volt::ProcessLauncher& launcher) {
     fashion_mnist::FashionMnistOptions data_options;
     fashion_mnist::ClassifierOptions model_options;
     po::options_description program("Fashion-MNIST options");
@@ -32,7 +34,7 @@ int main(int argc, char** argv) {
     if (!options.max_epochs && options.max_steps == -1) options.max_epochs = 5;  // this job's default
     if (!options.seed) options.seed = 42;
 
-    volt::Trainer trainer(options);
+    volt::Trainer trainer(options, launcher);
     auto data = std::make_shared<fashion_mnist::FashionMnistData>(data_options);
     auto model = std::make_shared<fashion_mnist::Classifier>(model_options);
     trainer.fit(model, data);
