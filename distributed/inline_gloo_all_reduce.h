@@ -36,7 +36,8 @@ class InlineGlooAllReduce {
   ~InlineGlooAllReduce();
 
   // Whether run() takes this all_reduce: a contiguous CPU tensor of float, double, int32 or int64
-  // of at most max_bytes (Mean is Sum here; the caller divides).
+  // of at most max_bytes, or of bfloat16 of any size (Note [bfloat16 over Gloo]; Mean is Sum
+  // here; the caller divides).
   bool accepts(const torch::Tensor& tensor, ReduceOp op) const;
   // Reduces `tensor` in place over every rank, on this thread. Throws gloo's exception on a
   // timeout or a lost peer, and then closes this rank's connections, so that peers waiting on it
