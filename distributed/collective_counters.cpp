@@ -10,6 +10,7 @@ std::string to_string(CollectiveKind kind) {
     case CollectiveKind::ReduceScatter: return "reduce_scatter";
     case CollectiveKind::Reduce: return "reduce";
     case CollectiveKind::Barrier: return "barrier";
+    case CollectiveKind::Gather: return "gather";
   }
   return "?";
 }

@@ -9,8 +9,8 @@
 
 namespace volt {
 
-enum class CollectiveKind { AllReduce, Broadcast, AllGather, ReduceScatter, Reduce, Barrier };
-inline constexpr size_t kCollectiveKinds = 6;
+enum class CollectiveKind { AllReduce, Broadcast, AllGather, ReduceScatter, Reduce, Barrier, Gather };
+inline constexpr size_t kCollectiveKinds = 7;
 
 // "all_reduce", "broadcast", ... (the names the metrics use).
 std::string to_string(CollectiveKind kind);
@@ -18,7 +18,8 @@ std::string to_string(CollectiveKind kind);
 struct CollectiveCount {
   int64_t calls = 0;
   // Payload in bytes: the bytes of the tensor this rank hands to the collective (for all_gather
-  // its own contribution, for reduce_scatter the whole input). What actually crosses the wire
+  // and gather its own contribution, for reduce_scatter the whole input; a bfloat16 tensor
+  // reduced through float32 counts 4 bytes an element, Note [bfloat16 over Gloo]). What actually crosses the wire
   // depends on the algorithm (a ring all_reduce sends ~2·(n-1)/n of it per rank); the payload is
   // the number that compares across algorithms and compression schemes.
   int64_t bytes = 0;

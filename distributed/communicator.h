@@ -11,7 +11,8 @@
 // in the same order, with tensors of the same shape and dtype (c10d matches calls by their order,
 // not by name). Tensors must be dense; a non-contiguous tensor is reduced through a contiguous copy.
 // In-place forms modify their argument; `*_async` forms return a CollectiveHandle at once and keep
-// the tensor alive until the handle is waited on.
+// the tensor alive until the handle is waited on. Every collective takes bfloat16 CPU tensors,
+// which c10d's Gloo backend does not (Note [bfloat16 over Gloo]).
 //
 // Thread safety: one thread issues collectives (like c10d itself: the order of calls is the
 // protocol). counters() may be read from any thread.
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "distributed/collective_counters.h"
+#include "distributed/collective_handle.h"
 #include "distributed/reduce_op.h"
 
 namespace volt {
@@ -55,32 +57,13 @@ struct CommunicatorOptions {
   // Gloo all_reduces of CPU float/double/int32/int64 tensors up to this size run on the calling
   // thread instead of the process group's worker thread: ~2-3x less latency for small ones (Note
   // [Inline all_reduce]); larger ones stay asynchronous so that they overlap with computation.
-  // 0: every all_reduce goes through the process group. Must be the same on every rank.
+  // Reductions of bfloat16 take the inline path at any size (Note [bfloat16 over Gloo]).
+  // 0: no inline path: every all_reduce goes through the process group, bfloat16 ones through
+  // float32. Must be the same on every rank.
   int64_t inline_all_reduce_max_bytes = 1 << 20;
 
   // Throws ConfigurationError naming the field, the value and what is allowed.
   void validate() const;
-};
-
-// An in-flight collective. wait() blocks until it completes (or fails, or the communicator's
-// timeout passes) and returns its result; waiting again returns the same result. A default-
-// constructed handle is already complete with an undefined result.
-// Not thread-safe: wait on the thread that holds the handle.
-class CollectiveHandle {
- public:
-  CollectiveHandle() = default;
-  // Throws DistributedError (naming rank, collective and cause) on failure or timeout.
-  torch::Tensor wait();
-  bool is_completed() const;
-  // A handle whose result is `continuation(result of this one)`, run on the waiting thread
-  // (e.g. decompressing a gradient bucket). Consumes this handle.
-  CollectiveHandle then(std::function<torch::Tensor(const torch::Tensor&)> continuation) &&;
-
-  struct State;  // defined where c10d is included
-  explicit CollectiveHandle(std::shared_ptr<State> state) : state_(std::move(state)) {}
-
- private:
-  std::shared_ptr<State> state_;
 };
 
 class Communicator {
@@ -119,6 +102,34 @@ class Communicator {
   // Returns once every rank has called it.
   void barrier();
   virtual CollectiveHandle barrier_async() = 0;
+  // Every rank's `tensor` (same shape on every rank) on `root`, stacked like all_gather's result;
+  // an undefined tensor on the other ranks.
+  torch::Tensor gather(const torch::Tensor& tensor, int64_t root = 0);
+  virtual CollectiveHandle gather_async(const torch::Tensor& tensor, int64_t root = 0) = 0;
+
+  // ---- into preallocated flat outputs (ZeRO, FSDP), each [collective]
+  // `output` (contiguous, input's dtype and device) gets size() × input.numel() elements: rank
+  // r's `input` at [r·n, (r+1)·n), n = input.numel(). The result of wait() is `output`.
+  void all_gather_into(torch::Tensor output, const torch::Tensor& input);
+  virtual CollectiveHandle all_gather_into_async(torch::Tensor output, const torch::Tensor& input) = 0;
+  // `input` holds size() × output.numel() elements; `output` (contiguous, input's dtype and
+  // device) gets elements [r·m, (r+1)·m) of input reduced over all ranks, r = rank(),
+  // m = output.numel(). `input` is not modified. Note [Gloo reduce_scatter] says how Gloo does it.
+  void reduce_scatter_into(torch::Tensor output, const torch::Tensor& input, ReduceOp op = ReduceOp::Sum);
+  virtual CollectiveHandle reduce_scatter_into_async(torch::Tensor output, const torch::Tensor& input,
+                                                     ReduceOp op = ReduceOp::Sum) = 0;
+
+  // ---- variable-size bytes (serialized state), each [collective]: sizes are gathered first,
+  // then the bytes padded to the largest; costs two collectives.
+  // Every rank's `bytes`, by rank, on every rank.
+  std::vector<std::string> all_gather_bytes(const std::string& bytes);
+  // Every rank's `bytes`, by rank, on `root`; an empty vector on the other ranks.
+  std::vector<std::string> gather_bytes(const std::string& bytes, int64_t root = 0);
+
+  // How reductions (all_reduce, reduce, reduce_scatter) of CPU bfloat16 tensors travel:
+  // "native" (2 bytes an element, summed in bfloat16) or "float32" (converted, reduced, converted
+  // back: 4 bytes an element). Note [bfloat16 over Gloo]. The same on every rank.
+  virtual std::string bf16_reduction() const = 0;
 
   // ---- sub-groups
   // A communicator over `ranks` (ranks of this communicator; members are ordered by rank).

@@ -9,6 +9,8 @@
 // sockets are in Gloo's sync mode (the caller reads them itself, so Gloo's event-loop thread is
 // not involved either); larger ones stay asynchronous on the process group, so that they overlap
 // with backward. Timeouts: Gloo sets the context's timeout on the sockets ("Read timeout").
+// reduce and Gloo's reduce_scatter (an all_reduce, Note [Gloo reduce_scatter]) take the same
+// path; bfloat16 reductions take it at any size (Note [bfloat16 over Gloo]).
 //
 // Both contexts see every rank's collectives in the same order (which path a call takes depends
 // only on its dtype, op and size, which match across ranks), and neither waits for the other, so
@@ -36,7 +38,8 @@ class InlineGlooAllReduce {
   ~InlineGlooAllReduce();
 
   // Whether run() takes this all_reduce: a contiguous CPU tensor of float, double, int32 or int64
-  // of at most max_bytes (Mean is Sum here; the caller divides).
+  // of at most max_bytes, or of bfloat16 of any size (Note [bfloat16 over Gloo]; Mean is Sum
+  // here; the caller divides).
   bool accepts(const torch::Tensor& tensor, ReduceOp op) const;
   // Reduces `tensor` in place over every rank, on this thread. Throws gloo's exception on a
   // timeout or a lost peer, and then closes this rank's connections, so that peers waiting on it

@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "distributed/c10d_compat.h"
+#include "distributed/collective_handle_state.h"
 #include "distributed/communicator.h"
 #include "distributed/inline_gloo_all_reduce.h"
 #include "distributed/peer_monitor.h"
@@ -10,105 +11,6 @@
 #include "distributed/network.h"
 
 namespace volt {
-
-// ---------------------------------------------------------------------------------------------
-// CollectiveHandle
-
-struct CollectiveHandle::State {
-  c10::intrusive_ptr<c10d::Work> work;         // null when nothing is in flight
-  std::function<torch::Tensor()> finish;       // after the work: copy back, divide, slice
-  std::vector<std::function<torch::Tensor(const torch::Tensor&)>> continuations;
-  std::chrono::milliseconds timeout{0};
-  std::string what;                            // "Communicator (rank 1 of 2): all_reduce #7 ..."
-  std::function<std::string()> diagnose;       // why peers may have failed (may be empty)
-  bool done = false;
-  torch::Tensor result;
-};
-
-namespace {
-
-std::string failure_message(const CollectiveHandle::State& state, const std::string& cause) {
-  std::string message = state.what + " failed: " + cause;
-  if (state.diagnose) {
-    std::string diagnosis;
-    try {
-      diagnosis = state.diagnose();
-    } catch (const std::exception&) {
-      // Diagnosis is best effort; the failure itself is what must be reported.
-    }
-    if (!diagnosis.empty()) message += ". " + diagnosis;
-  }
-  return message;
-}
-
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
-
-// The first line of an error's message, without c10's backtrace.
-std::string cause_of(const std::exception& e) {
-  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) return first_line(c10_error->what_without_backtrace());
-  return first_line(e.what());
-}
-
-// The error for a collective that failed with `e` (c10d's or Gloo's), told apart: a timeout
-// (with what to do) or a peer's failure.
-DistributedError collective_failure(const CollectiveHandle::State& s, const std::exception& e) {
-  const std::string cause = cause_of(e);
-  // c10d: "Operation timed out!"; Gloo's event loop: "Timed out waiting ..."; Gloo's sync-mode
-  // sockets (the inline path): "Read timeout ..." / "Write timeout ...".
-  bool timed_out = false;
-  for (const char* marker : {"timed out", "Timed out", "Read timeout", "Write timeout"}) {
-    timed_out |= cause.find(marker) != std::string::npos;
-  }
-  return DistributedError(failure_message(
-      s, timed_out ? "it did not complete within the timeout of " + std::to_string(s.timeout.count()) + " ms (" +
-                         cause + "): a peer is stalled or took another code path; raise --timeout "
-                         "if the work between collectives is legitimately that slow"
-                   : cause));
-}
-
-}  // namespace
-
-torch::Tensor CollectiveHandle::wait() {
-  if (!state_) return {};
-  State& s = *state_;
-  if (s.done) return s.result;
-  try {
-    if (s.work) {
-      // Work::wait throws "Operation timed out!" past the timeout, or the backend's error.
-      s.work->wait(s.timeout);
-      s.work.reset();
-    }
-  } catch (const std::exception& e) {
-    throw collective_failure(s, e);
-  }
-  torch::Tensor result = s.finish ? s.finish() : torch::Tensor();
-  for (auto& continuation : s.continuations) result = continuation(result);
-  s.result = result;
-  s.done = true;
-  s.finish = nullptr;
-  s.continuations.clear();
-  return s.result;
-}
-
-bool CollectiveHandle::is_completed() const {
-  if (!state_ || state_->done || !state_->work) return true;
-  return state_->work->isCompleted();
-}
-
-CollectiveHandle CollectiveHandle::then(std::function<torch::Tensor(const torch::Tensor&)> continuation) && {
-  if (!state_) {
-    auto state = std::make_shared<State>();
-    state->done = true;
-    state->result = continuation(torch::Tensor());
-    return CollectiveHandle(std::move(state));
-  }
-  if (state_->done) {
-    state_->result = continuation(state_->result);
-  } else {
-    state_->continuations.push_back(std::move(continuation));
-  }
-  return CollectiveHandle(std::move(state_));
-}
 
 // ---------------------------------------------------------------------------------------------
 // ProcessGroupCommunicator
@@ -210,6 +112,15 @@ class ProcessGroupCommunicator : public Communicator {
         inline_ = std::make_unique<InlineGlooAllReduce>(c10::make_intrusive<c10d::PrefixStore>("inline", store_),
                                                         rank, size, device_, timeout, inline_max_bytes_);
       }
+      if (backend_name_ == "gloo" && size > 1) {
+        // A Gloo connection is complete on one side before the other has read its handshake: a
+        // rank that used no collective and left at once failed a peer still connecting to it
+        // ("Connection closed by peer"; seen with node_groups' leaders). An uncounted barrier
+        // makes joining a rendezvous: nobody returns before everyone has connected.
+        c10d::BarrierOptions barrier;
+        barrier.timeout = timeout;
+        process_group_->barrier(barrier)->wait(timeout);
+      }
     } catch (const std::exception& e) {
       throw DistributedError(describe() + ": could not connect to the other " + std::to_string(size - 1) +
                              " rank(s) within the timeout of " + std::to_string(timeout.count()) +
@@ -221,29 +132,21 @@ class ProcessGroupCommunicator : public Communicator {
 
   std::string backend_name() const override { return backend_name_; }
 
+  std::string bf16_reduction() const override {
+    return backend_name_ != "gloo" || inline_ ? "native" : "float32";
+  }
+
   CollectiveHandle all_reduce_async(torch::Tensor tensor, ReduceOp op) override {
     check_tensor(tensor, "all_reduce");
     check_mean(tensor, op, "all_reduce");
     auto work_tensor = tensor.is_contiguous() ? tensor : tensor.contiguous();
-    auto finish = [tensor, work_tensor, op, n = size()]() mutable {
-      if (op == ReduceOp::Mean) work_tensor.div_(static_cast<double>(n));
-      if (!work_tensor.is_same(tensor)) tensor.copy_(work_tensor);
-      return tensor;
-    };
-    const std::string detail = std::string("(") + op_name(op) + ")";
-    if (inline_ && inline_->accepts(work_tensor, op)) {
-      return run_inline(CollectiveKind::AllReduce, work_tensor, detail,
-                        [&] { inline_->run(work_tensor, op); }, std::move(finish));
-    }
-    return launch(CollectiveKind::AllReduce, work_tensor, detail,
-                  [&] {
-                    c10d::AllreduceOptions opts;
-                    opts.reduceOp = to_c10d(op);
-                    opts.timeout = timeout();
-                    std::vector<at::Tensor> tensors{work_tensor};
-                    return process_group_->allreduce(tensors, opts);
-                  },
-                  std::move(finish));
+    return start_reduction(CollectiveKind::AllReduce, work_tensor, op, std::string("(") + op_name(op) + ")",
+                           all_reduce_on_process_group(op),
+                           [tensor, op, n = size()](torch::Tensor reduced) mutable {
+                             if (op == ReduceOp::Mean) reduced.div_(static_cast<double>(n));
+                             if (!reduced.is_same(tensor)) tensor.copy_(reduced);
+                             return tensor;
+                           });
   }
 
   CollectiveHandle broadcast_async(torch::Tensor tensor, int64_t root) override {
@@ -255,7 +158,7 @@ class ProcessGroupCommunicator : public Communicator {
     opts.timeout = timeout();
     return launch(CollectiveKind::Broadcast, work_tensor, "(root " + std::to_string(root) + ")",
                   [&] {
-                    std::vector<at::Tensor> tensors{work_tensor};
+                    std::vector<at::Tensor> tensors{movable(work_tensor)};
                     return process_group_->broadcast(tensors, opts);
                   },
                   [tensor, work_tensor]() mutable {
@@ -266,65 +169,65 @@ class ProcessGroupCommunicator : public Communicator {
 
   CollectiveHandle all_gather_async(const torch::Tensor& tensor) override {
     check_tensor(tensor, "all_gather");
-    auto input = tensor.contiguous();
     std::vector<int64_t> shape{size()};
-    shape.insert(shape.end(), input.sizes().begin(), input.sizes().end());
-    auto output = torch::empty(shape, input.options());
-    c10d::AllgatherOptions opts;
+    shape.insert(shape.end(), tensor.sizes().begin(), tensor.sizes().end());
+    return start_all_gather(torch::empty(shape, tensor.options()), tensor.contiguous());
+  }
+
+  CollectiveHandle all_gather_into_async(torch::Tensor output, const torch::Tensor& input) override {
+    check_tensor(input, "all_gather_into");
+    check_output(output, input, input.numel() * size(), "all_gather_into", "size() × input.numel()");
+    return start_all_gather(std::move(output), input.contiguous());
+  }
+
+  CollectiveHandle gather_async(const torch::Tensor& tensor, int64_t root) override {
+    check_tensor(tensor, "gather");
+    check_root(root, "gather");
+    auto input = tensor.contiguous();
+    const bool is_root = root == rank();
+    torch::Tensor output;
+    if (is_root) {
+      std::vector<int64_t> shape{size()};
+      shape.insert(shape.end(), input.sizes().begin(), input.sizes().end());
+      output = torch::empty(shape, input.options());
+    }
+    c10d::GatherOptions opts;
+    opts.rootRank = root;
     opts.timeout = timeout();
-    return launch(CollectiveKind::AllGather, input, "",
+    return launch(CollectiveKind::Gather, input, "(root " + std::to_string(root) + ")",
                   [&] {
-                    std::vector<std::vector<at::Tensor>> outputs(1);
-                    for (int64_t r = 0; r < size(); ++r) outputs[0].push_back(output[r]);
-                    std::vector<at::Tensor> inputs{input};
-                    return process_group_->allgather(outputs, inputs, opts);
+                    // c10d copies into these views from a flat buffer of its own.
+                    std::vector<std::vector<at::Tensor>> outputs;
+                    if (is_root) {
+                      const auto wire = movable(output);
+                      outputs.emplace_back();
+                      for (int64_t r = 0; r < size(); ++r) outputs[0].push_back(wire[r]);
+                    }
+                    std::vector<at::Tensor> inputs{movable(input)};
+                    return process_group_->gather(outputs, inputs, opts);
                   },
                   [output] { return output; });
   }
 
-  // Note [Gloo reduce_scatter]: c10d's Gloo backend (1.13 and 2.x) has no reduce_scatter. volt
-  // builds it from all_reduce: reduce a copy of the whole input, keep this rank's chunk. The
-  // result is exact (the same sums as a native reduce_scatter, in the same order per element);
-  // the cost is an all_reduce's traffic, ~2·(n-1)/n of the input per rank instead of (n-1)/n.
-  // NCCL uses its native reduce_scatter.
   CollectiveHandle reduce_scatter_async(const torch::Tensor& input, ReduceOp op) override {
     check_tensor(input, "reduce_scatter");
     check_mean(input, op, "reduce_scatter");
     check<ConfigurationError>(input.dim() >= 1 && input.size(0) % size() == 0, describe(),
                               ": reduce_scatter expects an input whose first dimension is a multiple of the "
                               "group size ", size(), ", got shape ", input.sizes(), "; pad the input");
-    const int64_t n = size(), me = rank();
-    c10d::AllreduceOptions opts;
-    opts.reduceOp = to_c10d(op);
-    opts.timeout = timeout();
-    if (backend_name_ == "gloo") {
-      auto buffer = input.contiguous().clone();
-      return launch(CollectiveKind::ReduceScatter, input, std::string("(") + op_name(op) + ")",
-                    [&] {
-                      std::vector<at::Tensor> tensors{buffer};
-                      return process_group_->allreduce(tensors, opts);
-                    },
-                    [buffer, op, n, me] {
-                      auto chunk = buffer.chunk(n)[me].clone();
-                      if (op == ReduceOp::Mean) chunk.div_(static_cast<double>(n));
-                      return chunk;
-                    });
-    }
-    auto chunks = input.contiguous().chunk(n);
-    auto output = torch::empty_like(chunks[static_cast<size_t>(me)]);
-    c10d::ReduceScatterOptions rs_opts;
-    rs_opts.reduceOp = opts.reduceOp;
-    rs_opts.timeout = timeout();
-    return launch(CollectiveKind::ReduceScatter, input, std::string("(") + op_name(op) + ")",
-                  [&] {
-                    std::vector<at::Tensor> outputs{output};
-                    std::vector<std::vector<at::Tensor>> inputs{std::vector<at::Tensor>(chunks.begin(), chunks.end())};
-                    return process_group_->reduce_scatter(outputs, inputs, rs_opts);
-                  },
-                  [output, op, n]() mutable {
-                    if (op == ReduceOp::Mean) output.div_(static_cast<double>(n));
-                    return output;
-                  });
+    auto shape = input.sizes().vec();
+    shape[0] /= size();
+    return start_reduce_scatter(torch::empty(shape, input.options()), input, op);
+  }
+
+  CollectiveHandle reduce_scatter_into_async(torch::Tensor output, const torch::Tensor& input, ReduceOp op) override {
+    check_tensor(input, "reduce_scatter_into");
+    check_mean(input, op, "reduce_scatter_into");
+    check<ConfigurationError>(input.numel() % size() == 0, describe(), ": reduce_scatter_into expects an input "
+                              "whose number of elements is a multiple of the group size ", size(), ", got ",
+                              input.numel(), "; pad the input");
+    check_output(output, input, input.numel() / size(), "reduce_scatter_into", "input.numel() / size()");
+    return start_reduce_scatter(std::move(output), input, op);
   }
 
   CollectiveHandle reduce_async(torch::Tensor tensor, int64_t root, ReduceOp op) override {
@@ -332,22 +235,22 @@ class ProcessGroupCommunicator : public Communicator {
     check_root(root, "reduce");
     check_mean(tensor, op, "reduce");
     auto work_tensor = tensor.is_contiguous() ? tensor : tensor.contiguous();
-    c10d::ReduceOptions opts;
-    opts.reduceOp = to_c10d(op);
-    opts.rootRank = root;
-    opts.timeout = timeout();
     const bool is_root = root == rank();
-    return launch(CollectiveKind::Reduce, work_tensor,
-                  std::string("(") + op_name(op) + ", root " + std::to_string(root) + ")",
-                  [&] {
-                    std::vector<at::Tensor> tensors{work_tensor};
-                    return process_group_->reduce(tensors, opts);
-                  },
-                  [tensor, work_tensor, op, is_root, n = size()]() mutable {
-                    if (is_root && op == ReduceOp::Mean) work_tensor.div_(static_cast<double>(n));
-                    if (!work_tensor.is_same(tensor)) tensor.copy_(work_tensor);
-                    return tensor;
-                  });
+    return start_reduction(CollectiveKind::Reduce, work_tensor, op,
+                           std::string("(") + op_name(op) + ", root " + std::to_string(root) + ")",
+                           [this, op, root](at::Tensor& buffer) {
+                             c10d::ReduceOptions opts;
+                             opts.reduceOp = to_c10d(op);
+                             opts.rootRank = root;
+                             opts.timeout = timeout();
+                             std::vector<at::Tensor> tensors{buffer};
+                             return process_group_->reduce(tensors, opts);
+                           },
+                           [tensor, op, is_root, n = size()](torch::Tensor reduced) mutable {
+                             if (is_root && op == ReduceOp::Mean) reduced.div_(static_cast<double>(n));
+                             if (!reduced.is_same(tensor)) tensor.copy_(reduced);
+                             return tensor;
+                           });
   }
 
   CollectiveHandle barrier_async() override {
@@ -383,6 +286,127 @@ class ProcessGroupCommunicator : public Communicator {
   }
 
  private:
+  using ProcessGroupReduction = std::function<c10::intrusive_ptr<c10d::Work>(at::Tensor& buffer)>;
+
+  ProcessGroupReduction all_reduce_on_process_group(ReduceOp op) {
+    return [this, op](at::Tensor& buffer) {
+      c10d::AllreduceOptions opts;
+      opts.reduceOp = to_c10d(op);
+      opts.timeout = timeout();
+      std::vector<at::Tensor> tensors{buffer};
+      return process_group_->allreduce(tensors, opts);
+    };
+  }
+
+  // Note [bfloat16 over Gloo]
+  // c10d's Gloo backend in LibTorch 1.13 has no bfloat16 (its collectives throw "Invalid scalar
+  // type"), and no int16 either. volt carries bfloat16 CPU tensors anyway:
+  //  - data movement (broadcast, all_gather, all_gather_into, gather) hands Gloo the tensor
+  //    reinterpreted as Half, the other 2-byte type it carries. Gloo only copies those bytes, so
+  //    every bit pattern arrives intact (NaN payloads too), at 2 bytes an element.
+  //  - reductions (all_reduce, reduce, reduce_scatter) run on the inline Gloo context (Note
+  //    [Inline all_reduce]) with a bfloat16 reduction function: each pairwise sum is computed in
+  //    float and rounded to bfloat16 (c10::BFloat16's own operator+), and every rank ends with the
+  //    same bits. At any size, not only below inline_all_reduce_max_bytes: a bfloat16 compression
+  //    hook exists to put 2 bytes an element on the wire. The price: they block the calling
+  //    thread, so a large one does not overlap with backward. bf16_reduction() is "native".
+  //  - without the inline context (a LibTorch with its own Gloo inside compiles it out,
+  //    inline_all_reduce_max_bytes = 0 turns it off, a group of one has none) reductions go
+  //    through float32: convert, reduce on the process group, convert back. 4 bytes an element;
+  //    one rounding at the end, so the last bit can differ from the native path's.
+  //    bf16_reduction() is "float32".
+  // Counters count what is handed to the wire: 2 or 4 bytes an element. NCCL (CUDA tensors)
+  // reduces bfloat16 itself; none of this applies there.
+  bool gloo_bf16(const torch::Tensor& tensor) const {
+    return backend_name_ == "gloo" && tensor.scalar_type() == torch::kBFloat16;
+  }
+  // The tensor Gloo moves for `tensor`: itself, or a bfloat16 one viewed as Half (same storage).
+  at::Tensor movable(const torch::Tensor& tensor) const {
+    return gloo_bf16(tensor) ? tensor.view(torch::kHalf) : tensor;
+  }
+  bool reduces_via_float32(const torch::Tensor& tensor, ReduceOp op) const {
+    return gloo_bf16(tensor) && !(inline_ && inline_->accepts(tensor, op));
+  }
+
+  // Reduces `buffer` (contiguous; reduced in place) as collective `kind`: on this thread when the
+  // inline path takes it (Note [Inline all_reduce]; every bfloat16 CPU buffer), else on the
+  // process group through `on_process_group` (in float32 for bfloat16, Note [bfloat16 over
+  // Gloo]). The handle's result is `finish(the reduced buffer)`.
+  CollectiveHandle start_reduction(CollectiveKind kind, torch::Tensor buffer, ReduceOp op, std::string detail,
+                                   const ProcessGroupReduction& on_process_group,
+                                   std::function<torch::Tensor(torch::Tensor)> finish) {
+    if (inline_ && inline_->accepts(buffer, op)) {
+      return run_inline(kind, buffer, detail, [&] { inline_->run(buffer, op); },
+                        [buffer, finish = std::move(finish)] { return finish(buffer); });
+    }
+    if (gloo_bf16(buffer)) {
+      buffer = buffer.to(torch::kFloat);
+      detail += " via float32";
+    }
+    return launch(kind, buffer, detail, [&] { return on_process_group(buffer); },
+                  [buffer, finish = std::move(finish)] { return finish(buffer); });
+  }
+
+  // `output` (checked) gets every rank's contiguous `input`.
+  CollectiveHandle start_all_gather(torch::Tensor output, torch::Tensor input) {
+    c10d::AllgatherOptions opts;
+    opts.timeout = timeout();
+    auto wire_in = movable(input);
+    auto wire_out = movable(output).view({-1});
+#if defined(VOLT_WITH_CUDA)
+    if (backend_name_ == "nccl") {
+      return launch(CollectiveKind::AllGather, input, "",
+                    [&] { return process_group_->_allgather_base(wire_out, wire_in, opts); }, [output] { return output; });
+    }
+#endif
+    return launch(CollectiveKind::AllGather, input, "",
+                  [&] {
+                    // Gloo gathers into a flat buffer of its own, then copies into these views.
+                    const int64_t n = input.numel();
+                    std::vector<std::vector<at::Tensor>> outputs(1);
+                    for (int64_t r = 0; r < size(); ++r) outputs[0].push_back(wire_out.narrow(0, r * n, n).view(input.sizes()));
+                    std::vector<at::Tensor> inputs{wire_in};
+                    return process_group_->allgather(outputs, inputs, opts);
+                  },
+                  [output] { return output; });
+  }
+
+  // Note [Gloo reduce_scatter]: c10d's Gloo backend (1.13 and 2.x) has no reduce_scatter. volt
+  // builds it from all_reduce: reduce a copy of the whole input (inline when small, Note [Inline
+  // all_reduce]), keep this rank's chunk. The result is exact (the same sums as a native
+  // reduce_scatter, in the same order per element); the cost is an all_reduce's traffic,
+  // ~2·(n-1)/n of the input per rank instead of (n-1)/n, and the one copy of the input.
+  // NCCL uses its native reduce_scatter, straight from `input` into `output`.
+  CollectiveHandle start_reduce_scatter(torch::Tensor output, const torch::Tensor& input, ReduceOp op) {
+    const std::string detail = std::string("(") + op_name(op) + ")";
+    const int64_t n = size(), m = output.numel();
+#if defined(VOLT_WITH_CUDA)
+    if (backend_name_ == "nccl") {
+      c10d::ReduceScatterOptions opts;
+      opts.reduceOp = to_c10d(op);
+      opts.timeout = timeout();
+      auto wire_in = input.contiguous().view({-1});
+      auto wire_out = output.view({-1});
+      return launch(CollectiveKind::ReduceScatter, wire_in, detail,
+                    [&] { return process_group_->_reduce_scatter_base(wire_out, wire_in, opts); },
+                    [output, op, n]() mutable {
+                      if (op == ReduceOp::Mean) output.div_(static_cast<double>(n));
+                      return output;
+                    });
+    }
+#endif
+    // The reduction works in place: on a copy of the input, unless it makes one anyway (float32).
+    auto buffer = input.contiguous();
+    if (buffer.is_same(input) && !reduces_via_float32(buffer, op)) buffer = buffer.clone();
+    return start_reduction(CollectiveKind::ReduceScatter, buffer, op, detail, all_reduce_on_process_group(op),
+                           [output, op, n, m, me = rank()](torch::Tensor reduced) mutable {
+                             auto chunk = reduced.view({-1}).narrow(0, me * m, m);
+                             if (op == ReduceOp::Mean) chunk.div_(static_cast<double>(n));
+                             output.view({-1}).copy_(chunk);
+                             return output;
+                           });
+  }
+
   // A collective run to completion on this thread (Note [Inline all_reduce]): counted, numbered
   // and reported like one on the process group; the handle it returns is already complete.
   template <typename Run, typename Finish>
@@ -442,6 +466,21 @@ class ProcessGroupCommunicator : public Communicator {
     check<ConfigurationError>(op != ReduceOp::Mean || tensor.is_floating_point(), describe(), ": ", what,
                               " with ReduceOp::Mean expects a floating-point tensor, got ", tensor.dtype(),
                               "; use Sum and divide, or convert the tensor");
+  }
+
+  // `output` must be a contiguous tensor of `input`'s dtype and device with `numel` elements.
+  void check_output(const torch::Tensor& output, const torch::Tensor& input, int64_t numel, const char* what,
+                    const char* rule) const {
+    check_tensor(output, what);
+    check<ConfigurationError>(output.is_contiguous(), describe(), ": ", what, " expects a contiguous output, got one "
+                              "with strides ", output.strides(), "; pass a contiguous buffer");
+    check<ConfigurationError>(output.scalar_type() == input.scalar_type() && output.device() == input.device(),
+                              describe(), ": ", what, " expects an output of the input's dtype and device (",
+                              input.dtype(), " on ", input.device(), "), got ", output.dtype(), " on ",
+                              output.device());
+    check<ConfigurationError>(output.numel() == numel, describe(), ": ", what, " expects an output of ", rule, " = ",
+                              numel, " elements, got ", output.numel(), " (input has ", input.numel(),
+                              ", group size ", size(), ")");
   }
 
   void check_root(int64_t root, const char* what) const {

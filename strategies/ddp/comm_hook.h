@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/state_dict.h"
 #include "distributed/communicator.h"
 
 namespace volt::ddp {
@@ -21,10 +22,24 @@ namespace volt::ddp {
 struct GradBucket {
   int64_t index = 0;        // position in the reduction order, 0-based
   bool is_last = false;     // the last bucket of this iteration
+  // Synchronized iterations the Reducer completed before this one (0 in the first). Backwards
+  // inside no_sync never reach a hook and never count, so a hook can schedule by it (PowerSGD's
+  // start_powersgd_iter) and stay in step across ranks and across a checkpoint resume.
+  int64_t iteration = 0;
   torch::Tensor buffer;     // flat gradients of `parameters`, concatenated; the hook may modify it
   std::vector<torch::Tensor> parameters;  // the bucket's parameters, in buffer order
 };
 
+// Which parameters share each bucket (the Reducer's bucket_layout()).
+struct BucketLayout {
+  std::vector<std::vector<size_t>> members;  // per bucket, parameter indices in buffer order
+  std::vector<int64_t> numel;                // per bucket, elements of its flat buffer
+  size_t num_buckets() const { return members.size(); }
+};
+
+// A hook is called on the autograd thread (run) and on the training thread (everything else),
+// never both at once. Chaining a second collective onto the first (then_collective) is how a
+// hook does several rounds; Note [Chained collectives] says why that stays in order.
 class CommHook {
  public:
   virtual ~CommHook() = default;
@@ -32,6 +47,15 @@ class CommHook {
   // Starts reducing `bucket`; the handle's result is the averaged flat gradient (the bucket's
   // buffer itself or a new tensor of the same shape and dtype). [collective]
   virtual CollectiveHandle run(GradBucket& bucket) = 0;
+
+  // This rank's state for a checkpoint (error feedback, counters), nested in the Reducer's
+  // state_dict(); empty by default. It may differ per rank (distributed/state_gather.h).
+  virtual StateDict state_dict() const { return {}; }
+  virtual void load_state_dict(const StateDict& state) {}
+  // The Reducer replaced its buckets: after the first synchronized iteration (Note [Rebuilt
+  // buckets]) or when loading a state with rebuilt ones. State kept per bucket index belongs to
+  // the old layout. Called on the training thread, between iterations.
+  virtual void on_buckets_rebuilt(const BucketLayout& layout) {}
 };
 
 // The default: divide by the world size, then sum over the ranks (PyTorch's allreduce_hook), so

@@ -110,16 +110,62 @@ void Reducer::rebuild_buckets() {
     seen[static_cast<size_t>(values[i])] = true;
     rank0_order[static_cast<size_t>(i)] = static_cast<size_t>(values[i]);
   }
+  adopt_rebuilt_order(std::move(rank0_order));
+}
+
+void Reducer::adopt_rebuilt_order(std::vector<size_t> order) {
   // Without bucket views the gradients live in .grad; with them, attach_view carries the
   // values over from the old buffers into the new ones.
-  build_buckets(rank0_order);
+  build_buckets(order);
+  rebuilt_order_ = std::move(order);
   buckets_rebuilt_ = true;
+  hook_->on_buckets_rebuilt(bucket_layout());
   emit(ReducerEvent::BucketsRebuilt, buckets_.size());
+}
+
+BucketLayout Reducer::bucket_layout() const {
+  BucketLayout layout;
+  for (const auto& bucket : buckets_) {
+    layout.members.push_back(bucket.members());
+    layout.numel.push_back(bucket.buffer().numel());
+  }
+  return layout;
+}
+
+// Note [Replaced gradient accumulators]
+// The reducer learns that a gradient is ready from a post hook on the parameter's gradient
+// accumulator, the autograd node it took at construction. LibTorch replaces that node when a
+// parameter's dtype or device changes (Tensor::set_data, which module->to(...) uses): the next
+// forward builds its graph on a new accumulator, the hooked one never runs again, and every
+// parameter looks unused. Without find_unused_parameters each would then be reported as having
+// "received no gradient"; with it, training would go on with gradients never synchronized. Both
+// are caught before backward by comparing each parameter's current accumulator with the hooked
+// one, and, as a backstop, after a synchronized backward in which no hook fired at all (on any
+// rank, with find_unused_parameters; on this rank without): an InternalError either way, since
+// it means whoever built the reducer did so before converting the module.
+void Reducer::check_accumulators() const {
+  std::vector<size_t> replaced;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    if (torch::autograd::impl::try_get_grad_accumulator(parameters_[i]) != accumulators_[i]) replaced.push_back(i);
+  }
+  if (replaced.empty()) return;
+  const auto& first = parameters_[replaced.front()];
+  const auto& built_for = buckets_[location_[replaced.front()].first].buffer();
+  throw InternalError(detail::concat(
+      "ddp (rank ", communicator_.rank(), " of ", communicator_.size(), "): the gradient accumulators of ",
+      replaced.size(), " of ", parameters_.size(), " parameter(s) (", names_of(replaced),
+      ") are not the ones the reducer hooked: the parameters were converted or moved after the reducer was built ('",
+      names_[replaced.front()], "' is now ", first.dtype(), " on ", first.device(), ", its bucket holds ",
+      built_for.dtype(), " on ", built_for.device(),
+      "), so autograd no longer tells the reducer when their gradients are ready and gradients were NOT "
+      "synchronized. Convert and move the module before building the reducer (Strategy::setup_module does: "
+      "precision first, then the wrapper); see Note [Replaced gradient accumulators]"));
 }
 
 void Reducer::prepare_for_backward(const torch::Tensor& loss) {
   check<ConfigurationError>(!in_backward_, "ddp: backward started again before the previous synchronized backward "
                             "finished; call backward once per forward (through the strategy)");
+  check_accumulators();
   if (rebuild_due_) {
     rebuild_due_ = false;
     rebuild_buckets();
@@ -183,6 +229,7 @@ void Reducer::launch_ready_buckets() {
     GradBucket bucket;
     bucket.index = static_cast<int64_t>(b);
     bucket.is_last = b + 1 == buckets_.size();
+    bucket.iteration = synchronized_iterations_;
     bucket.buffer = buckets_[b].buffer();
     for (const size_t index : buckets_[b].members()) bucket.parameters.push_back(parameters_[index]);
     handles_[b] = hook_->run(bucket);
@@ -202,7 +249,7 @@ void Reducer::finalize_backward() {
   active_ = false;
   if (!in_backward_) return;  // no_sync: gradients stay local
   in_backward_ = false;
-  std::string usage_error;
+  std::string usage_error, internal_error;
   try {
     if (hook_error_) std::rethrow_exception(hook_error_);
     const bool recording = options_.static_graph && !static_record_.recorded();
@@ -211,7 +258,9 @@ void Reducer::finalize_backward() {
       static_record_.finish_recording();
     }
     const auto missing = complete_remaining();
-    if (!missing.empty() && !recording && !options_.find_unused_parameters) {
+    if (missing.size() == parameters_.size() && !options_.static_graph && !options_.find_unused_parameters) {
+      internal_error = no_gradient_at_all("on this rank");
+    } else if (!missing.empty() && !recording && !options_.find_unused_parameters) {
       usage_error = options_.static_graph
                         ? "ddp: static_graph=true, but parameter(s) " + names_of(missing) +
                               " received fewer gradients in this iteration than in the first; the graph "
@@ -233,6 +282,10 @@ void Reducer::finalize_backward() {
       communicator_.all_reduce(used, ReduceOp::Max);
       const auto* flags = used.data_ptr<int>();
       globally_used_.assign(flags, flags + used.numel());
+      if (options_.find_unused_parameters && std::count(globally_used_.begin(), globally_used_.end(), 0) ==
+                                                 static_cast<std::ptrdiff_t>(globally_used_.size())) {
+        internal_error = no_gradient_at_all("on any rank");
+      }
     }
     wait_and_write_back(!globally_used_.empty());
   } catch (...) {
@@ -252,7 +305,16 @@ void Reducer::finalize_backward() {
     first_ready_order_ = tracker_.ready_order();
     rebuild_due_ = options_.static_graph || !options_.find_unused_parameters;
   }
+  check<InternalError>(internal_error.empty(), internal_error);
   check<ConfigurationError>(usage_error.empty(), usage_error);
+}
+
+std::string Reducer::no_gradient_at_all(const std::string& where) const {
+  return "ddp (rank " + std::to_string(communicator_.rank()) + " of " + std::to_string(communicator_.size()) +
+         "): no parameter received a gradient in this synchronized backward " + where +
+         "; gradients were NOT synchronized. Either the parameters were converted or moved after the reducer was "
+         "built (Note [Replaced gradient accumulators]: build it after module->to(...)), or the loss does not "
+         "depend on any parameter of the module";
 }
 
 void Reducer::wait_and_write_back(bool skip_globally_unused) {

@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "core/state_dict.h"
 #include "distributed/communicator.h"
 #include "strategies/ddp/bucket_assignment.h"
 #include "strategies/ddp/comm_hook.h"
@@ -87,14 +88,28 @@ class Reducer {
   // After that backward: waits for every bucket's reduction and writes the averaged gradients.
   // Throws ConfigurationError for parameters that got no gradient (without
   // find_unused_parameters), after completing the reductions so that no peer hangs; rethrows
-  // exceptions raised in hooks. [collective]
+  // exceptions raised in hooks. Throws InternalError when no parameter got a gradient at all
+  // (Note [Replaced gradient accumulators]). [collective]
   void finalize_backward();
+
+  // ---- checkpoint (call between iterations)
+  // What restores this reducer exactly: synchronized iterations, the gradient order its buckets
+  // were rebuilt from (or will be), the parameter sizes it was built for, and the comm hook's
+  // name and state under "comm_hook". static_graph's record is not kept: the first synchronized
+  // iteration after loading records again (one more all_reduce, no overlap in that iteration).
+  StateDict state_dict() const;
+  // Restores state_dict()'s output, rebuilding the buckets it describes (the hook is told). Throws
+  // CheckpointError when it was saved for other parameters (count or sizes) or holds the state
+  // of another comm hook; a saved hook with empty state is not loaded (the new hook starts
+  // fresh). Not a collective: every rank loads the state it saved, or all load rank 0's.
+  void load_state_dict(const StateDict& state);
 
   // ---- inspection
   size_t num_buckets() const { return buckets_.size(); }
   const GradientBucket& bucket(size_t index) const { return buckets_.at(index); }
   // Bucket members, as parameter indices, in reduction order.
   std::vector<std::vector<size_t>> bucket_assignment() const;
+  BucketLayout bucket_layout() const;
   int64_t synchronized_iterations() const { return synchronized_iterations_; }
   bool buckets_rebuilt() const { return buckets_rebuilt_; }
   const std::vector<torch::Tensor>& parameters() const { return parameters_; }
@@ -108,6 +123,10 @@ class Reducer {
   void launch_ready_buckets();
   void build_buckets(const std::vector<size_t>& order);
   void rebuild_buckets();  // [collective]
+  // Adopts `order` (a permutation of the parameters) as the rebuilt bucket order; tells the hook.
+  void adopt_rebuilt_order(std::vector<size_t> order);
+  // Throws InternalError when a parameter's gradient accumulator is no longer the hooked one.
+  void check_accumulators() const;
   void attach_bucket_views();
   // Marks everything not ready yet, so that every bucket is launched; returns those indices.
   std::vector<size_t> complete_remaining();
@@ -115,6 +134,8 @@ class Reducer {
   // `skip_globally_unused`) to parameters no rank used (globally_used_).
   void wait_and_write_back(bool skip_globally_unused);
   std::string names_of(const std::vector<size_t>& indices) const;
+  // The InternalError message for a synchronized backward in which no hook fired `where`.
+  std::string no_gradient_at_all(const std::string& where) const;
   void emit(ReducerEvent event, size_t value) const {
     if (listener_) listener_(event, value);
   }
@@ -149,6 +170,7 @@ class Reducer {
   bool rebuild_due_ = false;
   bool buckets_rebuilt_ = false;
   std::vector<size_t> first_ready_order_;
+  std::vector<size_t> rebuilt_order_;  // the order the buckets were rebuilt from (rank 0's)
   std::function<void(ReducerEvent, size_t)> listener_;
 };
 

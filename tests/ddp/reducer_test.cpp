@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "strategies/ddp/reducer.h"
+#include "tests/ddp/reducer_harness.h"
 #include "tests/distributed/thread_ranks.h"
 #include "core/error.h"
 
@@ -17,40 +18,15 @@ namespace {
 
 using testing::loopback_options;
 using testing::run_thread_ranks;
-
-// 8 → 16 → 4 with two optional extras: `branch` (used when the loss asks for it) and `spare`
-// (never used).
-struct Net : torch::nn::Module {
-  torch::nn::Linear first{nullptr}, second{nullptr}, branch{nullptr}, spare{nullptr};
-  explicit Net(bool extras) {
-    first = register_module("first", torch::nn::Linear(8, 16));
-    second = register_module("second", torch::nn::Linear(16, 4));
-    if (extras) {
-      branch = register_module("branch", torch::nn::Linear(4, 4));
-      spare = register_module("spare", torch::nn::Linear(4, 4));
-    }
-  }
-  torch::Tensor forward(const torch::Tensor& x, bool use_branch) {
-    auto y = second(torch::tanh(first(x)));
-    return use_branch ? y + branch(y) : y;
-  }
-};
-
-std::shared_ptr<Net> make_net(bool extras = false) {
-  torch::manual_seed(0);
-  return std::make_shared<Net>(extras);
-}
+using harness::make_net;
+using harness::names_of;
+using harness::Net;
+using harness::tiny_buckets;
 
 torch::Tensor flat(const torch::nn::Module& m) {
   std::vector<torch::Tensor> parts;
   for (const auto& p : m.parameters()) parts.push_back(p.detach().flatten());
   return torch::cat(parts);
-}
-
-std::vector<std::string> names_of(const torch::nn::Module& m) {
-  std::vector<std::string> names;
-  for (const auto& item : m.named_parameters()) names.push_back(item.key());
-  return names;
 }
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(torch::nn::Module& m, bool adam) {
@@ -97,6 +73,7 @@ struct Scenario {
   int64_t micro_batches = 1;
   bool extras = false;
   std::function<bool(int64_t rank)> uses_branch = [](int64_t) { return false; };
+  std::function<std::unique_ptr<CommHook>(Communicator&)> hook;  // null: the default all_reduce
 };
 
 torch::Tensor shard(const torch::Tensor& t, int64_t rank, int64_t world) {
@@ -150,6 +127,7 @@ std::vector<RankRecord> train_ddp(const Scenario& s, const std::vector<Step>& st
     auto& net = *nets[static_cast<size_t>(rank)];
     auto& record = records[static_cast<size_t>(rank)];
     Reducer reducer(net.parameters(), names_of(net), *comm, s.reducer);
+    if (s.hook) reducer.set_comm_hook(s.hook(*comm));
     auto optimizer = make_optimizer(net, s.adam);
     for (size_t step = 0; step < steps.size(); ++step) {
       const auto before = comm->counters();
@@ -181,12 +159,6 @@ void expect_matches_reference(const std::vector<RankRecord>& records, double tol
       EXPECT_LE(records[r].max_error[step], tolerance) << "rank " << r << " step " << step;
     }
   }
-}
-
-ReducerOptions tiny_buckets() {
-  ReducerOptions o;
-  o.bucket_cap_mb = 300.0 / (1 << 20);  // ~300 bytes: several buckets for this small net
-  return o;
 }
 
 // ---- equivalence with one process
@@ -456,6 +428,42 @@ TEST(ReducerTest, ExceptionsInHooksAreRethrownOnTheTrainingThread) {
   for (size_t r = 0; r < 2; ++r) {
     EXPECT_EQ(errors[r], "") << "rank " << r;
     EXPECT_EQ(caught[r], "hook refused bucket 1") << "rank " << r;
+  }
+}
+
+// Two rounds per bucket, the second started by a continuation (Note [Chained collectives]):
+// half of the mean gradient each, so the sum is the mean the default hook computes.
+class TwoRoundHook : public CommHook {
+ public:
+  explicit TwoRoundHook(Communicator& c) : communicator_(c) {}
+  std::string name() const override { return "two_round"; }
+  CollectiveHandle run(GradBucket& bucket) override {
+    auto half = bucket.buffer / (2.0 * static_cast<double>(communicator_.size()));
+    return communicator_.all_reduce_async(half.clone()).then_collective([this, half](const torch::Tensor& first) {
+      return communicator_.all_reduce_async(half.clone()).then([first](const torch::Tensor& second) {
+        return first + second;
+      });
+    });
+  }
+
+ private:
+  Communicator& communicator_;
+};
+
+TEST(ReducerTest, AHookThatChainsASecondCollectivePerBucketMatchesOneProcess) {
+  Scenario s;
+  s.adam = true;
+  s.world = 3;
+  s.batch_sizes = {12, 12, 12, 6};
+  s.micro_batches = 2;
+  s.reducer = tiny_buckets();
+  s.hook = [](Communicator& c) { return std::make_unique<TwoRoundHook>(c); };
+  const auto steps = make_steps(s.batch_sizes, s.micro_batches);
+  const auto records = train_ddp(s, steps, reference_trajectory(s, steps));
+  expect_matches_reference(records);
+  for (const auto& r : records) {
+    EXPECT_GE(r.buckets, 2u);
+    EXPECT_EQ(r.all_reduce_calls_last_step, 2 * static_cast<int64_t>(r.buckets)) << "two rounds per bucket";
   }
 }
 

@@ -155,20 +155,28 @@ TEST(CommunicatorTest, CountersCountCallsAndPayloadBytesPerKind) {
     c.reduce_scatter(torch::zeros({4, 5}, torch::kFloat));  // 80 bytes
     c.reduce(f, 1);
     c.barrier();
+    c.all_gather_into(torch::empty({200}), f);                                   // 400 bytes
+    c.reduce_scatter_into(torch::empty({10}, torch::kDouble), torch::zeros({20}, torch::kDouble));  // 160
+    c.gather(torch::zeros({8}, torch::kInt), 1);                                 // 32
     const auto counters = c.counters();
     EXPECT_EQ(counters[CollectiveKind::AllReduce].calls, 2);
     EXPECT_EQ(counters[CollectiveKind::AllReduce].bytes, 480);
     EXPECT_EQ(counters[CollectiveKind::Broadcast].bytes, 400);
-    EXPECT_EQ(counters[CollectiveKind::AllGather].bytes, 80);
-    EXPECT_EQ(counters[CollectiveKind::ReduceScatter].bytes, 80);
+    EXPECT_EQ(counters[CollectiveKind::AllGather].calls, 2);
+    EXPECT_EQ(counters[CollectiveKind::AllGather].bytes, 480);
+    EXPECT_EQ(counters[CollectiveKind::ReduceScatter].calls, 2);
+    EXPECT_EQ(counters[CollectiveKind::ReduceScatter].bytes, 240);
     EXPECT_EQ(counters[CollectiveKind::Reduce].bytes, 400);
     EXPECT_EQ(counters[CollectiveKind::Barrier].calls, 1);
     EXPECT_EQ(counters[CollectiveKind::Barrier].bytes, 0);
-    EXPECT_EQ(counters.total_calls(), 7);
-    EXPECT_EQ(counters.total_bytes(), 1440);
+    EXPECT_EQ(counters[CollectiveKind::Gather].calls, 1);
+    EXPECT_EQ(counters[CollectiveKind::Gather].bytes, 32);
+    EXPECT_EQ(counters.total_calls(), 10);
+    EXPECT_EQ(counters.total_bytes(), 2032);
     const auto metrics = counters.as_metrics("comm/");
     EXPECT_EQ(metrics.at("comm/all_reduce_bytes"), 480.0);
-    EXPECT_EQ(metrics.at("comm/bytes"), 1440.0);
+    EXPECT_EQ(metrics.at("comm/gather_bytes"), 32.0);
+    EXPECT_EQ(metrics.at("comm/bytes"), 2032.0);
     const auto before = c.counters();
     c.all_reduce(f);
     EXPECT_EQ((c.counters() - before).total_bytes(), 400);

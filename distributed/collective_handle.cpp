@@ -1,0 +1,128 @@
+#include "distributed/collective_handle.h"
+
+#include "distributed/collective_handle_state.h"
+
+namespace volt {
+
+std::string failure_message(const CollectiveHandle::State& state, const std::string& cause) {
+  std::string message = state.what + " failed: " + cause;
+  if (state.diagnose) {
+    std::string diagnosis;
+    try {
+      diagnosis = state.diagnose();
+    } catch (const std::exception&) {
+      // Diagnosis is best effort; the failure itself is what must be reported.
+    }
+    if (!diagnosis.empty()) message += ". " + diagnosis;
+  }
+  return message;
+}
+
+namespace {
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+}  // namespace
+
+std::string cause_of(const std::exception& e) {
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) return first_line(c10_error->what_without_backtrace());
+  return first_line(e.what());
+}
+
+DistributedError collective_failure(const CollectiveHandle::State& s, const std::exception& e) {
+  const std::string cause = cause_of(e);
+  // c10d: "Operation timed out!"; Gloo's event loop: "Timed out waiting ..."; Gloo's sync-mode
+  // sockets (the inline path): "Read timeout ..." / "Write timeout ...".
+  bool timed_out = false;
+  for (const char* marker : {"timed out", "Timed out", "Read timeout", "Write timeout"}) {
+    timed_out |= cause.find(marker) != std::string::npos;
+  }
+  return DistributedError(failure_message(
+      s, timed_out ? "it did not complete within the timeout of " + std::to_string(s.timeout.count()) + " ms (" +
+                         cause + "): a peer is stalled or took another code path; raise --timeout "
+                         "if the work between collectives is legitimately that slow"
+                   : cause));
+}
+
+torch::Tensor CollectiveHandle::wait() {
+  if (!state_) return {};
+  State& s = *state_;
+  if (s.error) std::rethrow_exception(s.error);
+  if (s.done) return s.result;
+  try {
+    if (s.work) {
+      try {
+        // Work::wait throws "Operation timed out!" past the timeout, or the backend's error.
+        s.work->wait(s.timeout);
+      } catch (const std::exception& e) {
+        throw collective_failure(s, e);
+      }
+      s.work.reset();
+    }
+    if (s.finish) {
+      s.result = s.finish();
+      s.finish = nullptr;
+    }
+    while (!s.steps.empty()) {
+      s.result = s.steps.front().run(s.result);
+      s.steps.pop_front();
+    }
+  } catch (...) {
+    // The result is half-made; every later wait reports the same failure.
+    s.error = std::current_exception();
+    throw;
+  }
+  s.done = true;
+  return s.result;
+}
+
+bool CollectiveHandle::is_completed() const {
+  if (!state_ || state_->done || state_->error) return true;
+  for (const auto& step : state_->steps) {
+    if (step.starts_collective) return false;
+  }
+  return !state_->work || state_->work->isCompleted();
+}
+
+CollectiveHandle CollectiveHandle::then(std::function<torch::Tensor(const torch::Tensor&)> continuation) && {
+  if (!state_) {
+    auto state = std::make_shared<State>();
+    state->done = true;
+    state->result = continuation(torch::Tensor());
+    return CollectiveHandle(std::move(state));
+  }
+  if (state_->done) {
+    state_->result = continuation(state_->result);
+  } else {
+    state_->steps.push_back({std::move(continuation), false});
+  }
+  return CollectiveHandle(std::move(state_));
+}
+
+// Note [Chained collectives]
+// then_collective's continuation runs inside wait(), on the waiting thread, and starts its
+// collective there; never earlier, not even on a handle that is already complete, so that where
+// the second collective lands in a rank's sequence depends only on when the handle is waited.
+// c10d matches collectives by the order in which each rank issues them, so chains are matched
+// correctly when every rank waits its handles in the same order (the Reducer waits buckets in
+// bucket order, on the training thread, after every bucket's first collective was started) and
+// no other thread issues collectives on the same communicator meanwhile. A chain that is never
+// waited never starts its second collective: its peers then fail at the timeout. When a
+// collective in a chain fails, wait() throws its DistributedError, naming the collective that
+// started the chain too; the continuations after it do not run.
+CollectiveHandle CollectiveHandle::then_collective(
+    std::function<CollectiveHandle(const torch::Tensor&)> continuation) && {
+  auto state = state_ ? std::move(state_) : std::make_shared<State>();
+  state->done = false;  // a complete handle keeps its result: the continuation starts from it
+  auto step = [continuation = std::move(continuation), origin = state->what](const torch::Tensor& result) {
+    try {
+      // An inline collective (Note [Inline all_reduce]) fails inside the continuation itself.
+      return continuation(result).wait();
+    } catch (const DistributedError& e) {
+      if (origin.empty()) throw;
+      throw DistributedError(std::string(e.what()) + " (started by a continuation of " + origin + ")");
+    }
+  };
+  state->steps.push_back({std::move(step), true});
+  return CollectiveHandle(std::move(state));
+}
+
+}  // namespace volt

@@ -1,0 +1,43 @@
+#pragma once
+// What a CollectiveHandle holds, and how a failed collective is worded. Private to distributed/
+// (it includes c10d).
+#include <deque>
+#include <exception>
+#include <string>
+
+#include "core/error.h"
+#include "distributed/c10d_compat.h"
+#include "distributed/collective_handle.h"
+
+namespace volt {
+
+struct CollectiveHandle::State {
+  // A step after the collective: transforms the result; `starts_collective` when it waits for a
+  // collective of its own (then_collective), which makes the handle not complete until it ran.
+  struct Step {
+    std::function<torch::Tensor(const torch::Tensor&)> run;
+    bool starts_collective = false;
+  };
+
+  c10::intrusive_ptr<c10d::Work> work;    // null when nothing is in flight
+  std::function<torch::Tensor()> finish;  // after the work: copy back, divide, slice
+  std::deque<Step> steps;
+  std::chrono::milliseconds timeout{0};
+  std::string what;                       // "Communicator (rank 1 of 2): all_reduce #7 ..."
+  std::function<std::string()> diagnose;  // why peers may have failed (may be empty)
+  bool done = false;
+  std::exception_ptr error;               // a failed wait: rethrown by every later wait
+  torch::Tensor result;
+};
+
+// "<what> failed: <cause>. <diagnosis>".
+std::string failure_message(const CollectiveHandle::State& state, const std::string& cause);
+
+// The first line of an exception's message, without c10's backtrace.
+std::string cause_of(const std::exception& e);
+
+// The error for a collective that failed with `e` (c10d's or Gloo's), told apart: a timeout
+// (with what to do) or a peer's failure.
+DistributedError collective_failure(const CollectiveHandle::State& state, const std::exception& e);
+
+}  // namespace volt
