@@ -1,5 +1,6 @@
 #include "strategies/parallel_strategy.h"
 
+#include "distributed/state_gather.h"
 #include "strategies/model_agreement.h"
 #include "distributed/process_group_setup.h"
 #include "core/error.h"
@@ -85,6 +86,10 @@ bool ParallelStrategy::reduce_boolean_decision(bool decision, bool all) {
 }
 
 void ParallelStrategy::barrier(const std::string&) { communicator().barrier(); }
+
+std::vector<StateDict> ParallelStrategy::gather_states(const StateDict& mine, int64_t root) {
+  return gather_state_dicts(communicator(), mine, root);
+}
 
 std::map<std::string, double> ParallelStrategy::metrics() const {
   if (!communicator_) return {};

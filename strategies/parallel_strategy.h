@@ -35,6 +35,7 @@ class ParallelStrategy : public Strategy {
   bool broadcast_decision(bool decision) override;                                 // [collective]
   bool reduce_boolean_decision(bool decision, bool all = true) override;           // [collective]
   void barrier(const std::string& name = "") override;                             // [collective]
+  std::vector<StateDict> gather_states(const StateDict& mine, int64_t root = 0) override;  // [collective]
 
   // Communication so far: "comm/<kind>_calls", "comm/<kind>_bytes", "comm/calls", "comm/bytes"
   // (payload bytes since setup, every collective of this process's root communicator, the

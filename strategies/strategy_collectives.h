@@ -9,7 +9,9 @@
 #include <torch/torch.h>
 
 #include <string>
+#include <vector>
 
+#include "core/state_dict.h"
 #include "distributed/process_topology.h"
 #include "distributed/reduce_op.h"
 
@@ -32,6 +34,10 @@ class StrategyCollectives {
   // `all`: true iff every rank decided true; otherwise true iff any did. [collective]
   virtual bool reduce_boolean_decision(bool decision, bool all = true) { return decision; }
   virtual void barrier(const std::string& name = "") {}  // [collective]
+  // Every rank's `mine`, by rank, on `root` (the other ranks get an empty vector): per-rank state
+  // for a checkpoint one rank writes (a comm hook's error feedback, a sharded optimizer's shard).
+  // [collective]
+  virtual std::vector<StateDict> gather_states(const StateDict& mine, int64_t root = 0) { return {mine}; }
 };
 
 }  // namespace volt

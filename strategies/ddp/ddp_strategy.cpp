@@ -1,6 +1,7 @@
 #include "strategies/ddp/ddp_strategy.h"
 
 #include "core/error.h"
+#include "core/warning.h"
 #include "core/registry.h"
 
 namespace volt {
@@ -118,6 +119,39 @@ void DDPStrategy::zero_grad(torch::optim::Optimizer& optimizer) {
       if (p.grad().defined()) p.mutable_grad().zero_();
     }
   }
+}
+
+StateDict DDPStrategy::strategy_state_dict(CheckpointLayout layout) {
+  StateDict section;
+  const StateDict mine = reducer().state_dict();
+  if (layout == CheckpointLayout::Sharded) {
+    section.set("reducer", mine);
+    return section;
+  }
+  const auto all = gather_states(mine);
+  if (!all.empty()) {
+    c10::impl::GenericList per_rank(c10::AnyType::get());
+    for (const auto& state : all) per_rank.push_back(state.to_ivalue());
+    section.set("reducer_per_rank", per_rank);
+  }
+  return section;
+}
+
+void DDPStrategy::load_strategy_state_dict(const StateDict& state, CheckpointLayout layout) {
+  if (state.contains("reducer")) return reducer().load_state_dict(state.child("reducer"));
+  if (!state.contains("reducer_per_rank")) return;
+  const auto per_rank = state.at("reducer_per_rank");
+  check<CheckpointError>(per_rank.isList(), "ddp: the checkpoint's 'reducer_per_rank' is not a list");
+  const auto& list = per_rank.toListRef();
+  const auto topology = this->topology();
+  if (static_cast<int64_t>(list.size()) != topology.world_size) {
+    if (is_global_zero()) {
+      warn("ddp: the checkpoint holds the reducer state of " + std::to_string(list.size()) + " ranks, this run has " +
+           std::to_string(topology.world_size) + ": buckets and the comm hook's state start afresh");
+    }
+    return;
+  }
+  reducer().load_state_dict(StateDict::from_ivalue(list[static_cast<size_t>(topology.global_rank)], "ddp reducer state"));
 }
 
 void DDPStrategy::pre_backward(const torch::Tensor& loss) { reducer().prepare_for_backward(loss); }

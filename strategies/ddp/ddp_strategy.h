@@ -45,6 +45,13 @@ class DDPStrategy : public ParallelStrategy {
   ScopeGuard no_sync() override;
   void zero_grad(torch::optim::Optimizer& optimizer) override;
 
+  // The reducer's state (iteration count, rebuilt buckets, the comm hook's state): for Full, every
+  // rank's, gathered for global rank 0 to write ("reducer_per_rank"), since a hook's state (e.g.
+  // error feedback) differs per rank; for Sharded, this rank's ("reducer"). Restored only at the
+  // same world size; otherwise the reducer and its hook start afresh, with a warning. [collective]
+  StateDict strategy_state_dict(CheckpointLayout layout) override;
+  void load_strategy_state_dict(const StateDict& state, CheckpointLayout layout) override;
+
   // The reducer; throws InternalError before setup_module.
   ddp::Reducer& reducer() const;
 
