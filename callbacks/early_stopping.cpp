@@ -9,17 +9,27 @@
 
 namespace volt {
 
-void EarlyStoppingOptions::validate() const {
-  check<ConfigurationError>(!monitor.empty(), "EarlyStopping: expected a metric to monitor, got ''; "
-                                              "e.g. early_stopping:monitor=val_loss");
-  check<ConfigurationError>(std::isfinite(min_delta) && min_delta >= 0, "EarlyStopping: expected min_delta >= 0, got ",
-                            min_delta);
-  check<ConfigurationError>(patience >= 0, "EarlyStopping: expected patience >= 0, got ", patience);
-  check<ConfigurationError>(!stopping_threshold || std::isfinite(*stopping_threshold),
-                            "EarlyStopping: expected a finite stopping_threshold, got ", stopping_threshold.value_or(0));
-  check<ConfigurationError>(!divergence_threshold || std::isfinite(*divergence_threshold),
-                            "EarlyStopping: expected a finite divergence_threshold, got ",
-                            divergence_threshold.value_or(0));
+const OptionSchema<EarlyStoppingOptions>& EarlyStoppingOptions::schema() {
+  using O = EarlyStoppingOptions;
+  const auto finite = [](double value) { return std::isfinite(value); };
+  static const auto schema =
+      OptionSchema<O>("EarlyStopping")
+          .option("monitor", &O::monitor, "metric to watch (required), e.g. val_loss",
+                  satisfies([](const std::string& name) { return !name.empty(); }, "a metric name"))
+          .option("min_delta", &O::min_delta, "an improvement must exceed this",
+                  satisfies([](double d) { return std::isfinite(d) && d >= 0; }, "a finite value >= 0"))
+          .option("patience", &O::patience, "checks without improvement before stopping", at_least(0))
+          .choice("mode", &O::mode, monitor_modes(), "which direction is better")
+          .option("strict", &O::strict, "a metric that was not logged is an error")
+          .option("check_finite", &O::check_finite, "stop when the metric is NaN or infinite")
+          .option("stopping_threshold", &O::stopping_threshold, "stop once the metric is better than this",
+                  satisfies(finite, "a finite number"))
+          .option("divergence_threshold", &O::divergence_threshold, "stop once the metric is worse than this",
+                  satisfies(finite, "a finite number"))
+          .option("check_on_train_epoch_end", &O::check_on_train_epoch_end,
+                  "check after each training epoch (true) or validation (false); unset: Lightning's rule")
+          .option("verbose", &O::verbose, "print improvements and the stop reason");
+  return schema;
 }
 
 EarlyStopping::EarlyStopping(EarlyStoppingOptions options)

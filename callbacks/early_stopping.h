@@ -4,6 +4,7 @@
 
 #include "callbacks/callback.h"
 #include "callbacks/monitor.h"
+#include "core/option_schema.h"
 
 namespace volt {
 
@@ -22,7 +23,8 @@ struct EarlyStoppingOptions {
   std::optional<bool> check_on_train_epoch_end;
   bool verbose = false;                       // print each improvement and the stop reason (rank 0)
 
-  void validate() const;  // throws ConfigurationError naming the option
+  static const OptionSchema<EarlyStoppingOptions>& schema();
+  void validate() const { schema().validate(*this); }  // throws ConfigurationError naming the option
 };
 
 // Stops fit when a monitored metric stops improving, Lightning's EarlyStopping. Each check, in

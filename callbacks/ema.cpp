@@ -20,13 +20,27 @@ torch::ScalarType average_dtype(torch::ScalarType dtype) {
 
 }  // namespace
 
-EMA::EMA(double decay, int64_t update_every_n_steps, bool validate_with_ema, bool apply_at_end)
-    : decay_(decay), update_every_n_steps_(update_every_n_steps), validate_with_ema_(validate_with_ema),
-      apply_at_end_(apply_at_end) {
-  check<ConfigurationError>(decay >= 0.0 && decay <= 1.0, "EMA: expected decay in [0, 1], got ", decay);
-  check<ConfigurationError>(update_every_n_steps >= 1, "EMA: expected update_every_n_steps >= 1, got ",
-                            update_every_n_steps);
+const OptionSchema<EMAOptions>& EMAOptions::schema() {
+  static const auto schema =
+      OptionSchema<EMAOptions>("EMA")
+          .option("decay", &EMAOptions::decay, "weight of the old average per update", in_range(0.0, 1.0))
+          .option("update_every_n_steps", &EMAOptions::update_every_n_steps, "optimizer steps between updates",
+                  at_least(1))
+          .option("validate_with_ema", &EMAOptions::validate_with_ema, "validate with the averaged weights")
+          .option("apply_at_end", &EMAOptions::apply_at_end, "leave the averaged weights in the module after fit");
+  return schema;
 }
+
+EMA::EMA(EMAOptions options) {
+  options.validate();
+  decay_ = options.decay;
+  update_every_n_steps_ = options.update_every_n_steps;
+  validate_with_ema_ = options.validate_with_ema;
+  apply_at_end_ = options.apply_at_end;
+}
+
+EMA::EMA(double decay, int64_t update_every_n_steps, bool validate_with_ema, bool apply_at_end)
+    : EMA(EMAOptions{decay, update_every_n_steps, validate_with_ema, apply_at_end}) {}
 
 std::map<std::string, torch::Tensor> EMA::averages() const {
   std::map<std::string, torch::Tensor> out;

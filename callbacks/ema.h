@@ -2,8 +2,19 @@
 #include <vector>
 
 #include "callbacks/callback.h"
+#include "core/option_schema.h"
 
 namespace volt {
+
+struct EMAOptions {
+  double decay = 0.999;              // weight of the old average per update, in [0, 1]
+  int64_t update_every_n_steps = 1;  // optimizer steps between updates; >= 1
+  bool validate_with_ema = true;     // validate with the averaged weights
+  bool apply_at_end = true;          // leave the averaged weights in the module after fit
+
+  static const OptionSchema<EMAOptions>& schema();
+  void validate() const { schema().validate(*this); }
+};
 
 // An exponential moving average of the module's trainable parameters:
 //   ema ← decay · ema + (1 − decay) · θ
@@ -16,6 +27,7 @@ namespace volt {
 // device, and is checkpointed under this callback's state.
 class EMA : public Callback {
  public:
+  explicit EMA(EMAOptions options);
   explicit EMA(double decay = 0.999, int64_t update_every_n_steps = 1, bool validate_with_ema = true,
                bool apply_at_end = true);
 

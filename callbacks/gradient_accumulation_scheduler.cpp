@@ -1,5 +1,6 @@
 #include "callbacks/gradient_accumulation_scheduler.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "core/error.h"
@@ -7,17 +8,45 @@
 
 namespace volt {
 
-GradientAccumulationScheduler::GradientAccumulationScheduler(std::map<int64_t, int64_t> scheduling)
-    : scheduling_(std::move(scheduling)) {
-  check<ConfigurationError>(!scheduling_.empty(),
-                            "GradientAccumulationScheduler: expected at least one epoch:factor pair, got none");
-  for (const auto& [epoch, factor] : scheduling_) {
-    check<ConfigurationError>(epoch >= 0, "GradientAccumulationScheduler: expected epochs >= 0 (0-based), got ",
-                              epoch);
-    check<ConfigurationError>(factor >= 1, "GradientAccumulationScheduler: expected factors >= 1, got ", factor,
-                              " for epoch ", epoch);
+namespace {
+
+using Schedule = std::map<int64_t, int64_t>;
+
+std::string format_schedule(const Schedule& scheduling) {
+  std::string text;
+  for (const auto& [epoch, factor] : scheduling) {
+    if (!text.empty()) text += ';';
+    text.append(std::to_string(epoch)).append(":").append(std::to_string(factor));
   }
+  return text;
 }
+
+bool is_valid_schedule(const Schedule& scheduling) {
+  return !scheduling.empty() && std::all_of(scheduling.begin(), scheduling.end(), [](const auto& entry) {
+    return entry.first >= 0 && entry.second >= 1;
+  });
+}
+
+}  // namespace
+
+const OptionSchema<GradientAccumulationSchedulerOptions>& GradientAccumulationSchedulerOptions::schema() {
+  static const auto schema =
+      OptionSchema<GradientAccumulationSchedulerOptions>("GradientAccumulationScheduler")
+          .option("scheduling", &GradientAccumulationSchedulerOptions::scheduling,
+                  TextForm<Schedule>{"epoch:factor pairs separated by ';' (e.g. 0:8;4:4)",
+                                     GradientAccumulationScheduler::parse, format_schedule},
+                  "micro-batches per optimizer step from each epoch on (required)",
+                  satisfies(is_valid_schedule, "at least one pair, with epochs >= 0 (0-based) and factors >= 1"));
+  return schema;
+}
+
+GradientAccumulationScheduler::GradientAccumulationScheduler(GradientAccumulationSchedulerOptions options) {
+  options.validate();
+  scheduling_ = std::move(options.scheduling);
+}
+
+GradientAccumulationScheduler::GradientAccumulationScheduler(std::map<int64_t, int64_t> scheduling)
+    : GradientAccumulationScheduler(GradientAccumulationSchedulerOptions{std::move(scheduling)}) {}
 
 std::map<int64_t, int64_t> GradientAccumulationScheduler::parse(const std::string& text) {
   std::map<int64_t, int64_t> scheduling;

@@ -43,6 +43,22 @@ LoggingInterval parse_logging_interval(const std::string& text) {
                            "scheduler's own), got '" + text + "'");
 }
 
+const OptionSchema<LearningRateMonitorOptions>& LearningRateMonitorOptions::schema() {
+  static const auto schema =
+      OptionSchema<LearningRateMonitorOptions>("LearningRateMonitor")
+          .choice("logging_interval", &LearningRateMonitorOptions::logging_interval,
+                  {{"auto", LoggingInterval::Auto}, {"step", LoggingInterval::Step}, {"epoch", LoggingInterval::Epoch}},
+                  "when to log: every log_every_n_steps steps, at each epoch start, or auto: each scheduler's own")
+          .option("log_momentum", &LearningRateMonitorOptions::log_momentum, "also log momentum (Adam: beta1)")
+          .option("log_weight_decay", &LearningRateMonitorOptions::log_weight_decay, "also log weight decay");
+  return schema;
+}
+
+LearningRateMonitor::LearningRateMonitor(LearningRateMonitorOptions options)
+    : LearningRateMonitor(options.logging_interval, options.log_momentum, options.log_weight_decay) {
+  options.validate();
+}
+
 LearningRateMonitor::LearningRateMonitor(LoggingInterval interval, bool log_momentum, bool log_weight_decay)
     : interval_(interval), log_momentum_(log_momentum), log_weight_decay_(log_weight_decay) {}
 

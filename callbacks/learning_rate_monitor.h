@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "callbacks/callback.h"
+#include "core/option_schema.h"
 
 namespace volt {
 
@@ -11,7 +12,16 @@ namespace volt {
 // schedulers every log_every_n_steps optimizer steps, the rest at epoch start), or all every
 // log_every_n_steps steps (Step), or all at each epoch start (Epoch).
 enum class LoggingInterval { Auto, Step, Epoch };
-LoggingInterval parse_logging_interval(const std::string& text);  // "", "step", "epoch"
+LoggingInterval parse_logging_interval(const std::string& text);  // "", "auto", "step", "epoch"
+
+struct LearningRateMonitorOptions {
+  LoggingInterval logging_interval = LoggingInterval::Auto;
+  bool log_momentum = false;      // also log momentum (SGD/RMSprop momentum, Adam/AdamW beta1)
+  bool log_weight_decay = false;  // also log weight decay
+
+  static const OptionSchema<LearningRateMonitorOptions>& schema();
+  void validate() const { schema().validate(*this); }
+};
 
 // Logs every optimizer's learning rate (and optionally momentum and weight decay) to the loggers,
 // Lightning's LearningRateMonitor. Keys: the scheduler's SchedulerConfig::name, else
@@ -22,6 +32,7 @@ LoggingInterval parse_logging_interval(const std::string& text);  // "", "step",
 // (fast_dev_run excepted).
 class LearningRateMonitor : public Callback {
  public:
+  explicit LearningRateMonitor(LearningRateMonitorOptions options);
   explicit LearningRateMonitor(LoggingInterval interval = LoggingInterval::Auto, bool log_momentum = false,
                                bool log_weight_decay = false);
 

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "callbacks/checkpoint_filename.h"
+#include "core/duration.h"
 #include "core/error.h"
 #include "trainer/trainer.h"
 
@@ -16,26 +17,42 @@ constexpr const char* kExtension = ".ckpt";
 
 }  // namespace
 
+const OptionSchema<ModelCheckpointOptions>& ModelCheckpointOptions::schema() {
+  using O = ModelCheckpointOptions;
+  static const auto schema =
+      OptionSchema<O>("ModelCheckpoint")
+          .option("dirpath", &O::dirpath, "directory; '': <log dir>/checkpoints")
+          .option("filename", &O::filename, "template such as {epoch}-{step}-{val_acc:.3f}; '': {epoch}-{step}",
+                  satisfies([](const std::string& name) { return name.find('/') == std::string::npos; },
+                            "a file name without '/' (directories go in dirpath)"))
+          .option("monitor", &O::monitor, "metric that ranks checkpoints; '': the latest is kept")
+          .choice("mode", &O::mode, monitor_modes(), "which direction is better")
+          .option("save_top_k", &O::save_top_k, "keep the k best; 0: none; -1: all", at_least(-1))
+          .option("save_last", &O::save_last, "also write last.ckpt at every save")
+          .option("save_weights_only", &O::save_weights_only, "the model's weights only")
+          .option("auto_insert_metric_name", &O::auto_insert_metric_name, "{epoch} becomes epoch=2")
+          .option("every_n_train_steps", &O::every_n_train_steps, "save every n optimizer steps (0: off)", at_least(0))
+          .option("every_n_epochs", &O::every_n_epochs, "save every n epochs (0: off; unset: 1 unless another trigger)",
+                  at_least(0))
+          .option("train_time_interval", &O::train_time_interval, duration_form(),
+                  "save every so much training time (unset: off)",
+                  satisfies([](std::chrono::seconds d) { return d.count() > 0; }, "a positive duration"))
+          .option("save_on_train_epoch_end", &O::save_on_train_epoch_end,
+                  "save at the training epoch's end (true) or after validation (false); unset: Lightning's rule")
+          .option("verbose", &O::verbose, "print every save and removal");
+  return schema;
+}
+
 void ModelCheckpointOptions::validate() const {
-  check<ConfigurationError>(save_top_k >= -1, "ModelCheckpoint: expected save_top_k -1 (all), 0 (none) or k >= 1, got ",
-                            save_top_k);
+  schema().validate(*this);
   check<ConfigurationError>(!monitor.empty() || save_top_k == -1 || save_top_k == 0 || save_top_k == 1,
                             "ModelCheckpoint: save_top_k=", save_top_k,
                             " needs a metric to rank by; set monitor (e.g. monitor=val_loss) or use save_top_k "
                             "1 (the latest), -1 (all) or 0");
-  check<ConfigurationError>(every_n_train_steps >= 0, "ModelCheckpoint: expected every_n_train_steps >= 0, got ",
-                            every_n_train_steps);
-  check<ConfigurationError>(!every_n_epochs || *every_n_epochs >= 0,
-                            "ModelCheckpoint: expected every_n_epochs >= 0, got ", every_n_epochs.value_or(0));
-  check<ConfigurationError>(!train_time_interval || train_time_interval->count() > 0,
-                            "ModelCheckpoint: expected a positive train_time_interval");
   const int triggers = (every_n_train_steps > 0) + (every_n_epochs.value_or(0) > 0) + train_time_interval.has_value();
   check<ConfigurationError>(triggers <= 1,
                             "ModelCheckpoint: every_n_train_steps, every_n_epochs and train_time_interval are "
                             "mutually exclusive; set one of them");
-  check<ConfigurationError>(filename.find('/') == std::string::npos,
-                            "ModelCheckpoint: expected a file name without '/', got '", filename,
-                            "'; put directories in dirpath");
 }
 
 ModelCheckpoint::ModelCheckpoint(ModelCheckpointOptions options) : options_(std::move(options)) {

@@ -6,6 +6,7 @@
 
 #include "callbacks/callback.h"
 #include "callbacks/monitor.h"
+#include "core/option_schema.h"
 
 namespace volt {
 
@@ -26,7 +27,10 @@ struct ModelCheckpointOptions {
   std::optional<bool> save_on_train_epoch_end;
   bool verbose = false;                      // print what is saved and removed (rank 0)
 
-  void validate() const;  // throws ConfigurationError naming the option
+  static const OptionSchema<ModelCheckpointOptions>& schema();
+  // Each key's requirement, then those across keys (one trigger at most; save_top_k > 1 needs a
+  // monitor); throws ConfigurationError naming the options.
+  void validate() const;
 };
 
 // Saves checkpoints during fit, Lightning's ModelCheckpoint: at its trigger (every n epochs, every

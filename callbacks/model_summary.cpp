@@ -47,9 +47,19 @@ std::string human(int64_t n) {
 
 }  // namespace
 
-ModelSummary::ModelSummary(int64_t max_depth) : max_depth_(max_depth) {
-  check<ConfigurationError>(max_depth >= 1, "ModelSummary: expected max_depth >= 1, got ", max_depth);
+const OptionSchema<ModelSummaryOptions>& ModelSummaryOptions::schema() {
+  static const auto schema = OptionSchema<ModelSummaryOptions>("ModelSummary")
+                                 .option("max_depth", &ModelSummaryOptions::max_depth, "depth of submodules to list",
+                                         at_least(1));
+  return schema;
 }
+
+ModelSummary::ModelSummary(ModelSummaryOptions options) {
+  options.validate();
+  max_depth_ = options.max_depth;
+}
+
+ModelSummary::ModelSummary(int64_t max_depth) : ModelSummary(ModelSummaryOptions{.max_depth = max_depth}) {}
 
 std::string ModelSummary::summarize(const torch::nn::Module& module, int64_t max_depth) {
   std::vector<Row> rows;

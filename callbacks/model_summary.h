@@ -3,13 +3,22 @@
 #include <string>
 
 #include "callbacks/callback.h"
+#include "core/option_schema.h"
 
 namespace volt {
+
+struct ModelSummaryOptions {
+  int64_t max_depth = 1;  // depth of submodules to list; >= 1
+
+  static const OptionSchema<ModelSummaryOptions>& schema();
+  void validate() const { schema().validate(*this); }
+};
 
 // Prints, at fit start on global rank 0, a table of the module's submodules down to `max_depth`
 // (name, type, parameter count) and totals: trainable, frozen, all, and their size in MB.
 class ModelSummary : public Callback {
  public:
+  explicit ModelSummary(ModelSummaryOptions options);
   explicit ModelSummary(int64_t max_depth = 1);
   void on_fit_start(Trainer& trainer, Module& module) override;
 

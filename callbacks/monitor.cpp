@@ -14,6 +14,10 @@ MonitorMode parse_monitor_mode(const std::string& text, const std::string& owner
   throw ConfigurationError(owner + ": expected mode 'min' or 'max', got '" + text + "'");
 }
 
+std::vector<std::pair<std::string, MonitorMode>> monitor_modes() {
+  return {{"min", MonitorMode::Min}, {"max", MonitorMode::Max}};
+}
+
 std::string to_string(MonitorMode mode) { return mode == MonitorMode::Min ? "min" : "max"; }
 
 bool is_better(double candidate, double reference, MonitorMode mode) {

@@ -3,6 +3,8 @@
 // callback_metrics, and the direction in which it improves.
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace volt {
 
@@ -12,6 +14,8 @@ enum class MonitorMode { Min, Max };
 
 // "min" or "max"; throws ConfigurationError naming `owner` otherwise.
 MonitorMode parse_monitor_mode(const std::string& text, const std::string& owner);
+// The names of the modes, for an OptionSchema choice.
+std::vector<std::pair<std::string, MonitorMode>> monitor_modes();
 std::string to_string(MonitorMode mode);
 
 // Whether `candidate` is strictly better than `reference` in `mode`. NaN is the worst value: it is

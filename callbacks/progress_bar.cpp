@@ -33,11 +33,23 @@ std::string stage_label(const Trainer& trainer) {
 
 }  // namespace
 
-ProgressBar::ProgressBar(int64_t refresh_rate, bool force_plain)
-    : refresh_rate_(refresh_rate), interactive_(!force_plain && isatty(STDOUT_FILENO)) {
-  check<ConfigurationError>(refresh_rate >= 1, "ProgressBar: expected refresh_rate >= 1 (batches between updates), got ",
-                            refresh_rate, "; to turn the bar off, pass --enable-progress-bar false");
+const OptionSchema<ProgressBarOptions>& ProgressBarOptions::schema() {
+  static const auto schema =
+      OptionSchema<ProgressBarOptions>("ProgressBar")
+          .option("refresh_rate", &ProgressBarOptions::refresh_rate,
+                  "batches between updates (to turn the bar off: --enable-progress-bar false)", at_least(1))
+          .option("plain", &ProgressBarOptions::plain, "a line per update even on a terminal");
+  return schema;
 }
+
+ProgressBar::ProgressBar(ProgressBarOptions options) {
+  options.validate();
+  refresh_rate_ = options.refresh_rate;
+  interactive_ = !options.plain && isatty(STDOUT_FILENO);
+}
+
+ProgressBar::ProgressBar(int64_t refresh_rate, bool force_plain)
+    : ProgressBar(ProgressBarOptions{.refresh_rate = refresh_rate, .plain = force_plain}) {}
 
 void ProgressBar::start(const Trainer& trainer) { started_ = std::chrono::steady_clock::now(); }
 

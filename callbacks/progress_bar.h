@@ -4,8 +4,17 @@
 #include <string>
 
 #include "callbacks/callback.h"
+#include "core/option_schema.h"
 
 namespace volt {
+
+struct ProgressBarOptions {
+  int64_t refresh_rate = 1;  // batches between updates; >= 1
+  bool plain = false;        // a line per update even on a terminal
+
+  static const OptionSchema<ProgressBarOptions>& schema();
+  void validate() const { schema().validate(*this); }
+};
 
 // Progress of training, validation, test and predict on global rank 0: epoch, batch/total,
 // it/s, ETA and the prog_bar metrics. On a terminal it redraws one line in place every
@@ -13,6 +22,7 @@ namespace volt {
 // `refresh_rate` batches and at the end of each loop.
 class ProgressBar : public Callback {
  public:
+  explicit ProgressBar(ProgressBarOptions options);
   explicit ProgressBar(int64_t refresh_rate = 1, bool force_plain = false);
 
   void on_train_epoch_start(Trainer& trainer, Module& module) override;

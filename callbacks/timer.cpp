@@ -3,13 +3,31 @@
 #include <iomanip>
 #include <iostream>
 
+#include "core/duration.h"
 #include "core/error.h"
 #include "trainer/trainer.h"
 
 namespace volt {
 
+const OptionSchema<TimerOptions>& TimerOptions::schema() {
+  static const auto schema =
+      OptionSchema<TimerOptions>("Timer")
+          .option("duration", &TimerOptions::duration, duration_form(), "the training time budget", required())
+          .choice("interval", &TimerOptions::interval, {{"step", TimerInterval::Step}, {"epoch", TimerInterval::Epoch}},
+                  "check after every step or epoch")
+          .option("verbose", &TimerOptions::verbose, "say when the time is up");
+  return schema;
+}
+
+Timer::Timer(TimerOptions options) {
+  options.validate();
+  duration_ = *options.duration;
+  interval_ = options.interval;
+  verbose_ = options.verbose;
+}
+
 Timer::Timer(const std::string& duration, TimerInterval interval, bool verbose)
-    : duration_(parse_duration(duration, "Timer")), interval_(interval), verbose_(verbose) {}
+    : Timer(TimerOptions{parse_duration(duration, "Timer"), interval, verbose}) {}
 
 double Timer::StageClock::elapsed() const {
   if (!start) return offset;

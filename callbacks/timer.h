@@ -4,10 +4,20 @@
 #include <string>
 
 #include "callbacks/callback.h"
+#include "core/option_schema.h"
 
 namespace volt {
 
 enum class TimerInterval { Step, Epoch };
+
+struct TimerOptions {
+  std::optional<std::chrono::seconds> duration;  // the training budget (required); 0: stop at once
+  TimerInterval interval = TimerInterval::Step;  // check after every step or epoch
+  bool verbose = true;                           // say when the time is up (rank 0)
+
+  static const OptionSchema<TimerOptions>& schema();
+  void validate() const { schema().validate(*this); }
+};
 
 // Stops fit once training has run for `duration` ("DD:HH:MM:SS"), Lightning's Timer. Training time
 // runs from on_train_start to on_train_end (validation inside fit included) and is checked after
@@ -17,6 +27,7 @@ enum class TimerInterval { Step, Epoch };
 // a resumed fit continues the same budget. Validation and test runs are timed too (time_elapsed).
 class Timer : public Callback {
  public:
+  explicit Timer(TimerOptions options);
   explicit Timer(const std::string& duration, TimerInterval interval = TimerInterval::Step, bool verbose = true);
 
   StateDict state_dict() const override;

@@ -5,218 +5,15 @@
 #include <cstring>
 #include <sstream>
 
+#include "checkpoint/optimizer_state_codec.h"
 #include "core/compat.h"
 #include "core/error.h"
+#include "core/option_spec.h"  // join
 
 namespace volt {
 namespace {
 
 using torch::optim::Optimizer;
-using torch::optim::OptimizerOptions;
-using torch::optim::OptimizerParamState;
-
-// Where a value being restored belongs, for messages.
-struct Context {
-  std::string what;  // "optimizer 0"
-  size_t index = 0;  // the parameter's index across groups
-  std::string parameter_name;
-  std::string where() const {
-    return what + ", parameter " + std::to_string(index) + (parameter_name.empty() ? "" : " (" + parameter_name + ")");
-  }
-};
-
-void put(StateDict& state, const char* key, const torch::Tensor& tensor) {
-  if (tensor.defined()) state.set(key, tensor.detach());
-}
-
-void put_step(StateDict& state, int64_t step) {
-  // A float64 tensor, like PyTorch's own "step" (a tensor since 1.12), but exact up to 2^53.
-  state.set("step", torch::scalar_tensor(static_cast<double>(step), torch::kDouble));
-}
-
-int64_t take_step(const StateDict& state, const Context& context) {
-  check<CheckpointError>(state.contains("step"), context.where(), ": the state has no 'step'");
-  const auto value = state.at("step");
-  if (value.isTensor()) return static_cast<int64_t>(value.toTensor().item<double>());
-  return static_cast<int64_t>(state.get_double("step"));
-}
-
-// The state tensor `key` on the parameter's device and dtype, a copy (never aliasing the
-// checkpoint's tensors); undefined when absent and optional.
-torch::Tensor take(const StateDict& state, const char* key, const torch::Tensor& parameter,
-                   const Context& context, bool required = true) {
-  if (!state.contains(key)) {
-    check<CheckpointError>(!required, context.where(), ": the state has no '", key, "'");
-    return {};
-  }
-  const auto tensor = state.get_tensor(key);
-  check<CheckpointError>(tensor.sizes() == parameter.sizes(), context.where(), ": state '", key, "' has shape ",
-                         tensor.sizes(), " but the parameter has shape ", parameter.sizes(),
-                         "; configure_optimizers must build the same parameter groups as the run that wrote "
-                         "the checkpoint");
-  return tensor.to(parameter.options(), /*non_blocking=*/false, /*copy=*/true);
-}
-
-c10::IValue pair(const std::tuple<double, double>& values) {
-  return c10::ivalue::Tuple::create({std::get<0>(values), std::get<1>(values)});
-}
-
-std::tuple<double, double> take_pair(const StateDict& group, const char* key) {
-  const auto value = group.at(key);
-  std::vector<double> items;
-  if (value.isTuple()) {
-    for (const auto& e : value.toTupleRef().elements()) items.push_back(e.isInt() ? e.toInt() : e.toDouble());
-  } else {
-    items = group.get_doubles(key);
-  }
-  check<CheckpointError>(items.size() == 2, "optimizer param group: expected two values for '", key, "', got ",
-                         items.size());
-  return {items[0], items[1]};
-}
-
-// How one optimizer class maps to PyTorch's names.
-struct Codec {
-  const char* name;
-  std::function<bool(const Optimizer&)> matches;
-  std::function<void(const OptimizerOptions&, StateDict&)> save_options;
-  std::function<void(OptimizerOptions&, const StateDict&)> load_options;
-  std::function<void(const OptimizerParamState&, StateDict&)> save_parameter;
-  std::function<std::unique_ptr<OptimizerParamState>(const StateDict&, const torch::Tensor&, const Context&)>
-      load_parameter;
-};
-
-template <typename O>
-bool is(const Optimizer& optimizer) {
-  return dynamic_cast<const O*>(&optimizer) != nullptr;
-}
-
-// Adam and AdamW have the same fields under different types.
-template <typename O, typename Options, typename ParamState>
-Codec adam_like(const char* name) {
-  return {name, is<O>,
-          [](const OptimizerOptions& base, StateDict& g) {
-            const auto& o = static_cast<const Options&>(base);
-            g.set("lr", o.lr());
-            g.set("betas", pair(o.betas()));
-            g.set("eps", o.eps());
-            g.set("weight_decay", o.weight_decay());
-            g.set("amsgrad", o.amsgrad());
-          },
-          [](OptimizerOptions& base, const StateDict& g) {
-            auto& o = static_cast<Options&>(base);
-            o.lr(g.get_double("lr")).betas(take_pair(g, "betas")).eps(g.get_double("eps"));
-            o.weight_decay(g.get_double("weight_decay")).amsgrad(g.get_bool("amsgrad"));
-          },
-          [](const OptimizerParamState& base, StateDict& s) {
-            const auto& p = static_cast<const ParamState&>(base);
-            put_step(s, p.step());
-            put(s, "exp_avg", p.exp_avg());
-            put(s, "exp_avg_sq", p.exp_avg_sq());
-            put(s, "max_exp_avg_sq", p.max_exp_avg_sq());
-          },
-          [](const StateDict& s, const torch::Tensor& param, const Context& c) {
-            auto p = std::make_unique<ParamState>();
-            p->step(take_step(s, c));
-            p->exp_avg(take(s, "exp_avg", param, c));
-            p->exp_avg_sq(take(s, "exp_avg_sq", param, c));
-            p->max_exp_avg_sq(take(s, "max_exp_avg_sq", param, c, /*required=*/false));
-            return p;
-          }};
-}
-
-const std::vector<Codec>& codecs() {
-  namespace o = torch::optim;
-  static const std::vector<Codec> all{
-      {"SGD", is<o::SGD>,
-       [](const OptimizerOptions& base, StateDict& g) {
-         const auto& opt = static_cast<const o::SGDOptions&>(base);
-         g.set("lr", opt.lr());
-         g.set("momentum", opt.momentum());
-         g.set("dampening", opt.dampening());
-         g.set("weight_decay", opt.weight_decay());
-         g.set("nesterov", opt.nesterov());
-       },
-       [](OptimizerOptions& base, const StateDict& g) {
-         auto& opt = static_cast<o::SGDOptions&>(base);
-         opt.lr(g.get_double("lr")).momentum(g.get_double("momentum")).dampening(g.get_double("dampening"));
-         opt.weight_decay(g.get_double("weight_decay")).nesterov(g.get_bool("nesterov"));
-       },
-       [](const OptimizerParamState& base, StateDict& s) {
-         put(s, "momentum_buffer", static_cast<const o::SGDParamState&>(base).momentum_buffer());
-       },
-       [](const StateDict& s, const torch::Tensor& param, const Context& c) {
-         auto p = std::make_unique<o::SGDParamState>();
-         p->momentum_buffer(take(s, "momentum_buffer", param, c, /*required=*/false));
-         return p;
-       }},
-      adam_like<o::Adam, o::AdamOptions, o::AdamParamState>("Adam"),
-      adam_like<o::AdamW, o::AdamWOptions, o::AdamWParamState>("AdamW"),
-      {"RMSprop", is<o::RMSprop>,
-       [](const OptimizerOptions& base, StateDict& g) {
-         const auto& opt = static_cast<const o::RMSpropOptions&>(base);
-         g.set("lr", opt.lr());
-         g.set("alpha", opt.alpha());
-         g.set("eps", opt.eps());
-         g.set("weight_decay", opt.weight_decay());
-         g.set("momentum", opt.momentum());
-         g.set("centered", opt.centered());
-       },
-       [](OptimizerOptions& base, const StateDict& g) {
-         auto& opt = static_cast<o::RMSpropOptions&>(base);
-         opt.lr(g.get_double("lr")).alpha(g.get_double("alpha")).eps(g.get_double("eps"));
-         opt.weight_decay(g.get_double("weight_decay")).momentum(g.get_double("momentum"));
-         opt.centered(g.get_bool("centered"));
-       },
-       [](const OptimizerParamState& base, StateDict& s) {
-         const auto& p = static_cast<const o::RMSpropParamState&>(base);
-         put_step(s, p.step());
-         put(s, "square_avg", p.square_avg());
-         put(s, "momentum_buffer", p.momentum_buffer());
-         put(s, "grad_avg", p.grad_avg());
-       },
-       [](const StateDict& s, const torch::Tensor& param, const Context& c) {
-         auto p = std::make_unique<o::RMSpropParamState>();
-         p->step(take_step(s, c));
-         p->square_avg(take(s, "square_avg", param, c));
-         p->momentum_buffer(take(s, "momentum_buffer", param, c, /*required=*/false));
-         p->grad_avg(take(s, "grad_avg", param, c, /*required=*/false));
-         return p;
-       }},
-      {"Adagrad", is<o::Adagrad>,
-       [](const OptimizerOptions& base, StateDict& g) {
-         const auto& opt = static_cast<const o::AdagradOptions&>(base);
-         g.set("lr", opt.lr());
-         g.set("lr_decay", opt.lr_decay());
-         g.set("weight_decay", opt.weight_decay());
-         g.set("initial_accumulator_value", opt.initial_accumulator_value());
-         g.set("eps", opt.eps());
-       },
-       [](OptimizerOptions& base, const StateDict& g) {
-         auto& opt = static_cast<o::AdagradOptions&>(base);
-         opt.lr(g.get_double("lr")).lr_decay(g.get_double("lr_decay")).weight_decay(g.get_double("weight_decay"));
-         opt.initial_accumulator_value(g.get_double("initial_accumulator_value")).eps(g.get_double("eps"));
-       },
-       [](const OptimizerParamState& base, StateDict& s) {
-         const auto& p = static_cast<const o::AdagradParamState&>(base);
-         put_step(s, p.step());
-         put(s, "sum", p.sum());
-       },
-       [](const StateDict& s, const torch::Tensor& param, const Context& c) {
-         auto p = std::make_unique<o::AdagradParamState>();
-         p->step(take_step(s, c));
-         p->sum(take(s, "sum", param, c));
-         return p;
-       }},
-  };
-  return all;
-}
-
-const Codec* codec_for(const Optimizer& optimizer) {
-  for (const auto& codec : codecs()) {
-    if (codec.matches(optimizer)) return &codec;
-  }
-  return nullptr;
-}
 
 std::string type_name(const Optimizer& optimizer) {
   int status = 0;
@@ -238,8 +35,9 @@ StateDict archive_state_dict(const Optimizer& optimizer) {
     torch::serialize::InputArchive check_archive;
     check_archive.load_from(data.data(), data.size());
     check<NotSupportedError>(optimizer.state().empty() || !check_archive.keys().empty(), "checkpoint: ",
-                             type_name(optimizer), " is not one of SGD, Adam, AdamW, RMSprop, Adagrad, and its save() "
-                             "writes nothing, so its state would be lost; implement save() and load() for it");
+                             type_name(optimizer), " is not one of ", join(optimizer_state_codecs().names()),
+                             ", and its save() writes nothing, so its state would be lost; implement save() and load() "
+                             "for it, or register an OptimizerStateCodec (optimizer_state_codec.h)");
   }
   StateDict state;
   state.set("volt_optimizer", type_name(optimizer));
@@ -271,7 +69,7 @@ void load_archive_group_options(Optimizer& optimizer, torch::serialize::InputArc
 }  // namespace
 
 StateDict optimizer_state_dict(const Optimizer& optimizer) {
-  const Codec* codec = codec_for(optimizer);
+  const OptimizerStateCodec* codec = optimizer_state_codecs().find(optimizer);
   if (codec == nullptr) return archive_state_dict(optimizer);
   c10::impl::GenericDict per_parameter(c10::IntType::get(), c10::AnyType::get());
   c10::impl::GenericList groups(c10::AnyType::get());
@@ -301,7 +99,7 @@ StateDict optimizer_state_dict(const Optimizer& optimizer) {
 
 void load_optimizer_state_dict(Optimizer& optimizer, const StateDict& state, const std::string& what,
                                const ParameterNamer& name_of) {
-  const Codec* codec = codec_for(optimizer);
+  const OptimizerStateCodec* codec = optimizer_state_codecs().find(optimizer);
   const std::string saved_type = state.contains("volt_optimizer") ? state.get_string("volt_optimizer") : "";
   const std::string current_type = codec ? codec->name : type_name(optimizer);
   check<CheckpointError>(saved_type.empty() || saved_type == current_type, what, ": the checkpoint holds ",
@@ -363,7 +161,7 @@ void load_optimizer_state_dict(Optimizer& optimizer, const StateDict& state, con
         states.erase(key);
         continue;
       }
-      Context context{what, static_cast<size_t>(indices[i]), name_of ? name_of(parameter) : ""};
+      ParameterContext context{what, static_cast<size_t>(indices[i]), name_of ? name_of(parameter) : ""};
       states[key] = codec->load_parameter(StateDict::from_ivalue(found->value(), context.where()), parameter, context);
     }
   }

@@ -5,7 +5,8 @@
 //    "param_groups": [{"lr": ..., "betas": (b1, b2), ..., "params": [index, ...]}],
 //    "volt_optimizer": "Adam"}
 // Parameters are numbered 0, 1, ... across the groups in order; a parameter without state (not
-// stepped yet) has no entry. SGD, Adam, AdamW, RMSprop and Adagrad are stored this way; any other
+// stepped yet) has no entry. SGD, Adam, AdamW, RMSprop, Adagrad and any optimizer with a
+// registered OptimizerStateCodec (optimizer_state_codec.h) are stored this way; any other
 // optimizer as LibTorch's own serialization (bytes under "libtorch_archive"), which volt restores
 // but Python cannot read.
 #include <torch/torch.h>

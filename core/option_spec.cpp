@@ -73,7 +73,31 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
+// "an int", "a float": the article error messages need.
+std::string with_article(OptionType type) {
+  return (type == OptionType::Int ? "an " : "a ") + to_string(type);
+}
+
 }  // namespace
+
+std::string join(const std::vector<std::string>& items, const std::string& separator) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : separator) + item;
+  return out;
+}
+
+std::string describe(const OptionSpec& spec) {
+  std::string out = spec.key + " (" + (spec.choices.empty() ? to_string(spec.type) : join(spec.choices, "|"));
+  const bool unset = spec.optional || (spec.default_value.empty() && spec.type != OptionType::String);
+  if (spec.required) {
+    out += ", required";
+  } else {
+    out += unset ? ", unset" : ", default " + (spec.default_value.empty() ? std::string("\"\"") : spec.default_value);
+  }
+  if (!spec.aliases.empty()) out += ", alias " + join(spec.aliases);
+  if (!spec.requirement.empty()) out += ", expects " + spec.requirement;
+  return out + "): " + spec.help;
+}
 
 std::string to_string(OptionType type) {
   switch (type) {
@@ -83,6 +107,24 @@ std::string to_string(OptionType type) {
     case OptionType::String: return "string";
   }
   return "?";
+}
+
+std::map<std::string, std::string> resolve_aliases(const std::string& owner, const std::vector<OptionSpec>& specs,
+                                                   const std::map<std::string, std::string>& given) {
+  std::map<std::string, std::string> key_of;
+  for (const auto& spec : specs) {
+    for (const auto& alias : spec.aliases) key_of[alias] = spec.key;
+  }
+  std::map<std::string, std::string> resolved, written_as;
+  for (const auto& [name, value] : given) {
+    auto alias = key_of.find(name);
+    const std::string& key = alias == key_of.end() ? name : alias->second;
+    check<ConfigurationError>(!resolved.count(key), owner, ": option '", key, "' is given twice, as '",
+                              written_as[key], "' and as '", name, "'; write one of them");
+    resolved[key] = value;
+    written_as[key] = name;
+  }
+  return resolved;
 }
 
 std::string closest_match(const std::string& word, const std::vector<std::string>& candidates) {
@@ -122,23 +164,28 @@ OptionValues::OptionValues(std::string owner, const std::vector<OptionSpec>& spe
                            const std::map<std::string, std::string>& given)
     : owner_(std::move(owner)) {
   std::vector<std::string> keys;
+  std::map<std::string, const OptionSpec*> spec_of;
   for (const auto& spec : specs) {
     keys.push_back(spec.key);
+    keys.insert(keys.end(), spec.aliases.begin(), spec.aliases.end());
+    spec_of[spec.key] = &spec;
     values_[spec.key] = {spec.type, spec.default_value};
     set_[spec.key] = false;
   }
-  for (const auto& [key, text] : given) {
+  for (const auto& [key, text] : resolve_aliases(owner_, specs, given)) {
     auto found = values_.find(key);
     if (found == values_.end()) {
-      std::string valid;
-      for (const auto& k : keys) valid += (valid.empty() ? "" : ", ") + k;
       const auto suggestion = closest_match(key, keys);
       throw ConfigurationError(owner_ + ": unknown option '" + key + "'" +
                                (suggestion.empty() ? "" : "; did you mean '" + suggestion + "'?") +
-                               " Valid options: " + (valid.empty() ? "(none)" : valid));
+                               " Valid options: " + (keys.empty() ? "(none)" : join(keys)));
     }
-    check<ConfigurationError>(value_parses(found->second.first, text), owner_, ": option '", key,
-                              "' expects a ", to_string(found->second.first), ", got '", text, "'");
+    const OptionSpec& spec = *spec_of.at(key);
+    check<ConfigurationError>(value_parses(spec.type, text), owner_, ": option '", key, "' expects ",
+                              with_article(spec.type), ", got '", text, "'");
+    check<ConfigurationError>(
+        spec.choices.empty() || std::find(spec.choices.begin(), spec.choices.end(), text) != spec.choices.end(),
+        owner_, ": option '", key, "' expects one of ", join(spec.choices), ", got '", text, "'");
     found->second.second = text;
     set_[key] = true;
   }

@@ -2,6 +2,7 @@
 // Typed "key=value" options for anything chosen by name (strategies, callbacks, loggers):
 // `--strategy "ddp:bucket_cap_mb=10,static_graph=true"`. Each registered name declares its keys with
 // a type, a default and help; values are checked against that declaration before anything is built.
+// Declarations are usually generated from an options struct by an OptionSchema (option_schema.h).
 #include <cstdint>
 #include <map>
 #include <string>
@@ -16,13 +17,23 @@ struct OptionSpec {
   OptionType type = OptionType::String;
   std::string default_value;  // as it would be written on the command line
   std::string help;
+  std::vector<std::string> aliases;  // other names accepted for `key` (e.g. Lightning's); never both
+  bool optional = false;             // no default: unset unless the user writes it (see was_set)
+  bool required = false;             // optional, and a value must be given (an OptionSchema checks)
+  std::vector<std::string> choices;  // the only values accepted; empty: any value of `type`
+  std::string requirement;           // what a valid value is ("a value > 0"), for describe()
 };
+
+// One line of `--list-*`: "key (type, default D | unset | required, alias A, expects R): help".
+std::string describe(const OptionSpec& spec);
 
 // "name:key=value,key=value" split into its parts; values are still text.
 struct NamedSpec {
   std::string name;
   std::map<std::string, std::string> values;
 };
+
+using OptionContext = std::map<std::string, std::string>;
 
 // Parses "name" or "name:k=v,k=v". Throws ConfigurationError for a missing name, an empty key or a
 // pair without '=' ('what' names the flag, e.g. "--strategy", in the message).
@@ -35,7 +46,8 @@ class OptionValues {
  public:
   OptionValues() = default;
   // Checks `given` against `specs`: an unknown key fails naming the valid keys and the closest
-  // one; a value that does not parse as the declared type fails naming the key, value and type.
+  // one; a value that does not parse as the declared type, or is not one of its choices, fails
+  // naming the key, value and type. A key may be given under one of its aliases.
   OptionValues(std::string owner, const std::vector<OptionSpec>& specs,
                const std::map<std::string, std::string>& given);
 
@@ -45,6 +57,8 @@ class OptionValues {
   const std::string& get_string(const std::string& key) const;
   // Whether the user wrote the key (as opposed to it holding its default).
   bool was_set(const std::string& key) const;
+  // Who these values belong to, for messages ("strategy 'ddp'").
+  const std::string& owner() const { return owner_; }
 
  private:
   const std::string& raw(const std::string& key, OptionType expected) const;
@@ -54,7 +68,16 @@ class OptionValues {
   std::map<std::string, bool> set_;
 };
 
+// `given` with every alias of `specs` replaced by its key. Keys `specs` does not declare pass
+// through unchanged (OptionValues rejects them). Throws ConfigurationError, naming `owner`, when a
+// key is given under two of its names.
+std::map<std::string, std::string> resolve_aliases(const std::string& owner, const std::vector<OptionSpec>& specs,
+                                                   const std::map<std::string, std::string>& given);
+
 std::string to_string(OptionType type);
+
+// "a, b, c" (what error messages list).
+std::string join(const std::vector<std::string>& items, const std::string& separator = ", ");
 
 // The candidate closest to `word` by edit distance ("" when none is reasonably close).
 std::string closest_match(const std::string& word, const std::vector<std::string>& candidates);

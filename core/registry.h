@@ -1,127 +1,97 @@
 #pragma once
-// Names → objects, in exactly one place. Strategies, callbacks and loggers are each a Registry<T>:
-// every entry declares its options (OptionSpec), so that `--strategy "ddp:static_graph=true"`,
-// `--callback "model_checkpoint:monitor=val_acc"` and `--list-strategies` all work the same way,
-// and a user registers their own entries without touching volt.
+// Names → objects, in exactly one place. Strategies, callbacks, loggers, comm hooks, precisions and
+// cluster environments are each a Registry<T, Args...>: every entry declares its options, so that
+// `--strategy "ddp:static_graph=true"`, `--callback "model_checkpoint:monitor=val_acc"` and
+// `--list-strategies` all work the same way, and a user registers their own entries without
+// touching volt. `Args` are what every factory needs besides the options (a precision: the
+// device; a cluster environment: the variables and the request).
+//
+// An entry declared with an OptionSchema (option_schema.h) gets its typed options struct, parsed
+// and validated; parsing, aliases, `--list-*` text and option extensions are OptionCatalog's.
 //
 // Registration is not thread-safe: register at start-up, before any Trainer is built.
 #include <functional>
 #include <map>
 #include <memory>
-#include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/error.h"
+#include "core/option_catalog.h"
+#include "core/option_schema.h"
 #include "core/option_spec.h"
 
 namespace volt {
 
-template <typename T>
-class Registry {
+template <typename T, typename... Args>
+class Registry : public OptionCatalog {
  public:
-  using Factory = std::function<std::shared_ptr<T>(const OptionValues&)>;
+  using Factory = std::function<std::shared_ptr<T>(const OptionValues&, Args...)>;
 
-  // `kind` names what is registered ("strategy"), `flag` the flag that selects it ("--strategy").
-  Registry(std::string kind, std::string flag) : kind_(std::move(kind)), flag_(std::move(flag)) {}
+  using OptionCatalog::OptionCatalog;
 
-  // Registers `name`; throws ConfigurationError when the name is already taken.
-  void add(const std::string& name, std::string description, std::vector<OptionSpec> options,
-           Factory factory) {
-    check<ConfigurationError>(!name.empty() && name.find_first_of(":,= ") == std::string::npos,
-                              kind_, " registry: expected a name without ':', ',', '=' or spaces, got '",
-                              name, "'");
-    check<ConfigurationError>(!entries_.count(name), kind_, " registry: '", name,
-                              "' is already registered; pick another name");
-    entries_[name] = Entry{std::move(description), std::move(options), std::move(factory), {}, ""};
+  // Registers `name` with hand-declared options; the factory reads them from OptionValues.
+  // Throws ConfigurationError when the name is malformed or already taken.
+  void add(const std::string& name, std::string description, std::vector<OptionSpec> options, Factory factory) {
+    add_entry(name, std::move(description), std::move(options), nullptr);
+    factories_[name] = std::move(factory);
+  }
+
+  // Registers `name` with the options `schema` declares. The factory gets them as a validated
+  // struct: `(const Options&, Args...)`, or `(const Options&, const OptionValues&, Args...)` where
+  // it also builds an extension entry from the same values (the `ddp` strategy its comm hook).
+  template <typename Options, typename F>
+  void add(const std::string& name, std::string description, const OptionSchema<Options>& schema, F factory) {
+    add_entry(name, std::move(description), schema.specs(),
+              [schema](const OptionValues& values) { schema.from(values); });
+    factories_[name] = [schema, factory = std::move(factory)](const OptionValues& values,
+                                                              Args... args) -> std::shared_ptr<T> {
+      if constexpr (std::is_invocable_v<const F&, const Options&, const OptionValues&, Args...>) {
+        return factory(schema.from(values), values, args...);
+      } else {
+        return factory(schema.from(values), args...);
+      }
+    };
+  }
+
+  // Registers `name` without options.
+  void add(const std::string& name, std::string description, std::function<std::shared_ptr<T>(Args...)> factory) {
+    add(name, std::move(description), std::vector<OptionSpec>{},
+        [factory = std::move(factory)](const OptionValues&, Args... args) { return factory(args...); });
   }
 
   // `alias` builds `target` with `preset` values filled in (the user may still override them).
-  void add_alias(const std::string& alias, const std::string& target,
-                 std::map<std::string, std::string> preset, std::string description) {
-    const Entry& base = entry(target);
-    OptionValues(kind_ + " '" + alias + "'", base.options, preset);  // presets must be valid
-    add(alias, std::move(description), base.options, base.factory);
-    entries_[alias].preset = std::move(preset);
-    entries_[alias].alias_of = target;
+  void add_alias(const std::string& alias, const std::string& target, std::map<std::string, std::string> preset,
+                 std::string description) {
+    add_alias_entry(alias, target, std::move(preset), std::move(description));
   }
 
-  bool contains(const std::string& name) const { return entries_.count(name) > 0; }
-
-  std::vector<std::string> names() const {
-    std::vector<std::string> out;
-    for (const auto& [name, entry] : entries_) out.push_back(name);
-    return out;
+  // Builds the entry that `spec_text` ("name" or "name:key=value,...") names, with its options.
+  std::shared_ptr<T> create(const std::string& spec_text, Args... args) const {
+    return create(spec_text, OptionContext{}, args...);
   }
 
-  // Checks "name:key=value,..." against the declared options without building anything.
-  // `context` supplies values the caller knows (e.g. a logger's save_dir from the Trainer's
-  // default_root_dir) for keys the entry declares and the user did not write.
-  OptionValues parse(const std::string& spec_text,
-                     const std::map<std::string, std::string>& context = {}) const {
-    const NamedSpec spec = parse_named_spec(spec_text, flag_);
-    const Entry& e = entry(spec.name);
-    std::map<std::string, std::string> values;
-    for (const auto& option : e.options) {
-      if (auto found = context.find(option.key); found != context.end()) values[option.key] = found->second;
-    }
-    for (const auto& [key, value] : e.preset) values[key] = value;
-    for (const auto& [key, value] : spec.values) values[key] = value;
-    return OptionValues(kind_ + " '" + spec.name + "'", e.options, values);
+  // The same, with `context` supplying values for declared keys the user did not write (parse()).
+  std::shared_ptr<T> create(const std::string& spec_text, const OptionContext& context, Args... args) const {
+    const OptionValues values = parse(spec_text, context);
+    return build(canonical_name(parse_named_spec(spec_text, "").name), values, args...);
   }
 
-  // Builds the entry that `spec_text` names, with its options.
-  std::shared_ptr<T> create(const std::string& spec_text,
-                            const std::map<std::string, std::string>& context = {}) const {
-    const NamedSpec spec = parse_named_spec(spec_text, flag_);
-    auto built = entry(spec.name).factory(parse(spec_text, context));
-    VOLT_INTERNAL_ASSERT(built != nullptr, kind_, " factory for '", spec.name, "' returned nullptr");
-    return built;
-  }
-
-  // Every entry with its options, types, defaults and help (what `--list-strategies` prints).
-  std::string describe() const {
-    std::ostringstream out;
-    for (const auto& [name, e] : entries_) {
-      out << name << "  " << e.description;
-      if (!e.alias_of.empty()) {
-        out << " (alias of " << e.alias_of;
-        for (const auto& [key, value] : e.preset) out << ", " << key << "=" << value;
-        out << ")";
-      }
-      out << "\n";
-      if (!e.alias_of.empty()) continue;
-      for (const auto& o : e.options) {
-        out << "    " << o.key << " (" << to_string(o.type) << ", default "
-            << (o.default_value.empty() ? "\"\"" : o.default_value) << "): " << o.help << "\n";
-      }
-    }
-    return out.str();
+  // Builds entry `name` from values parsed for another entry that this registry extends (the
+  // `ddp` strategy builds its comm hook from its own values); `values` must hold `name`'s keys.
+  std::shared_ptr<T> create(const std::string& name, const OptionValues& values, Args... args) const {
+    return build(canonical_name(name), values, args...);
   }
 
  private:
-  struct Entry {
-    std::string description;
-    std::vector<OptionSpec> options;
-    Factory factory;
-    std::map<std::string, std::string> preset;
-    std::string alias_of;
-  };
-
-  const Entry& entry(const std::string& name) const {
-    auto found = entries_.find(name);
-    if (found != entries_.end()) return found->second;
-    const auto all = names();
-    std::string valid;
-    for (const auto& n : all) valid += (valid.empty() ? "" : ", ") + n;
-    const auto suggestion = closest_match(name, all);
-    throw ConfigurationError(flag_ + ": unknown " + kind_ + " '" + name + "'" +
-                             (suggestion.empty() ? "" : "; did you mean '" + suggestion + "'?") +
-                             " Registered: " + valid);
+  std::shared_ptr<T> build(const std::string& canonical, const OptionValues& values, Args... args) const {
+    auto built = factories_.at(canonical)(values, args...);
+    VOLT_INTERNAL_ASSERT(built != nullptr, kind(), " factory for '", canonical, "' returned nullptr");
+    return built;
   }
 
-  std::string kind_, flag_;
-  std::map<std::string, Entry> entries_;
+  std::map<std::string, Factory> factories_;
 };
 
 }  // namespace volt

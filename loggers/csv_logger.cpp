@@ -32,12 +32,21 @@ void write_header(std::ostream& out, const std::vector<std::string>& header) {
 
 }  // namespace
 
-CSVLogger::CSVLogger(std::string save_dir, std::string name, int64_t version, int64_t flush_every_n_steps)
-    : name_(name), directory_(std::move(save_dir), std::move(name), version),
-      flush_every_n_steps_(flush_every_n_steps) {
-  check<ConfigurationError>(flush_every_n_steps >= 1, "CSVLogger: expected flush_every_n_steps >= 1, got ",
-                            flush_every_n_steps);
+const OptionSchema<CSVLoggerOptions>& CSVLoggerOptions::schema() {
+  static const auto schema = log_directory_schema<CSVLoggerOptions>("CSVLogger")
+                                 .option("flush_every_n_steps", &CSVLoggerOptions::flush_every_n_steps,
+                                         "append to metrics.csv every n rows", at_least(1));
+  return schema;
 }
+
+CSVLogger::CSVLogger(CSVLoggerOptions options)
+    : name_(options.name), directory_(options.save_dir, options.name, options.version),
+      flush_every_n_steps_(options.flush_every_n_steps) {
+  options.validate();
+}
+
+CSVLogger::CSVLogger(std::string save_dir, std::string name, int64_t version, int64_t flush_every_n_steps)
+    : CSVLogger(CSVLoggerOptions{std::move(save_dir), std::move(name), version, flush_every_n_steps}) {}
 
 void CSVLogger::log_metrics(const std::map<std::string, double>& metrics, int64_t step) {
   auto row = metrics;

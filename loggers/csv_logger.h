@@ -7,6 +7,16 @@
 
 namespace volt {
 
+struct CSVLoggerOptions {
+  std::string save_dir = ".";       // the Trainer passes its default_root_dir
+  std::string name = "volt_logs";   // experiment directory under save_dir
+  int64_t version = -1;             // -1: the next free version
+  int64_t flush_every_n_steps = 100;  // append to metrics.csv every n rows; >= 1
+
+  static const OptionSchema<CSVLoggerOptions>& schema();
+  void validate() const { schema().validate(*this); }
+};
+
 // Lightning's CSV layout: <save_dir>/<name>/version_<N>/metrics.csv and hparams.yaml. The CSV's
 // columns are step, epoch, then every metric in the order it first appeared; a cell is blank
 // where its row lacks the metric. Rows are buffered and appended every `flush_every_n_steps`
@@ -14,6 +24,7 @@ namespace volt {
 // (streamed, so memory stays bounded by the buffer).
 class CSVLogger : public Logger {
  public:
+  explicit CSVLogger(CSVLoggerOptions options);
   explicit CSVLogger(std::string save_dir, std::string name = "volt_logs", int64_t version = -1,
                      int64_t flush_every_n_steps = 100);
   std::string name() const override { return name_; }

@@ -2,6 +2,8 @@
 #include <cstdint>
 #include <string>
 
+#include "core/option_schema.h"
+
 namespace volt {
 
 // The directory layout loggers share (Lightning's): <save_dir>/<name>/version_<N>. With no
@@ -25,5 +27,16 @@ class LogDirectory {
   std::string save_dir_, name_;
   int64_t version_;
 };
+
+// The keys every logger that writes into a LogDirectory declares (save_dir, name, version), for
+// an options struct with those members; the logger's own keys are added to the result.
+template <typename Options>
+OptionSchema<Options> log_directory_schema(std::string owner) {
+  return std::move(OptionSchema<Options>(std::move(owner))
+                       .option("save_dir", &Options::save_dir, "root directory (default: --default-root-dir)")
+                       .option("name", &Options::name, "experiment directory under save_dir")
+                       .option("version", &Options::version, "version number; -1 picks the next free one",
+                               at_least(-1)));
+}
 
 }  // namespace volt

@@ -10,16 +10,26 @@
 
 namespace volt {
 
+const OptionSchema<TensorBoardLoggerOptions>& TensorBoardLoggerOptions::schema() {
+  using O = TensorBoardLoggerOptions;
+  static const auto schema =
+      log_directory_schema<O>("TensorBoardLogger")
+          .option("histogram_every_n_epochs", &O::histogram_every_n_epochs,
+                  "write a histogram of every parameter every n epochs (0: never)", at_least(0))
+          .option("histogram_bins", &O::histogram_bins, "buckets per histogram", at_least(1));
+  return schema;
+}
+
+TensorBoardLogger::TensorBoardLogger(TensorBoardLoggerOptions options)
+    : name_(options.name), directory_(options.save_dir, options.name, options.version),
+      histogram_every_n_epochs_(options.histogram_every_n_epochs), histogram_bins_(options.histogram_bins) {
+  options.validate();
+}
+
 TensorBoardLogger::TensorBoardLogger(std::string save_dir, std::string name, int64_t version,
                                      int64_t histogram_every_n_epochs, int64_t histogram_bins)
-    : name_(name), directory_(std::move(save_dir), std::move(name), version),
-      histogram_every_n_epochs_(histogram_every_n_epochs), histogram_bins_(histogram_bins) {
-  check<ConfigurationError>(histogram_every_n_epochs >= 0,
-                            "TensorBoardLogger: expected histogram_every_n_epochs >= 0 (0: no histograms), got ",
-                            histogram_every_n_epochs);
-  check<ConfigurationError>(histogram_bins >= 1, "TensorBoardLogger: expected histogram_bins >= 1, got ",
-                            histogram_bins);
-}
+    : TensorBoardLogger(TensorBoardLoggerOptions{std::move(save_dir), std::move(name), version,
+                                                 histogram_every_n_epochs, histogram_bins}) {}
 
 tensorboard::EventFileWriter& TensorBoardLogger::writer() {
   if (!writer_) writer_ = std::make_unique<tensorboard::EventFileWriter>(log_dir());

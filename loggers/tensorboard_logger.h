@@ -7,6 +7,17 @@
 
 namespace volt {
 
+struct TensorBoardLoggerOptions {
+  std::string save_dir = ".";             // the Trainer passes its default_root_dir
+  std::string name = "volt_logs";         // experiment directory under save_dir
+  int64_t version = -1;                   // -1: the next free version
+  int64_t histogram_every_n_epochs = 0;   // a histogram of every parameter every n epochs; 0: never
+  int64_t histogram_bins = 64;            // buckets per histogram; >= 1
+
+  static const OptionSchema<TensorBoardLoggerOptions>& schema();
+  void validate() const { schema().validate(*this); }
+};
+
 // TensorBoard event files (events.out.tfevents.*) in <save_dir>/<name>/version_<N>, beside
 // hparams.yaml: every logged metric as a scalar, hyperparameters for the HParams tab, text, and
 // (every `histogram_every_n_epochs` epochs, 0 = never) a histogram of each parameter's weights.
@@ -14,6 +25,7 @@ namespace volt {
 // flushed after every log_metrics call, so a running TensorBoard sees each step as it lands.
 class TensorBoardLogger : public Logger {
  public:
+  explicit TensorBoardLogger(TensorBoardLoggerOptions options);
   explicit TensorBoardLogger(std::string save_dir, std::string name = "volt_logs", int64_t version = -1,
                              int64_t histogram_every_n_epochs = 0, int64_t histogram_bins = 64);
   std::string name() const override { return name_; }

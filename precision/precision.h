@@ -54,12 +54,14 @@ class Precision {
 };
 
 // The precision that `name` (a TrainerOptions::precision value) selects for `device`:
-// 32-true, 64-true, bf16-mixed, 16-mixed (autocast float16 + GradScaler), bf16-true, 16-true.
+// 32-true, 64-true, bf16-mixed, 16-mixed (autocast float16 + GradScaler), bf16-true, 16-true,
+// or one a user registered (precision_registry.h, which resolves all three functions below).
 // Throws ConfigurationError for an unknown name (listing the valid ones), NotSupportedError for
 // one this device cannot run (16-mixed without CUDA, 16-true without float16 matrix multiply).
 std::shared_ptr<Precision> make_precision(const std::string& name, const torch::Device& device);
 
-// Every valid TrainerOptions::precision value, in canonical form.
+// Every valid TrainerOptions::precision value, in canonical form, in registration order (the
+// reference stays valid and includes precisions registered later).
 const std::vector<std::string>& precision_names();
 
 // `name` in canonical form: itself, or for Lightning's short aliases 32, 64, 16, bf16 the

@@ -1,23 +1,9 @@
 #include "trainer/trainer_options.h"
 
-#include <regex>
-
 #include "distributed/cluster/cluster_environment.h"
 #include "precision/precision.h"
 
 namespace volt {
-
-std::chrono::seconds parse_duration(const std::string& text, const std::string& what) {
-  static const std::regex pattern("([0-9]{1,6}):([0-9]{1,2}):([0-9]{1,2}):([0-9]{1,2})");
-  std::smatch m;
-  check<ConfigurationError>(std::regex_match(text, m, pattern), what,
-                            ": expected DD:HH:MM:SS (e.g. 00:12:00:00), got '", text, "'");
-  const int64_t days = std::stoll(m[1]), hours = std::stoll(m[2]), minutes = std::stoll(m[3]),
-                seconds = std::stoll(m[4]);
-  check<ConfigurationError>(hours < 24 && minutes < 60 && seconds < 60, what,
-                            ": expected hours < 24, minutes and seconds < 60 in '", text, "'");
-  return std::chrono::seconds(((days * 24 + hours) * 60 + minutes) * 60 + seconds);
-}
 
 std::optional<std::chrono::seconds> TrainerOptions::max_time_duration() const {
   if (max_time.empty()) return std::nullopt;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/duration.h"  // parse_duration
 #include "trainer/batch_limit.h"
 #include "core/error.h"
 
@@ -90,10 +91,6 @@ struct TrainerOptions {
                                   const boost::program_options::options_description& program_options,
                                   boost::program_options::variables_map* program_values);
 };
-
-// "DD:HH:MM:SS" (days unbounded, hours < 24, minutes and seconds < 60) as a duration; throws
-// ConfigurationError naming `what` (e.g. "--max-time") when malformed.
-std::chrono::seconds parse_duration(const std::string& text, const std::string& what);
 
 // Not an error: the user asked for help text, which this carries (what()).
 class HelpRequested : public std::runtime_error {

@@ -1,8 +1,6 @@
 #include "distributed/cluster/cluster_environment.h"
 
-#include "distributed/cluster/environments.h"
 #include "core/error.h"
-#include "core/option_spec.h"
 
 extern char** environ;
 
@@ -44,35 +42,6 @@ void ClusterEnvironment::set_rendezvous(std::string master_addr, int64_t master_
                             ": expected a master port in [1, 65535], got ", master_port);
   master_addr_ = std::move(master_addr);
   master_port_ = master_port;
-}
-
-const std::vector<std::string>& cluster_environment_names() {
-  static const std::vector<std::string> names{"auto", "torchelastic", "slurm", "mpi", "volt"};
-  return names;
-}
-
-std::shared_ptr<ClusterEnvironment> make_cluster_environment(const std::string& name,
-                                                             const EnvironmentVariables& variables,
-                                                             const ClusterRequest& request) {
-  if (name == "auto") {
-    // A child of volt's launcher is unambiguous (it may inherit, say, SLURM's variables from its
-    // parent, which volt's launcher started under srun). Otherwise: the order.
-    if (VoltEnvironment::is_launched_child(variables)) return std::make_shared<VoltEnvironment>(variables, request);
-    if (TorchElasticEnvironment::detect(variables)) return std::make_shared<TorchElasticEnvironment>(variables, request);
-    if (SLURMEnvironment::detect(variables)) return std::make_shared<SLURMEnvironment>(variables, request);
-    if (MPIEnvironment::detect(variables)) return std::make_shared<MPIEnvironment>(variables, request);
-    return std::make_shared<VoltEnvironment>(variables, request);
-  }
-  if (name == "torchelastic") return std::make_shared<TorchElasticEnvironment>(variables, request);
-  if (name == "slurm") return std::make_shared<SLURMEnvironment>(variables, request);
-  if (name == "mpi") return std::make_shared<MPIEnvironment>(variables, request);
-  if (name == "volt") return std::make_shared<VoltEnvironment>(variables, request);
-  const auto& names = cluster_environment_names();
-  std::string valid;
-  for (const auto& n : names) valid += (valid.empty() ? "" : ", ") + n;
-  const auto suggestion = closest_match(name, names);
-  throw ConfigurationError("--cluster-environment: unknown environment '" + name + "'" +
-                           (suggestion.empty() ? "" : "; did you mean '" + suggestion + "'?") + " Valid: " + valid);
 }
 
 }  // namespace volt

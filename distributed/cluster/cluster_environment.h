@@ -61,12 +61,13 @@ class ClusterEnvironment {
   int64_t master_port_ = 0;
 };
 
-// The names accepted by --cluster-environment: "auto" followed by the environments in detection
-// order (torchelastic, slurm, mpi, volt).
+// The names accepted by --cluster-environment: "auto", torchelastic, slurm, mpi, volt, then any
+// registered (cluster_environment_registry.h, which resolves both functions below). The reference
+// stays valid and includes environments registered later.
 const std::vector<std::string>& cluster_environment_names();
 
-// Resolves `name` ("auto": the first detected, in the order above; volt's own launcher when no
-// other is detected) against `variables` and `request`. Throws ConfigurationError for an unknown
+// Resolves `name` ("auto": the first detected, in the order of cluster_environment_registry.h;
+// volt's own launcher when no other is detected) against `variables` and `request`. Throws ConfigurationError for an unknown
 // name (listing the valid ones and the closest), a forced environment whose variables are missing
 // (naming them), malformed values, and flags that contradict the environment.
 std::shared_ptr<ClusterEnvironment> make_cluster_environment(const std::string& name,

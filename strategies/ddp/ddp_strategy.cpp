@@ -6,35 +6,37 @@
 
 namespace volt {
 
-std::vector<OptionSpec> DDPOptions::specs() {
-  return {
-      {"bucket_cap_mb", OptionType::Double, "25", "bucket size in MiB (the first bucket holds at most 1 MiB)"},
-      {"static_graph", OptionType::Bool, "false",
-       "every iteration uses the same parameters: record them once, skip the search"},
-      {"gradient_as_bucket_view", OptionType::Bool, "false", "gradients are views into the bucket buffers"},
-      {"find_unused_parameters", OptionType::Bool, "false",
-       "search the autograd graph for parameters that get no gradient"},
-      {"broadcast_buffers", OptionType::Bool, "true", "rank 0's buffers before every training forward"},
-  };
+const OptionSchema<DDPOptions>& DDPOptions::schema() {
+  static const auto schema =
+      OptionSchema<DDPOptions>("--strategy ddp")
+          .option("bucket_cap_mb", &DDPOptions::bucket_cap_mb,
+                  "bucket size in MiB (the first bucket holds at most 1 MiB)", greater_than(0.0),
+                  at_most(1024.0 * 1024.0))
+          .option("static_graph", &DDPOptions::static_graph,
+                  "every iteration uses the same parameters: record them once, skip the search")
+          .option("gradient_as_bucket_view", &DDPOptions::gradient_as_bucket_view,
+                  "gradients are views into the bucket buffers")
+          .option("find_unused_parameters", &DDPOptions::find_unused_parameters,
+                  "search the autograd graph for parameters that get no gradient")
+          .option("broadcast_buffers", &DDPOptions::broadcast_buffers, "rank 0's buffers before every training forward")
+          .option("comm_hook", &DDPOptions::comm_hook,
+                  "how a gradient bucket is reduced; the hook's own options (below) are ddp's too",
+                  satisfies([](const std::string& name) { return ddp::comm_hook_registry().contains(name); },
+                            "a registered comm hook (see --list-strategies)"))
+          .alias("ddp_comm_hook");  // Lightning's name
+  return schema;
 }
 
-DDPOptions DDPOptions::from(const OptionValues& values) {
-  DDPOptions o;
-  o.bucket_cap_mb = values.get_double("bucket_cap_mb");
-  o.static_graph = values.get_bool("static_graph");
-  o.gradient_as_bucket_view = values.get_bool("gradient_as_bucket_view");
-  o.find_unused_parameters = values.get_bool("find_unused_parameters");
-  o.broadcast_buffers = values.get_bool("broadcast_buffers");
-  o.validate();
-  return o;
+DDPStrategy::DDPStrategy(DDPOptions options, std::shared_ptr<const ddp::CommHookSpec> comm_hook)
+    : options_(std::move(options)) {
+  options_.validate();
+  if (!comm_hook) comm_hook = ddp::comm_hook_registry().create(options_.comm_hook);
+  const auto expected = ddp::comm_hook_registry().canonical_name(options_.comm_hook);
+  check<ConfigurationError>(comm_hook->name() == expected, "--strategy ddp: expected the comm hook '", expected,
+                            "' that options.comm_hook names, got '", comm_hook->name(),
+                            "'; set options.comm_hook to '", comm_hook->name(), "'");
+  make_hook_ = [comm_hook](Communicator& communicator) { return comm_hook->make(communicator); };
 }
-
-void DDPOptions::validate() const {
-  check<ConfigurationError>(bucket_cap_mb > 0 && bucket_cap_mb <= 1024.0 * 1024.0,
-                            "--strategy ddp: expected bucket_cap_mb in (0, 1048576], got ", bucket_cap_mb);
-}
-
-DDPStrategy::DDPStrategy(DDPOptions options) : options_(options) { options_.validate(); }
 
 void DDPStrategy::set_comm_hook(std::function<std::unique_ptr<ddp::CommHook>(Communicator&)> make_hook) {
   check<ConfigurationError>(make_hook != nullptr, "ddp: expected a comm-hook factory, got none");
@@ -160,8 +162,12 @@ void DDPStrategy::post_backward(const torch::Tensor& loss) { reducer().finalize_
 
 void register_ddp_strategies(Registry<Strategy>& registry) {
   registry.add("ddp", "distributed data parallel: bucketed all-reduce of gradients overlapped with backward",
-               DDPOptions::specs(),
-               [](const OptionValues& values) { return std::make_shared<DDPStrategy>(DDPOptions::from(values)); });
+               DDPOptions::schema(), [](const DDPOptions& options, const OptionValues& values) {
+                 // The hook's keys are in `values` too (the comm_hook extension below).
+                 return std::make_shared<DDPStrategy>(options,
+                                                      ddp::comm_hook_registry().create(options.comm_hook, values));
+               });
+  registry.extend_options("ddp", "comm_hook", ddp::comm_hook_registry());
   registry.add_alias("ddp_find_unused_parameters_true", "ddp", {{"find_unused_parameters", "true"}},
                      "ddp with find_unused_parameters=true");
 }

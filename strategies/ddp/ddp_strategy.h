@@ -12,9 +12,10 @@
 #include <memory>
 
 #include "strategies/ddp/comm_hook.h"
+#include "strategies/ddp/comm_hook_registry.h"
 #include "strategies/ddp/reducer.h"
 #include "strategies/parallel_strategy.h"
-#include "core/option_spec.h"
+#include "core/option_schema.h"
 #include "core/registry.h"
 
 namespace volt {
@@ -25,16 +26,17 @@ struct DDPOptions {
   bool gradient_as_bucket_view = false; // .grad are views into the bucket buffers (no copies)
   bool find_unused_parameters = false;  // search the graph for parameters without gradients
   bool broadcast_buffers = true;        // rank 0's buffers before every training forward
+  std::string comm_hook = "allreduce";  // a name in ddp::comm_hook_registry(); its keys are ddp's too
 
-  static DDPOptions from(const OptionValues& values);
-  // The option keys `ddp` declares, with their defaults and help (for the registry).
-  static std::vector<OptionSpec> specs();
-  void validate() const;
+  // Every key above with its help and requirement (ddp_strategy.cpp): the registry's declaration.
+  static const OptionSchema<DDPOptions>& schema();
+  void validate() const { schema().validate(*this); }
 };
 
 class DDPStrategy : public ParallelStrategy {
  public:
-  explicit DDPStrategy(DDPOptions options = {});
+  // `comm_hook`: the hook options.comm_hook names, with its options (nullptr: with its defaults).
+  explicit DDPStrategy(DDPOptions options = {}, std::shared_ptr<const ddp::CommHookSpec> comm_hook = nullptr);
   std::string name() const override { return "ddp"; }
   const DDPOptions& options() const { return options_; }
 
@@ -70,7 +72,8 @@ class DDPStrategy : public ParallelStrategy {
   std::function<std::unique_ptr<ddp::CommHook>(Communicator&)> make_hook_;
 };
 
-// Registers `ddp` and its alias `ddp_find_unused_parameters_true` (strategy_registry.cpp).
+// Registers `ddp`, its comm_hook extension with ddp::comm_hook_registry(), and its alias
+// `ddp_find_unused_parameters_true` (strategy_registry.cpp).
 void register_ddp_strategies(Registry<Strategy>& registry);
 
 }  // namespace volt

@@ -1,6 +1,7 @@
 // Environment parsing for every cluster type, from variable maps.
 #include <gtest/gtest.h>
 
+#include "distributed/cluster/cluster_environment_registry.h"
 #include "distributed/cluster/environments.h"
 #include "distributed/process_launcher.h"
 #include "core/error.h"
@@ -258,6 +259,50 @@ TEST(ClusterDetectionTest, DetectionOrderAndForcing) {
   EXPECT_NE(error_of([] { make_cluster_environment("slurm", {}, {}); }).find("SLURM_NTASKS"), std::string::npos);
   EXPECT_NE(error_of([] { make_cluster_environment("slrum", {}, {}); }).find("did you mean 'slurm'"),
             std::string::npos);
+}
+
+
+// A user's scheduler: QUEUE_RANK / QUEUE_SIZE, one node, a fixed rendezvous.
+class QueueEnvironment : public ClusterEnvironment {
+ public:
+  static bool detect(const EnvironmentVariables& variables) { return variables.count("QUEUE_RANK") > 0; }
+  QueueEnvironment(const EnvironmentVariables& variables, const ClusterRequest&) {
+    ProcessTopology t;
+    t.world_size = t.local_world_size = std::stoll(variables.at("QUEUE_SIZE"));
+    t.global_rank = t.local_rank = std::stoll(variables.at("QUEUE_RANK"));
+    set_topology(t);
+    set_rendezvous("10.9.8.7", 4242);
+  }
+  std::string name() const override { return "queue"; }
+  bool creates_processes_externally() const override { return true; }
+};
+
+TEST(ClusterDetectionTest, AUserRegisteredEnvironmentIsForcedByNameAndDetectedAfterTheBuiltIns) {
+  if (!cluster_environment_registry().contains("queue")) {
+    register_cluster_environment("queue", "a user's scheduler", QueueEnvironment::detect,
+                                 [](const EnvironmentVariables& variables, const ClusterRequest& request) {
+                                   return std::make_shared<QueueEnvironment>(variables, request);
+                                 });
+  }
+  const EnvironmentVariables queue{{"QUEUE_RANK", "1"}, {"QUEUE_SIZE", "3"}};
+  const auto detected = make_cluster_environment("auto", queue, {});
+  EXPECT_EQ(detected->name(), "queue");
+  expect_topology(*detected, 1, 3, 1, 3, 0, 1);
+  EXPECT_EQ(detected->master_addr(), "10.9.8.7");
+  EXPECT_EQ(make_cluster_environment("queue", queue, {})->master_port(), 4242);
+  const auto& names = cluster_environment_names();
+  EXPECT_EQ(names, (std::vector<std::string>{"auto", "torchelastic", "slurm", "mpi", "volt", "queue"}));
+  // The built-ins' order comes first: under SLURM, or as a child of volt's launcher, they win.
+  auto under_slurm = slurm_variables();
+  under_slurm.insert(queue.begin(), queue.end());
+  EXPECT_EQ(make_cluster_environment("auto", under_slurm, {})->name(), "slurm");
+  LaunchOptions launch;
+  launch.local_world_size = 2;
+  auto child = queue;
+  for (const auto& [key, value] : child_environment(launch, 1)) child[key] = value;
+  EXPECT_EQ(make_cluster_environment("auto", child, {})->name(), "volt");
+  EXPECT_EQ(make_cluster_environment("auto", {}, {})->name(), "volt") << "nothing detected: volt's launcher";
+  EXPECT_THROW(register_cluster_environment("queue", "again", nullptr, nullptr), ConfigurationError);
 }
 
 }  // namespace

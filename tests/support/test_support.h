@@ -1,5 +1,6 @@
 #pragma once
 // Helpers every test area shares.
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -34,5 +35,9 @@ std::vector<std::map<std::string, std::string>> read_csv(const std::string& path
 
 // Path of a binary built by this project (e.g. "examples/fashion_mnist").
 std::string built_binary(const std::string& relative);
+
+// The message of the ConfigurationError that `body` throws; a test failure (and "") when it
+// throws none.
+std::string configuration_error_of(const std::function<void()>& body);
 
 }  // namespace volt::testing
