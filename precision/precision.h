@@ -23,6 +23,8 @@ class Precision {
 
   // Casts parameters and buffers (only the *-true variants other than 32 do).
   virtual void convert_module(torch::nn::Module& module) {}
+  // The dtype of floating-point parameters, and so of their gradients, once convert_module ran.
+  virtual torch::Dtype parameter_dtype() const { return torch::kFloat; }
   // Casts the floating-point tensors of a batch to match the module.
   virtual Batch convert_input(const Batch& batch) { return batch; }
   // The region in which a step's forward runs (autocast for *-mixed).
@@ -52,6 +54,10 @@ class Precision {
   // here; precisions that never skip a step have nothing to reduce and ignore it.
   virtual void set_found_inf_reducer(FoundInfReducer reducer) {}
 };
+
+// Whether `device` can multiply float16 matrices (LibTorch 1.13 has no CPU kernel for it): what
+// 16-true and float16 gradient compression that multiplies (PowerSGD) need.
+bool float16_matmul_available(const torch::Device& device);
 
 // The precision that `name` (a TrainerOptions::precision value) selects for `device`:
 // 32-true, 64-true, bf16-mixed, 16-mixed (autocast float16 + GradScaler), bf16-true, 16-true,

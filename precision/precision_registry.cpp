@@ -5,10 +5,7 @@
 #include "precision/true_precision.h"
 
 namespace volt {
-namespace {
 
-// Whether `device` can multiply float16 matrices: LibTorch 1.13 has no CPU kernel for it, and a
-// 16-true run should fail here with advice rather than in the first forward.
 bool float16_matmul_available(const torch::Device& device) {
   try {
     const auto a = torch::ones({2, 2}, torch::TensorOptions().dtype(torch::kHalf).device(device));
@@ -18,6 +15,8 @@ bool float16_matmul_available(const torch::Device& device) {
     return false;
   }
 }
+
+namespace {
 
 void register_builtin_precisions(PrecisionRegistry& registry) {
   registry.add("32-true", "float32 everywhere", [](const torch::Device&) { return std::make_shared<Precision>(); });

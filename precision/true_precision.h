@@ -17,6 +17,7 @@ class TruePrecision : public Precision {
 
   std::string name() const override;
   void convert_module(torch::nn::Module& module) override;
+  torch::Dtype parameter_dtype() const override { return dtype_; }
   Batch convert_input(const Batch& batch) override;
   ScopeGuard forward_context() override;
 

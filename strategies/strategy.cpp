@@ -17,6 +17,7 @@ void Strategy::setup_module(torch::nn::Module& module) {
 
 void Strategy::set_precision(std::shared_ptr<Precision> precision) {
   check<ConfigurationError>(precision != nullptr, "Strategy: expected a precision, got nullptr");
+  check_precision(*precision);
   precision_ = std::move(precision);
   // The skip decision of a GradScaler is global: any rank's inf skips every rank's step. On one
   // process all_reduce is the identity; strategies that override it make this a collective.

@@ -137,6 +137,9 @@ class Strategy : public StrategyCheckpointing {
   virtual std::map<std::string, double> metrics() const { return {}; }
 
  protected:
+  // Refuses, with a ConfigurationError at Trainer construction, a precision this strategy's
+  // options cannot work with (e.g. gradient compression of gradients already in 16 bits).
+  virtual void check_precision(const Precision& precision) const {}
   // What setup_module does once the module has its final dtype and device; nothing by default.
   virtual void wrap_module(torch::nn::Module& module) {}
   // The region in which a step of `stage` runs its forward (the precision's autocast, plus a

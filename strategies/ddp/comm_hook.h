@@ -30,6 +30,10 @@ struct GradBucket {
   std::vector<torch::Tensor> parameters;  // the bucket's parameters, in buffer order
 };
 
+// Views of `bucket.buffer` shaped like each of its parameters, in buffer order (PyTorch's
+// GradBucket.gradients()): writing to them writes the buffer.
+std::vector<torch::Tensor> gradient_views(const GradBucket& bucket);
+
 // Which parameters share each bucket (the Reducer's bucket_layout()).
 struct BucketLayout {
   std::vector<std::vector<size_t>> members;  // per bucket, parameter indices in buffer order

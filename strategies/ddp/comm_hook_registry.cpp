@@ -1,6 +1,8 @@
 #include "strategies/ddp/comm_hook_registry.h"
 
 #include "core/error.h"
+#include "strategies/ddp/hooks/compression_wrapper.h"
+#include "strategies/ddp/hooks/powersgd_hook.h"
 
 namespace volt::ddp {
 
@@ -21,6 +23,26 @@ CommHookRegistry& comm_hook_registry() {
     CommHookRegistry r("comm hook", "--strategy ddp:comm_hook");
     add_comm_hook(r, "allreduce", "divide by the world size, then sum over the ranks (PyTorch's allreduce_hook)",
                   [](Communicator& communicator) { return std::make_unique<AllReduceHook>(communicator); });
+    for (const auto& [name, dtype, type] : {std::tuple{"fp16_compress", torch::kHalf, "float16"},
+                                            std::tuple{"bf16_compress", torch::kBFloat16, "bfloat16"}}) {
+      add_comm_hook(r, name,
+                    std::string("cast to ") + type +
+                        ", divide by the world size, all-reduce, decompress (PyTorch's " + name + "_hook)",
+                    [dtype = dtype](Communicator& communicator) {
+                      return std::make_unique<CompressionWrapper>(dtype, std::make_unique<AllReduceHook>(communicator));
+                    });
+    }
+    add_comm_hook(r, "noop", "communicate nothing: every rank keeps its own gradients (for measuring)",
+                  [](Communicator&) { return std::make_unique<NoOpHook>(); });
+    add_comm_hook(r, "powersgd", "PowerSGD low-rank compression per gradient matrix (PyTorch's powerSGD_hook)",
+                  PowerSGDOptions::schema(), [](Communicator& communicator, const PowerSGDOptions& options) {
+                    return std::make_unique<PowerSGDHook>(communicator, options);
+                  });
+    add_comm_hook(r, "batched_powersgd",
+                  "PowerSGD on the whole bucket as one square matrix (PyTorch's batched_powerSGD_hook)",
+                  PowerSGDOptions::batched_schema(), [](Communicator& communicator, const PowerSGDOptions& options) {
+                    return std::make_unique<BatchedPowerSGDHook>(communicator, options);
+                  });
     return r;
   }();
   return registry;

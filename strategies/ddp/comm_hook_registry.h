@@ -2,7 +2,8 @@
 // Comm hooks by name: `--strategy "ddp:comm_hook=NAME,<the hook's own keys>"`. DDP's `comm_hook`
 // key is extended with this registry (Note [Option extension] in core/option_catalog.h): the keys
 // a hook declares are accepted by `ddp` when comm_hook names that hook, checked against the hook's
-// declaration, and listed by `--list-strategies` under it. Built in: `allreduce` (the default).
+// declaration, and listed by `--list-strategies` under it. Built in: `allreduce` (the default),
+// `fp16_compress`, `bf16_compress`, `noop`, `powersgd` and `batched_powersgd` (strategies/ddp/hooks/).
 //
 // A hook with keys declares them in an options struct with an OptionSchema and is added with
 //   ddp::add_comm_hook(ddp::comm_hook_registry(), "fp16", "compress to float16, all-reduce, decompress",

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/warning.h"
+#include "strategies/ddp/hooks/compression_wrapper.h"
 #include "core/registry.h"
 
 namespace volt {
@@ -23,8 +24,27 @@ const OptionSchema<DDPOptions>& DDPOptions::schema() {
                   "how a gradient bucket is reduced; the hook's own options (below) are ddp's too",
                   satisfies([](const std::string& name) { return ddp::comm_hook_registry().contains(name); },
                             "a registered comm hook (see --list-strategies)"))
-          .alias("ddp_comm_hook");  // Lightning's name
+          .alias("ddp_comm_hook")  // Lightning's name
+          .choice("comm_wrapper", &DDPOptions::comm_wrapper,
+                  {{"none", CommWrapper::None}, {"fp16", CommWrapper::FP16}, {"bf16", CommWrapper::BF16}},
+                  "cast each bucket to 16 bits around comm_hook (PyTorch's fp16/bf16_compress_wrapper)")
+          .alias("ddp_comm_wrapper");  // Lightning's name
   return schema;
+}
+
+void DDPOptions::validate() const {
+  schema().validate(*this);
+  if (comm_wrapper == CommWrapper::None) return;
+  const std::string hook = ddp::comm_hook_registry().canonical_name(comm_hook);
+  check<ConfigurationError>(hook != "noop", "--strategy ddp: comm_wrapper around comm_hook=noop has nothing to "
+                            "compress (noop communicates nothing); drop comm_wrapper or choose another hook");
+  check<ConfigurationError>(hook != "fp16_compress" && hook != "bf16_compress", "--strategy ddp: comm_hook=", hook,
+                            " already compresses to 16 bits; drop comm_wrapper, or wrap allreduce or powersgd");
+}
+
+bool DDPOptions::compresses_to_16_bits() const {
+  const std::string hook = ddp::comm_hook_registry().canonical_name(comm_hook);
+  return comm_wrapper != CommWrapper::None || hook == "fp16_compress" || hook == "bf16_compress";
 }
 
 DDPStrategy::DDPStrategy(DDPOptions options, std::shared_ptr<const ddp::CommHookSpec> comm_hook)
@@ -41,7 +61,47 @@ DDPStrategy::DDPStrategy(DDPOptions options, std::shared_ptr<const ddp::CommHook
 void DDPStrategy::set_comm_hook(std::function<std::unique_ptr<ddp::CommHook>(Communicator&)> make_hook) {
   check<ConfigurationError>(make_hook != nullptr, "ddp: expected a comm-hook factory, got none");
   make_hook_ = std::move(make_hook);
-  if (reducer_) reducer_->set_comm_hook(make_hook_(communicator()));
+  if (reducer_) reducer_->set_comm_hook(build_hook());
+}
+
+std::unique_ptr<ddp::CommHook> DDPStrategy::build_hook() {
+  auto hook = make_hook_(communicator());
+  if (options_.comm_wrapper == CommWrapper::None) return hook;
+  check<ConfigurationError>(hook->name() != "noop", "ddp: comm_wrapper around the noop hook has nothing to compress");
+  const auto dtype = options_.comm_wrapper == CommWrapper::FP16 ? torch::kHalf : torch::kBFloat16;
+  return std::make_unique<ddp::CompressionWrapper>(dtype, std::move(hook));
+}
+
+void DDPStrategy::setup_environment(const StrategyEnvironment& environment) {
+  ParallelStrategy::setup_environment(environment);
+  const std::string hook = ddp::comm_hook_registry().canonical_name(options_.comm_hook);
+  const bool multiplies = hook == "powersgd" || hook == "batched_powersgd";
+  check<NotSupportedError>(options_.comm_wrapper != CommWrapper::FP16 || !multiplies ||
+                               float16_matmul_available(root_device()),
+                           "--strategy ddp: comm_wrapper=fp16 around ", hook, " multiplies float16 matrices, which "
+                           "this LibTorch cannot do on ", root_device().str(), "; use comm_wrapper=bf16");
+}
+
+void DDPStrategy::check_precision(const Precision& precision) const {
+  const auto dtype = precision.parameter_dtype();
+  check<ConfigurationError>(!options_.compresses_to_16_bits() || (dtype != torch::kHalf && dtype != torch::kBFloat16),
+                            "--strategy ddp: gradient compression to 16 bits (comm_hook=", options_.comm_hook,
+                            options_.comm_wrapper == CommWrapper::None ? "" : " with comm_wrapper",
+                            ") with --precision ", precision.name(), ", whose gradients are already ",
+                            c10::toString(dtype), ": there is nothing to compress; use comm_hook=allreduce, or a "
+                            "32-bit precision (32-true, bf16-mixed)");
+}
+
+std::map<std::string, double> DDPStrategy::metrics() const {
+  auto metrics = ParallelStrategy::metrics();
+  if (!reducer_ || reducer_->synchronized_iterations() == 0) return metrics;
+  const auto& traffic = reducer_->last_traffic();
+  metrics["comm_hook/step_bytes"] = static_cast<double>(traffic.hook_bytes);
+  if (traffic.bucket_bytes > 0) {
+    metrics["comm_hook/compression_ratio"] =
+        static_cast<double>(traffic.hook_bytes) / static_cast<double>(traffic.bucket_bytes);
+  }
+  return metrics;
 }
 
 void DDPStrategy::wrap_module(torch::nn::Module& module) {
@@ -60,7 +120,7 @@ void DDPStrategy::wrap_module(torch::nn::Module& module) {
   reducer_options.gradient_as_bucket_view = options_.gradient_as_bucket_view;
   reducer_options.find_unused_parameters = options_.find_unused_parameters;
   reducer_ = std::make_unique<ddp::Reducer>(std::move(parameters), std::move(names), communicator(), reducer_options);
-  if (make_hook_) reducer_->set_comm_hook(make_hook_(communicator()));
+  reducer_->set_comm_hook(build_hook());
 }
 
 void DDPStrategy::teardown() {

@@ -20,6 +20,9 @@
 
 namespace volt {
 
+// A low-precision cast around whichever comm hook is chosen (PyTorch's fp16/bf16_compress_wrapper).
+enum class CommWrapper { None, FP16, BF16 };
+
 struct DDPOptions {
   double bucket_cap_mb = 25.0;          // bucket size in MiB, > 0; the first bucket holds ≤ 1 MiB
   bool static_graph = false;            // same used parameters every iteration (ddp::StaticGraphRecord)
@@ -27,10 +30,15 @@ struct DDPOptions {
   bool find_unused_parameters = false;  // search the graph for parameters without gradients
   bool broadcast_buffers = true;        // rank 0's buffers before every training forward
   std::string comm_hook = "allreduce";  // a name in ddp::comm_hook_registry(); its keys are ddp's too
+  CommWrapper comm_wrapper = CommWrapper::None;  // cast buckets to 16 bits around comm_hook
 
   // Every key above with its help and requirement (ddp_strategy.cpp): the registry's declaration.
   static const OptionSchema<DDPOptions>& schema();
-  void validate() const { schema().validate(*this); }
+  // Also refuses a wrapper around `noop` (nothing to compress) or around a hook that already
+  // compresses (fp16_compress, bf16_compress).
+  void validate() const;
+  // Whether buckets travel in 16 bits (a compressing hook, or a wrapper).
+  bool compresses_to_16_bits() const;
 };
 
 class DDPStrategy : public ParallelStrategy {
@@ -43,6 +51,7 @@ class DDPStrategy : public ParallelStrategy {
   // Replaces the default all-reduce hook; takes effect at setup_module, or at once after it.
   void set_comm_hook(std::function<std::unique_ptr<ddp::CommHook>(Communicator&)> make_hook);
 
+  void setup_environment(const StrategyEnvironment& environment) override;  // [collective]
   void teardown() override;
   ScopeGuard no_sync() override;
   void zero_grad(torch::optim::Optimizer& optimizer) override;
@@ -54,17 +63,26 @@ class DDPStrategy : public ParallelStrategy {
   StateDict strategy_state_dict(CheckpointLayout layout) override;
   void load_strategy_state_dict(const StateDict& state, CheckpointLayout layout) override;
 
+  // The Communicator's counters (ParallelStrategy::metrics) plus, after a synchronized iteration,
+  // what the comm hook sent then: "comm_hook/step_bytes" and "comm_hook/compression_ratio" (its
+  // bytes over a plain all-reduce of the same buckets: 0.5 for fp16/bf16, PowerSGD's formula).
+  std::map<std::string, double> metrics() const override;
+
   // The reducer; throws InternalError before setup_module.
   ddp::Reducer& reducer() const;
 
  protected:
   void wrap_module(torch::nn::Module& module) override;  // [collective]
   ScopeGuard forward_context(RunningStage stage) override;  // [collective in training: buffers]
+  // Gradient compression of gradients already in 16 bits (16-true, bf16-true) is refused.
+  void check_precision(const Precision& precision) const override;
   void pre_backward(const torch::Tensor& loss) override;   // [collective]
   void post_backward(const torch::Tensor& loss) override;  // [collective]
 
  private:
   void broadcast_buffers();
+  // The chosen hook over the communicator, inside comm_wrapper's cast when one is set.
+  std::unique_ptr<ddp::CommHook> build_hook();
 
   DDPOptions options_;
   torch::nn::Module* module_ = nullptr;

@@ -178,6 +178,8 @@ void Reducer::prepare_for_backward(const torch::Tensor& loss) {
   hook_error_ = nullptr;
   first_gradient_order_.clear();
   in_backward_ = true;
+  traffic_start_ = communicator_.counters();
+  flag_bytes_ = 0;
   if (options_.static_graph) {
     static_record_.start_iteration();
     if (static_record_.recorded()) {
@@ -280,6 +282,7 @@ void Reducer::finalize_backward() {
                                    torch::kUInt8)
                       .to(torch::kInt);
       communicator_.all_reduce(used, ReduceOp::Max);
+      flag_bytes_ = used.numel() * static_cast<int64_t>(used.element_size());
       const auto* flags = used.data_ptr<int>();
       globally_used_.assign(flags, flags + used.numel());
       if (options_.find_unused_parameters && std::count(globally_used_.begin(), globally_used_.end(), 0) ==
@@ -288,6 +291,7 @@ void Reducer::finalize_backward() {
       }
     }
     wait_and_write_back(!globally_used_.empty());
+    record_traffic();
   } catch (...) {
     // Best effort to leave no collective half-issued on this rank, then report the first error.
     const auto error = std::current_exception();
@@ -307,6 +311,17 @@ void Reducer::finalize_backward() {
   }
   check<InternalError>(internal_error.empty(), internal_error);
   check<ConfigurationError>(usage_error.empty(), usage_error);
+}
+
+void Reducer::record_traffic() {
+  // Between prepare and the end of the waits only this reducer communicates (the training thread
+  // is inside backward, then here): the counters' difference, less the used-flags all_reduce, is
+  // what the hook sent.
+  last_traffic_.hook_bytes = (communicator_.counters() - traffic_start_).total_bytes() - flag_bytes_;
+  last_traffic_.bucket_bytes = 0;
+  for (const auto& bucket : buckets_) {
+    last_traffic_.bucket_bytes += bucket.buffer().numel() * static_cast<int64_t>(bucket.buffer().element_size());
+  }
 }
 
 std::string Reducer::no_gradient_at_all(const std::string& where) const {

@@ -66,6 +66,14 @@ enum class ReducerEvent {
   BucketsRebuilt,  // value: number of buckets
 };
 
+// What the comm hook sent in the last synchronized iteration, against the plain all-reduce of the
+// same buckets (the hook's compression ratio is hook_bytes / bucket_bytes). Payload bytes, as the
+// Communicator counts them.
+struct HookTraffic {
+  int64_t hook_bytes = 0;    // bytes the hook handed to collectives
+  int64_t bucket_bytes = 0;  // bytes of the gradient buckets in their own dtype
+};
+
 class Reducer {
  public:
   // `parameters` (dense, requiring grad) and their `names` (for messages), in registration order.
@@ -111,6 +119,8 @@ class Reducer {
   std::vector<std::vector<size_t>> bucket_assignment() const;
   BucketLayout bucket_layout() const;
   int64_t synchronized_iterations() const { return synchronized_iterations_; }
+  // Zero before the first synchronized iteration.
+  const HookTraffic& last_traffic() const { return last_traffic_; }
   bool buckets_rebuilt() const { return buckets_rebuilt_; }
   const std::vector<torch::Tensor>& parameters() const { return parameters_; }
   // Called on the thread the event happens on (the autograd thread for GradientReady and most
@@ -133,6 +143,7 @@ class Reducer {
   // Waits for every launched bucket and writes the results back, except (when
   // `skip_globally_unused`) to parameters no rank used (globally_used_).
   void wait_and_write_back(bool skip_globally_unused);
+  void record_traffic();
   std::string names_of(const std::vector<size_t>& indices) const;
   // The InternalError message for a synchronized backward in which no hook fired `where`.
   std::string no_gradient_at_all(const std::string& where) const;
@@ -161,6 +172,10 @@ class Reducer {
   // (every one with find_unused_parameters; the recording one with static_graph). Empty: unknown.
   std::vector<int> globally_used_;
 
+  // Counters at the start of the synchronized backward, and the used-flags all_reduce's bytes.
+  CollectiveCounters traffic_start_;
+  int64_t flag_bytes_ = 0;
+  HookTraffic last_traffic_;
   std::mutex mutex_;  // hooks vs. the training thread
   bool require_sync_ = true;
   bool active_ = false;       // between any prepare and finalize

@@ -197,7 +197,8 @@ TEST(CommHookExtension, AHookKeyIsAcceptedOnlyWithItsHookAndValidatedByItsDeclar
   message = error_for([] { strategy_registry().create("ddp:comm_hook=tagged_allreduce,tags=2"); });
   EXPECT_NE(message.find("did you mean 'tag'?"), std::string::npos) << message;
   EXPECT_NE(message.find("Valid options: bucket_cap_mb, static_graph, gradient_as_bucket_view, "
-                         "find_unused_parameters, broadcast_buffers, comm_hook, ddp_comm_hook, tag"),
+                         "find_unused_parameters, broadcast_buffers, comm_hook, ddp_comm_hook, comm_wrapper, "
+                         "ddp_comm_wrapper, tag"),
             std::string::npos)
       << message;
 }
