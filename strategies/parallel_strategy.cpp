@@ -37,6 +37,29 @@ void ParallelStrategy::after_optimizer_steps(int64_t global_step) {
   at_last_step_ = now;
 }
 
+void ParallelStrategy::broadcast_module_buffers(torch::nn::Module& module) {
+  std::vector<torch::Tensor> buffers;
+  for (auto& buffer : module.buffers()) {
+    if (buffer.defined() && buffer.numel() > 0) buffers.push_back(buffer);
+  }
+  if (buffers.empty()) return;
+  torch::NoGradGuard no_grad;
+  // One broadcast per dtype (buffers are few and small: a flat copy beats a collective each).
+  std::map<c10::ScalarType, std::vector<torch::Tensor>> by_dtype;
+  for (auto& b : buffers) by_dtype[b.scalar_type()].push_back(b);
+  for (auto& [dtype, group] : by_dtype) {
+    std::vector<torch::Tensor> flat_parts;
+    for (auto& b : group) flat_parts.push_back(b.reshape(-1));
+    auto flat = torch::cat(flat_parts);
+    communicator().broadcast(flat, 0);
+    int64_t offset = 0;
+    for (auto& b : group) {
+      b.copy_(flat.narrow(0, offset, b.numel()).view(b.sizes()));
+      offset += b.numel();
+    }
+  }
+}
+
 void ParallelStrategy::teardown() {
   Strategy::teardown();
   communicator_.reset();

@@ -54,6 +54,9 @@ class ParallelStrategy : public Strategy {
   // Broadcasts every parameter and buffer of `module` from rank 0, in registration order.
   // [collective]
   void broadcast_module_state(torch::nn::Module& module);
+  // Rank 0's buffers (e.g. BatchNorm statistics) into every rank's, one flat broadcast per dtype:
+  // DDP's broadcast_buffers before each training forward. [collective]
+  void broadcast_module_buffers(torch::nn::Module& module);
 
  private:
   std::shared_ptr<const ClusterEnvironment> cluster_;

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "data/sampler.h"
+#include "strategies/sharded_optimizer.h"
 
 namespace volt {
 
@@ -97,6 +98,8 @@ void Strategy::zero_grad(torch::optim::Optimizer& optimizer) {
 
 double Strategy::clip_gradients_norm(torch::optim::Optimizer& optimizer, double max_norm,
                                      double norm_type) {
+  // Over every rank's shard, each parameter counted once.
+  if (auto* sharded = dynamic_cast<ShardedOptimizer*>(&optimizer)) return sharded->clip_grad_norm(max_norm, norm_type);
   return torch::nn::utils::clip_grad_norm_(parameters_with_grad(optimizer), max_norm, norm_type);
 }
 

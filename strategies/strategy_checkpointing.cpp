@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/warning.h"
 #include "strategies/rank_gather.h"
+#include "strategies/sharded_optimizer.h"
 
 namespace fs = std::filesystem;
 
@@ -77,12 +78,19 @@ void StrategyCheckpointing::load_model_state_dict(torch::nn::Module& module, con
 }
 
 StateDict StrategyCheckpointing::optimizer_state_dict(torch::optim::Optimizer& optimizer, CheckpointLayout layout) {
+  // A sharded optimizer consolidates its shards (Full) or writes its own (Sharded).
+  if (auto* sharded = dynamic_cast<ShardedOptimizer*>(&optimizer)) {
+    return layout == CheckpointLayout::Full ? sharded->consolidated_state_dict(0) : sharded->shard_state_dict();
+  }
   return volt::optimizer_state_dict(optimizer);
 }
 
 void StrategyCheckpointing::load_optimizer_state_dict(torch::optim::Optimizer& optimizer, const StateDict& state,
                                          CheckpointLayout layout, const std::string& what,
                                          const ParameterNamer& name_of) {
+  if (auto* sharded = dynamic_cast<ShardedOptimizer*>(&optimizer)) {
+    return sharded->load_sharded_or_consolidated_state_dict(state, what, name_of);
+  }
   volt::load_optimizer_state_dict(optimizer, state, what, name_of);
 }
 

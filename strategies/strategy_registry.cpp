@@ -1,6 +1,7 @@
 #include "strategies/strategy_registry.h"
 
 #include "strategies/ddp/ddp_strategy.h"
+#include "strategies/sharded/sharded_ddp_strategy.h"
 #include "strategies/single_device_strategy.h"
 
 namespace volt {
@@ -14,6 +15,7 @@ void register_builtin_strategies(Registry<Strategy>& registry) {
   registry.add("auto", "single_device for one process, ddp for several", {},
                [](const OptionValues&) { return std::make_shared<SingleDeviceStrategy>(); });
   register_ddp_strategies(registry);
+  register_sharded_strategies(registry);
 }
 
 }  // namespace

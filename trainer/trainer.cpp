@@ -210,7 +210,19 @@ void Trainer::setup_optimizers() {
   OptimizerConfig config = state_.module->configure_optimizers();
   config.validate();
   state_.optimizers = strategy_->setup_optimizers(config.optimizers);
+  VOLT_INTERNAL_ASSERT(state_.optimizers.size() == config.optimizers.size(),
+                       "a strategy returns one optimizer for each it is given");
   state_.schedulers = config.schedulers;
+  // A strategy may wrap an optimizer (a sharded one): its schedulers follow the wrapper, whose
+  // param groups LearningRateMonitor and checkpoints see too.
+  for (auto& config_entry : state_.schedulers) {
+    for (size_t i = 0; i < config.optimizers.size(); ++i) {
+      if (&config_entry.scheduler->optimizer() == config.optimizers[i].get() &&
+          state_.optimizers[i] != config.optimizers[i]) {
+        config_entry.scheduler->rebind(*state_.optimizers[i]);
+      }
+    }
+  }
 }
 
 void Trainer::teardown() {

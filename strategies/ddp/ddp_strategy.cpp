@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "core/warning.h"
 #include "strategies/ddp/hooks/compression_wrapper.h"
+#include "strategies/sharded/oss.h"
 #include "core/registry.h"
 
 namespace volt {
@@ -28,12 +29,21 @@ const OptionSchema<DDPOptions>& DDPOptions::schema() {
           .choice("comm_wrapper", &DDPOptions::comm_wrapper,
                   {{"none", CommWrapper::None}, {"fp16", CommWrapper::FP16}, {"bf16", CommWrapper::BF16}},
                   "cast each bucket to 16 bits around comm_hook (PyTorch's fp16/bf16_compress_wrapper)")
-          .alias("ddp_comm_wrapper");  // Lightning's name
+          .alias("ddp_comm_wrapper")  // Lightning's name
+          .option("shard_optimizer", &DDPOptions::shard_optimizer,
+                  "ZeRO-1: each rank keeps the optimizer state of its shard of the parameters (OSS)")
+          .alias("zero_optimizer")
+          .choice("state_dict_type", &DDPOptions::state_dict_type,
+                  {{"full", CheckpointLayout::Full}, {"sharded", CheckpointLayout::Sharded}},
+                  "checkpoint layout: one consolidated file, or each rank's shard (needs shard_optimizer)");
   return schema;
 }
 
 void DDPOptions::validate() const {
   schema().validate(*this);
+  check<ConfigurationError>(state_dict_type == CheckpointLayout::Full || shard_optimizer,
+                            "--strategy ddp: state_dict_type=sharded needs shard_optimizer=true (without it every "
+                            "rank holds the same whole state; there is nothing to shard)");
   if (comm_wrapper == CommWrapper::None) return;
   const std::string hook = ddp::comm_hook_registry().canonical_name(comm_hook);
   check<ConfigurationError>(hook != "noop", "--strategy ddp: comm_wrapper around comm_hook=noop has nothing to "
@@ -123,6 +133,13 @@ void DDPStrategy::wrap_module(torch::nn::Module& module) {
   reducer_->set_comm_hook(build_hook());
 }
 
+std::vector<std::shared_ptr<torch::optim::Optimizer>> DDPStrategy::setup_optimizers(
+    std::vector<std::shared_ptr<torch::optim::Optimizer>> optimizers) {
+  if (!options_.shard_optimizer) return optimizers;
+  for (auto& optimizer : optimizers) optimizer = OSS::wrap(optimizer, communicator());
+  return optimizers;
+}
+
 void DDPStrategy::teardown() {
   reducer_.reset();
   module_ = nullptr;
@@ -144,32 +161,10 @@ ScopeGuard DDPStrategy::no_sync() {
 ScopeGuard DDPStrategy::forward_context(RunningStage stage) {
   // Only training forwards: evaluation loaders are split unevenly (each sample once), so ranks
   // may run different numbers of evaluation steps and a collective there could wait forever.
-  if (stage == RunningStage::Training && options_.broadcast_buffers) broadcast_buffers();
+  if (stage == RunningStage::Training && options_.broadcast_buffers && module_ != nullptr) {
+    broadcast_module_buffers(*module_);
+  }
   return ParallelStrategy::forward_context(stage);
-}
-
-void DDPStrategy::broadcast_buffers() {
-  if (module_ == nullptr) return;
-  std::vector<torch::Tensor> buffers;
-  for (auto& buffer : module_->buffers()) {
-    if (buffer.defined() && buffer.numel() > 0) buffers.push_back(buffer);
-  }
-  if (buffers.empty()) return;
-  torch::NoGradGuard no_grad;
-  // One broadcast per dtype (buffers are few and small: a flat copy beats a collective each).
-  std::map<c10::ScalarType, std::vector<torch::Tensor>> by_dtype;
-  for (auto& b : buffers) by_dtype[b.scalar_type()].push_back(b);
-  for (auto& [dtype, group] : by_dtype) {
-    std::vector<torch::Tensor> flat_parts;
-    for (auto& b : group) flat_parts.push_back(b.reshape(-1));
-    auto flat = torch::cat(flat_parts);
-    communicator().broadcast(flat, 0);
-    int64_t offset = 0;
-    for (auto& b : group) {
-      b.copy_(flat.narrow(0, offset, b.numel()).view(b.sizes()));
-      offset += b.numel();
-    }
-  }
 }
 
 void DDPStrategy::zero_grad(torch::optim::Optimizer& optimizer) {

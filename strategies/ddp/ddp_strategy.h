@@ -31,6 +31,10 @@ struct DDPOptions {
   bool broadcast_buffers = true;        // rank 0's buffers before every training forward
   std::string comm_hook = "allreduce";  // a name in ddp::comm_hook_registry(); its keys are ddp's too
   CommWrapper comm_wrapper = CommWrapper::None;  // cast buckets to 16 bits around comm_hook
+  bool shard_optimizer = false;         // ZeRO-1: each optimizer wrapped in OSS (optimizer state 1/N)
+  // The checkpoint layout: full (one file, the optimizer state consolidated) or sharded (each
+  // rank its shard; needs shard_optimizer).
+  CheckpointLayout state_dict_type = CheckpointLayout::Full;
 
   // Every key above with its help and requirement (ddp_strategy.cpp): the registry's declaration.
   static const OptionSchema<DDPOptions>& schema();
@@ -53,6 +57,10 @@ class DDPStrategy : public ParallelStrategy {
 
   void setup_environment(const StrategyEnvironment& environment) override;  // [collective]
   void teardown() override;
+  // With shard_optimizer: each optimizer wrapped in OSS over this communicator. [collective]
+  std::vector<std::shared_ptr<torch::optim::Optimizer>> setup_optimizers(
+      std::vector<std::shared_ptr<torch::optim::Optimizer>> optimizers) override;
+  CheckpointLayout checkpoint_layout() const override { return options_.state_dict_type; }
   ScopeGuard no_sync() override;
   void zero_grad(torch::optim::Optimizer& optimizer) override;
 
@@ -80,7 +88,6 @@ class DDPStrategy : public ParallelStrategy {
   void post_backward(const torch::Tensor& loss) override;  // [collective]
 
  private:
-  void broadcast_buffers();
   // The chosen hook over the communicator, inside comm_wrapper's cast when one is set.
   std::unique_ptr<ddp::CommHook> build_hook();
 

@@ -38,7 +38,8 @@ OptimizerConfig RegressionModule::configure_optimizers() {
   if (options.adam) {
     optimizer = std::make_shared<torch::optim::Adam>(parameters(), torch::optim::AdamOptions(options.lr));
   } else {
-    optimizer = std::make_shared<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(options.lr));
+    optimizer = std::make_shared<torch::optim::SGD>(parameters(),
+                                                    torch::optim::SGDOptions(options.lr).momentum(options.momentum));
   }
   if (!options.step_scheduler) return optimizer;
   return OptimizerConfig(optimizer, {std::make_shared<StepLR>(*optimizer, 1, 0.5), SchedulerInterval::Step});

@@ -18,6 +18,7 @@ struct RegressionOptions {
   int64_t features = 8;
   bool adam = false;             // Adam instead of SGD
   double lr = 0.05;
+  double momentum = 0.0;         // SGD's momentum
   double dropout = 0.0;          // > 0 adds a dropout layer (randomness for determinism tests)
   bool step_scheduler = false;   // a StepLR(step_size 1, gamma 0.5) advanced per optimizer step
   // Return an undefined loss (skip backward) for these batches.

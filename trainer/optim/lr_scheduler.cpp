@@ -7,8 +7,15 @@
 
 namespace volt {
 
-LRScheduler::LRScheduler(torch::optim::Optimizer& optimizer) : optimizer_(optimizer) {
-  for (auto& group : optimizer_.param_groups()) base_lrs_.push_back(group.options().get_lr());
+LRScheduler::LRScheduler(torch::optim::Optimizer& optimizer) : optimizer_(&optimizer) {
+  for (auto& group : optimizer_->param_groups()) base_lrs_.push_back(group.options().get_lr());
+}
+
+void LRScheduler::rebind(torch::optim::Optimizer& replacement) {
+  check<ConfigurationError>(replacement.param_groups().size() == optimizer_->param_groups().size(),
+                            "LR scheduler: expected a replacement optimizer with ", optimizer_->param_groups().size(),
+                            " param groups, got ", replacement.param_groups().size());
+  optimizer_ = &replacement;
 }
 
 void LRScheduler::step() {
@@ -17,7 +24,7 @@ void LRScheduler::step() {
 }
 
 void LRScheduler::apply() {
-  auto& groups = optimizer_.param_groups();
+  auto& groups = optimizer_->param_groups();
   check<ConfigurationError>(groups.size() == base_lrs_.size(), "LRScheduler: the optimizer has ",
                             groups.size(), " param groups but the scheduler was built for ",
                             base_lrs_.size(), "; build the scheduler after adding every group");
@@ -28,7 +35,7 @@ void LRScheduler::apply() {
 
 std::vector<double> LRScheduler::last_lr() const {
   std::vector<double> lrs;
-  for (auto& group : optimizer_.param_groups()) lrs.push_back(group.options().get_lr());
+  for (auto& group : optimizer_->param_groups()) lrs.push_back(group.options().get_lr());
   return lrs;
 }
 

@@ -23,7 +23,11 @@ class LRScheduler {
   const std::vector<double>& base_lrs() const { return base_lrs_; }
   // The learning rate of each param group as last applied.
   std::vector<double> last_lr() const;
-  torch::optim::Optimizer& optimizer() const { return optimizer_; }
+  torch::optim::Optimizer& optimizer() const { return *optimizer_; }
+  // Acts on `replacement` from now on: a strategy replaced the optimizer this scheduler was built
+  // for by a wrapper with the same param groups (e.g. a sharded optimizer, OSS). Throws
+  // ConfigurationError when the number of param groups differs.
+  void rebind(torch::optim::Optimizer& replacement);
 
   StateDict state_dict() const;
   void load_state_dict(const StateDict& state);
@@ -35,7 +39,7 @@ class LRScheduler {
  private:
   void apply();
 
-  torch::optim::Optimizer& optimizer_;
+  torch::optim::Optimizer* optimizer_;
   std::vector<double> base_lrs_;
   int64_t last_epoch_ = 0;
 };

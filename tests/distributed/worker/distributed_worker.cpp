@@ -96,6 +96,7 @@ void register_test_strategy() {
 // samples summed over ranks (each sample must count exactly once).
 class WorkerModule : public testing::RegressionModule {
  public:
+  explicit WorkerModule(testing::RegressionOptions options = {}) : RegressionModule(std::move(options)) {}
   torch::Tensor training_step(const Batch& batch, int64_t batch_idx) override {
     auto loss = RegressionModule::training_step(batch, batch_idx);
     const auto rank = static_cast<double>(trainer().strategy().topology().global_rank);
@@ -130,14 +131,46 @@ class CheckpointAndCrash : public Callback {
   int64_t crash_rank_, crash_epoch_;
 };
 
-void train(const TrainerOptions& options, ProcessLauncher& launcher, int64_t batch_size, std::shared_ptr<Callback> extra) {
+// --print-steps: "STEP rank=.. step=.. params=.." after every optimizer step, for tests that compare
+// strategies step by step.
+class StepPrinter : public Callback {
+ public:
+  void on_train_batch_end(Trainer& trainer, Module& module, const torch::Tensor&, const Batch&, int64_t) override {
+    if (trainer.global_step() == last_step_) return;
+    last_step_ = trainer.global_step();
+    const auto params = static_cast<testing::RegressionModule&>(module).flat_parameters();
+    std::ostringstream line;
+    line << std::setprecision(17) << "STEP rank=" << trainer.strategy().topology().global_rank
+         << " step=" << last_step_ << " params=";
+    for (int64_t i = 0; i < params.numel(); ++i) line << (i ? "," : "") << params[i].item<double>();
+    line << "\n";
+    std::cout << line.str() << std::flush;
+  }
+
+ private:
+  int64_t last_step_ = 0;
+};
+
+testing::RegressionOptions regression_options(const std::string& optimizer) {
+  testing::RegressionOptions options;
+  check<ConfigurationError>(optimizer == "sgd" || optimizer == "momentum" || optimizer == "adam",
+                            "worker: --optimizer expects sgd, momentum or adam, got '", optimizer, "'");
+  options.adam = optimizer == "adam";
+  if (optimizer == "momentum") options.momentum = 0.9;
+  if (options.adam) options.lr = 0.01;
+  return options;
+}
+
+void train(const TrainerOptions& options, ProcessLauncher& launcher, int64_t batch_size, std::shared_ptr<Callback> extra,
+           const testing::RegressionOptions& model_options, bool print_steps) {
   register_test_strategy();
   Trainer trainer(options, launcher);  // run_main's launcher: the children's exit statuses count
   trainer.add_callback(std::move(extra));
+  if (print_steps) trainer.add_callback(std::make_shared<StepPrinter>());
   // LibTorch seeds its default generator nondeterministically: seed before building the model,
   // so that the one-process reference starts from the same weights as the ranks.
   if (options.seed) seed_everything(*options.seed);
-  auto module = std::make_shared<WorkerModule>();
+  auto module = std::make_shared<WorkerModule>(model_options);
   trainer.fit(module, std::make_shared<testing::RegressionData>(64, batch_size, false, 7, 13));
   const auto params = module->flat_parameters();
   std::ostringstream text;
@@ -211,7 +244,9 @@ int main(int argc, char** argv) {
         ("batch-size", po::value<int64_t>()->default_value(8), "training batch size (--mode train)")
         ("checkpoint-every-epoch", po::bool_switch(), "save last.ckpt at every epoch end (--mode train)")
         ("crash-rank", po::value<int64_t>()->default_value(-1), "rank that throws once (--mode train)")
-        ("crash-epoch", po::value<int64_t>()->default_value(-1), "epoch at whose start it throws");
+        ("crash-epoch", po::value<int64_t>()->default_value(-1), "epoch at whose start it throws")
+        ("optimizer", po::value<std::string>()->default_value("sgd"), "sgd | momentum | adam (--mode train)")
+        ("print-steps", po::bool_switch(), "print the parameters after every optimizer step (--mode train)");
     po::variables_map vm;
     const auto options = TrainerOptions::from_args(argc, argv, own, &vm);
     const auto mode = vm["mode"].as<std::string>();
@@ -219,7 +254,8 @@ int main(int argc, char** argv) {
       return train(options, launcher, vm["batch-size"].as<int64_t>(),
                    std::make_shared<CheckpointAndCrash>(vm["checkpoint-every-epoch"].as<bool>(),
                                                         vm["crash-rank"].as<int64_t>(),
-                                                        vm["crash-epoch"].as<int64_t>()));
+                                                        vm["crash-epoch"].as<int64_t>()),
+                   regression_options(vm["optimizer"].as<std::string>()), vm["print-steps"].as<bool>());
     }
     if (mode == "sampler") return record_sampler(options);
     const auto cluster = cluster_of(options);

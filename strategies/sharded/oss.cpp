@@ -1,0 +1,277 @@
+#include "strategies/sharded/oss.h"
+
+#include <cmath>
+
+#include "checkpoint/optimizer_state_codec.h"
+#include "checkpoint/state_dict_bytes.h"
+#include "core/error.h"
+#include "distributed/state_gather.h"
+
+namespace volt {
+
+using torch::optim::OptimizerOptions;
+using torch::optim::OptimizerParamGroup;
+
+void OSSOptions::validate() const {
+  check<ConfigurationError>(broadcast_bucket_mb > 0, "OSS: expected broadcast_bucket_mb > 0, got ", broadcast_bucket_mb);
+}
+
+OSS::OSS(std::vector<OptimizerParamGroup> groups, std::unique_ptr<OptimizerOptions> defaults, LocalFactory make_local,
+         Communicator& communicator, OSSOptions options)
+    : Optimizer(std::move(groups), std::move(defaults)),
+      make_local_(std::move(make_local)),
+      communicator_(communicator),
+      options_(options) {
+  options_.validate();
+  check<ConfigurationError>(make_local_ != nullptr, "OSS: expected a function that makes the local optimizer, got none");
+  repartition();
+}
+
+std::shared_ptr<OSS> OSS::wrap(std::shared_ptr<torch::optim::Optimizer> optimizer, Communicator& communicator,
+                               OSSOptions options) {
+  check<ConfigurationError>(optimizer != nullptr, "OSS: expected an optimizer to shard, got nullptr");
+  check<ConfigurationError>(optimizer->state().empty(), "OSS: the optimizer already has state (it has stepped); "
+                            "shard it before its first step, e.g. as it comes out of configure_optimizers");
+  std::vector<OptimizerParamGroup> groups(optimizer->param_groups().begin(), optimizer->param_groups().end());
+  auto make_local = [optimizer](std::vector<OptimizerParamGroup> shard) {
+    auto& own = optimizer->param_groups();
+    own.clear();
+    for (auto& group : shard) own.push_back(group);
+    optimizer->state().clear();
+    return optimizer;
+  };
+  return std::make_shared<OSS>(std::move(groups), optimizer->defaults().clone(), std::move(make_local), communicator,
+                               options);
+}
+
+std::vector<std::vector<torch::Tensor>> OSS::group_parameters() const {
+  std::vector<std::vector<torch::Tensor>> groups;
+  for (const auto& group : param_groups_) groups.push_back(group.params());
+  return groups;
+}
+
+void OSS::repartition() {
+  partition_ = partition_parameters(group_parameters(), communicator_.size());
+  trainable_.clear();
+  owner_.clear();
+  for (size_t g = 0; g < param_groups_.size(); ++g) {
+    const auto& params = param_groups_[g].params();
+    for (size_t i = 0; i < params.size(); ++i) {
+      trainable_.push_back(params[i].requires_grad());
+      owner_[params[i].unsafeGetTensorImpl()] = partition_.owner[g][i];
+    }
+  }
+  const auto& mine = partition_.owned[static_cast<size_t>(communicator_.rank())];
+  std::vector<OptimizerParamGroup> shard;
+  for (size_t g = 0; g < param_groups_.size(); ++g) {
+    std::vector<torch::Tensor> params;
+    for (const size_t i : mine[g]) params.push_back(param_groups_[g].params()[i]);
+    shard.emplace_back(std::move(params), param_groups_[g].options().clone());
+  }
+  local_ = make_local_(std::move(shard));
+  check<ConfigurationError>(local_ != nullptr && local_->param_groups().size() == param_groups_.size(),
+                            "OSS: expected the local optimizer factory to return an optimizer over the ",
+                            param_groups_.size(), " groups it was given");
+}
+
+int64_t OSS::owner_of(const torch::Tensor& parameter) const {
+  auto found = owner_.find(parameter.unsafeGetTensorImpl());
+  return found == owner_.end() ? -1 : found->second;
+}
+
+void OSS::sync_options_to_local() {
+  for (size_t g = 0; g < param_groups_.size(); ++g) {
+    local_->param_groups()[g].set_options(param_groups_[g].options().clone());
+  }
+}
+
+torch::Tensor OSS::step(LossClosure closure) {
+  std::vector<bool> trainable;
+  for (const auto& group : param_groups_) {
+    for (const auto& p : group.params()) trainable.push_back(p.requires_grad());
+  }
+  if (trainable != trainable_) {
+    // Every rank builds the whole state, repartitions, and keeps its new shard.
+    const auto all = communicator_.all_gather_bytes(state_dict_to_bytes(state_with_global_indices()));
+    StateDict full = state_dict_from_bytes(all[0], "OSS state of rank 0");
+    auto merged = full.at("state").toGenericDict();
+    for (size_t r = 1; r < all.size(); ++r) {
+      const auto theirs = state_dict_from_bytes(all[r], "OSS state of rank " + std::to_string(r));
+      for (const auto& entry : theirs.at("state").toGenericDict()) merged.insert_or_assign(entry.key(), entry.value());
+    }
+    repartition();
+    load_sharded_or_consolidated_state_dict(full, "OSS repartition", {});
+  }
+  sync_options_to_local();
+  auto loss = local_->step(closure);
+  broadcast_parameters();
+  return loss;
+}
+
+void OSS::broadcast_parameters() {
+  torch::NoGradGuard no_grad;
+  const auto cap = static_cast<int64_t>(options_.broadcast_bucket_mb * 1024.0 * 1024.0);
+  const int64_t me = communicator_.rank();
+  for (int64_t rank = 0; rank < communicator_.size(); ++rank) {
+    std::vector<torch::Tensor> owned;
+    const auto& groups = partition_.owned[static_cast<size_t>(rank)];
+    for (size_t g = 0; g < groups.size(); ++g) {
+      for (const size_t i : groups[g]) owned.push_back(param_groups_[g].params()[i]);
+    }
+    for (size_t begin = 0; begin < owned.size();) {
+      // A bucket: consecutive parameters of one dtype and device, up to the cap (at least one).
+      size_t end = begin;
+      int64_t bytes = 0, numel = 0;
+      while (end < owned.size() && owned[end].scalar_type() == owned[begin].scalar_type() &&
+             owned[end].device() == owned[begin].device() &&
+             (end == begin || bytes + owned[end].nbytes() <= static_cast<size_t>(cap))) {
+        bytes += static_cast<int64_t>(owned[end].nbytes());
+        numel += owned[end].numel();
+        ++end;
+      }
+      std::vector<torch::Tensor> bucket(owned.begin() + static_cast<std::ptrdiff_t>(begin),
+                                        owned.begin() + static_cast<std::ptrdiff_t>(end));
+      torch::Tensor flat;
+      if (me == rank) {
+        std::vector<torch::Tensor> parts;
+        for (const auto& p : bucket) parts.push_back(p.reshape({-1}));
+        flat = torch::cat(parts);
+      } else {
+        flat = torch::empty({numel}, bucket.front().options());
+      }
+      const bool compress = options_.broadcast_fp16 && flat.is_floating_point() && flat.scalar_type() != torch::kHalf;
+      if (compress) flat = flat.to(torch::kHalf);
+      communicator_.broadcast(flat, rank);
+      if (me != rank || compress) {
+        int64_t offset = 0;
+        for (auto& p : bucket) {
+          p.copy_(flat.narrow(0, offset, p.numel()).view(p.sizes()));
+          offset += p.numel();
+        }
+      }
+      begin = end;
+    }
+  }
+}
+
+double OSS::clip_grad_norm(double max_norm, double norm_type) {
+  check<ConfigurationError>(max_norm > 0 && norm_type > 0, "OSS: expected max_norm and norm_type > 0, got ", max_norm,
+                            " and ", norm_type);
+  const bool infinity = std::isinf(norm_type);
+  double mine = 0;
+  const auto& owned = partition_.owned[static_cast<size_t>(communicator_.rank())];
+  for (size_t g = 0; g < owned.size(); ++g) {
+    for (const size_t i : owned[g]) {
+      const auto& grad = param_groups_[g].params()[i].grad();
+      if (!grad.defined()) continue;
+      const double norm = torch::linalg::vector_norm(grad.detach(), norm_type, c10::nullopt, false, c10::nullopt)
+                              .item<double>();
+      mine = infinity ? std::max(mine, norm) : mine + std::pow(norm, norm_type);
+    }
+  }
+  auto total = torch::tensor({mine}, torch::kDouble);
+  communicator_.all_reduce(total, infinity ? ReduceOp::Max : ReduceOp::Sum);
+  const double norm = infinity ? total.item<double>() : std::pow(total.item<double>(), 1.0 / norm_type);
+  const double coefficient = max_norm / (norm + 1e-6);
+  if (coefficient < 1.0) {
+    torch::NoGradGuard no_grad;
+    for (auto& group : param_groups_) {
+      for (auto& p : group.params()) {
+        if (p.grad().defined()) p.mutable_grad().mul_(coefficient);
+      }
+    }
+  }
+  return norm;
+}
+
+// ---- checkpoints: PyTorch's layout with global parameter indices
+
+StateDict OSS::state_with_global_indices() const {
+  const auto* codec = optimizer_state_codecs().find(*local_);
+  check<NotSupportedError>(codec != nullptr, "OSS: no optimizer state codec for the sharded optimizer's class, so "
+                           "its shards cannot be consolidated into PyTorch's layout; register one "
+                           "(checkpoint/optimizer_state_codec.h)");
+  const StateDict local = optimizer_state_dict(*local_);
+  const auto local_states = local.at("state").toGenericDict();
+  c10::impl::GenericDict states(c10::IntType::get(), c10::AnyType::get());
+  c10::impl::GenericList groups(c10::AnyType::get());
+  const auto& mine = partition_.owned[static_cast<size_t>(communicator_.rank())];
+  int64_t local_index = 0, offset = 0;
+  for (size_t g = 0; g < param_groups_.size(); ++g) {
+    for (const size_t i : mine[g]) {
+      auto found = local_states.find(c10::IValue(local_index++));
+      if (found != local_states.end()) states.insert(offset + static_cast<int64_t>(i), found->value());
+    }
+    StateDict group;
+    codec->save_options(param_groups_[g].options(), group);
+    c10::impl::GenericList indices(c10::AnyType::get());
+    for (size_t i = 0; i < param_groups_[g].params().size(); ++i) indices.push_back(offset + static_cast<int64_t>(i));
+    group.set("params", indices);
+    groups.push_back(group.to_ivalue());
+    offset += static_cast<int64_t>(param_groups_[g].params().size());
+  }
+  StateDict state;
+  state.set("state", states);
+  state.set("param_groups", groups);
+  state.set("volt_optimizer", codec->name);
+  return state;
+}
+
+StateDict OSS::shard_state_dict() const { return state_with_global_indices(); }
+
+StateDict OSS::consolidated_state_dict(int64_t root) {
+  StateDict mine = state_with_global_indices();
+  StateDict only_state;
+  only_state.set("state", mine.at("state"));
+  const auto all = gather_state_dicts(communicator_, only_state, root);
+  if (communicator_.rank() != root) return {};
+  auto merged = mine.at("state").toGenericDict();
+  for (const auto& theirs : all) {
+    for (const auto& entry : theirs.at("state").toGenericDict()) merged.insert_or_assign(entry.key(), entry.value());
+  }
+  return mine;
+}
+
+void OSS::load_sharded_or_consolidated_state_dict(const StateDict& state, const std::string& what,
+                                                  const ParameterNamer& name_of) {
+  const auto* codec = optimizer_state_codecs().find(*local_);
+  check<NotSupportedError>(codec != nullptr, what, ": OSS needs an optimizer state codec for its optimizer class");
+  const auto saved_groups = state.at("param_groups");
+  check<CheckpointError>(saved_groups.isList() && saved_groups.toListRef().size() == param_groups_.size(), what,
+                         ": expected ", param_groups_.size(), " param groups, the checkpoint holds ",
+                         saved_groups.isList() ? saved_groups.toListRef().size() : 0,
+                         "; configure_optimizers must build the same parameter groups as the run that wrote it");
+  const auto saved_states = state.at("state").toGenericDict();
+  c10::impl::GenericDict local_states(c10::IntType::get(), c10::AnyType::get());
+  c10::impl::GenericList local_groups(c10::AnyType::get());
+  const auto& mine = partition_.owned[static_cast<size_t>(communicator_.rank())];
+  int64_t local_index = 0, offset = 0;
+  for (size_t g = 0; g < param_groups_.size(); ++g) {
+    const auto saved = StateDict::from_ivalue(saved_groups.toListRef()[g], what + " param group");
+    const auto size = static_cast<int64_t>(param_groups_[g].params().size());
+    check<CheckpointError>(static_cast<int64_t>(saved.get_ints("params").size()) == size, what, ": param group ", g,
+                           " has ", saved.get_ints("params").size(), " parameters in the checkpoint, ", size,
+                           " here; configure_optimizers must build the same parameter groups");
+    StateDict local_group;
+    for (const auto& key : saved.keys()) {
+      if (key != "params") local_group.set(key, saved.at(key));
+    }
+    c10::impl::GenericList indices(c10::AnyType::get());
+    for (const size_t i : mine[g]) {
+      auto found = saved_states.find(c10::IValue(offset + static_cast<int64_t>(i)));
+      if (found != saved_states.end()) local_states.insert(local_index, found->value());
+      indices.push_back(local_index++);
+    }
+    local_group.set("params", indices);
+    local_groups.push_back(local_group.to_ivalue());
+    codec->load_options(param_groups_[g].options(), saved);
+    offset += size;
+  }
+  StateDict local;
+  local.set("state", local_states);
+  local.set("param_groups", local_groups);
+  local.set("volt_optimizer", codec->name);
+  load_optimizer_state_dict(*local_, local, what, name_of);
+}
+
+}  // namespace volt

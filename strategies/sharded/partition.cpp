@@ -1,0 +1,31 @@
+#include "strategies/sharded/partition.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace volt {
+
+Partition partition_parameters(const std::vector<std::vector<torch::Tensor>>& groups, int64_t world_size) {
+  Partition partition;
+  partition.elements.assign(static_cast<size_t>(world_size), 0);
+  partition.owned.assign(static_cast<size_t>(world_size), std::vector<std::vector<size_t>>(groups.size()));
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const auto& params = groups[g];
+    partition.owner.emplace_back(params.size(), -1);
+    std::vector<size_t> order(params.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return params[a].numel() > params[b].numel(); });
+    for (const size_t i : order) {
+      if (!params[i].requires_grad()) continue;
+      const auto least = std::min_element(partition.elements.begin(), partition.elements.end());
+      const auto rank = static_cast<size_t>(least - partition.elements.begin());
+      partition.owner[g][i] = static_cast<int64_t>(rank);
+      partition.owned[rank][g].push_back(i);
+      *least += params[i].numel();
+    }
+  }
+  return partition;
+}
+
+}  // namespace volt

@@ -1,0 +1,103 @@
+#include "strategies/sharded/sharded_ddp_strategy.h"
+
+#include "core/error.h"
+
+namespace volt {
+
+const OptionSchema<ShardedDDPOptions>& ShardedDDPOptions::schema() {
+  static const auto schema =
+      OptionSchema<ShardedDDPOptions>("--strategy ddp_sharded")
+          .option("reduce_buffer_size", &ShardedDDPOptions::reduce_buffer_size,
+                  "elements of a buffer that small gradients of one owner share (0: each reduced alone)",
+                  at_least(int64_t{0}))
+          .option("reduce_fp16", &ShardedDDPOptions::reduce_fp16, "reduce gradients in float16")
+          .option("broadcast_fp16", &ShardedDDPOptions::broadcast_fp16,
+                  "broadcast updated parameters in float16 (every rank keeps the rounded values)")
+          .option("broadcast_buffers", &ShardedDDPOptions::broadcast_buffers,
+                  "rank 0's buffers before every training forward")
+          .choice("state_dict_type", &ShardedDDPOptions::state_dict_type,
+                  {{"full", CheckpointLayout::Full}, {"sharded", CheckpointLayout::Sharded}},
+                  "checkpoint layout: one consolidated file, or each rank's shard");
+  return schema;
+}
+
+ShardedDDPStrategy::ShardedDDPStrategy(ShardedDDPOptions options) : options_(options) { options_.validate(); }
+
+void ShardedDDPStrategy::wrap_module(torch::nn::Module& module) {
+  ParallelStrategy::wrap_module(module);
+  module_ = &module;
+  reducer_.reset();  // built from the optimizers' partitions
+}
+
+std::vector<std::shared_ptr<torch::optim::Optimizer>> ShardedDDPStrategy::setup_optimizers(
+    std::vector<std::shared_ptr<torch::optim::Optimizer>> optimizers) {
+  VOLT_INTERNAL_ASSERT(module_ != nullptr, "ddp_sharded: setup_optimizers runs after setup_module");
+  std::vector<std::shared_ptr<OSS>> sharded;
+  OSSOptions oss_options;
+  oss_options.broadcast_fp16 = options_.broadcast_fp16;
+  for (auto& optimizer : optimizers) {
+    sharded.push_back(OSS::wrap(optimizer, communicator(), oss_options));
+    optimizer = sharded.back();
+  }
+  std::vector<torch::Tensor> parameters;
+  std::vector<std::string> names;
+  std::vector<int64_t> owners;
+  for (const auto& item : module_->named_parameters()) {
+    if (!item.value().requires_grad()) continue;
+    int64_t owner = -1;
+    for (const auto& oss : sharded) {
+      if (owner < 0) owner = oss->owner_of(item.value());
+    }
+    check<ConfigurationError>(owner >= 0, "ddp_sharded: parameter '", item.key(), "' requires grad but is in none of ",
+                              "the optimizers configure_optimizers returned, so no rank owns its gradient; add it to "
+                              "an optimizer or set requires_grad false");
+    parameters.push_back(item.value());
+    names.push_back(item.key());
+    owners.push_back(owner);
+  }
+  ShardedReducerOptions reducer_options;
+  reducer_options.reduce_buffer_size = options_.reduce_buffer_size;
+  reducer_options.reduce_fp16 = options_.reduce_fp16;
+  reducer_ = std::make_unique<ShardedReducer>(std::move(parameters), std::move(names), std::move(owners),
+                                              communicator(), reducer_options);
+  return optimizers;
+}
+
+void ShardedDDPStrategy::teardown() {
+  reducer_.reset();
+  module_ = nullptr;
+  ParallelStrategy::teardown();
+}
+
+ShardedReducer& ShardedDDPStrategy::reducer() const {
+  VOLT_INTERNAL_ASSERT(reducer_ != nullptr, "ddp_sharded: the reducer is used before setup_optimizers()");
+  return *reducer_;
+}
+
+ScopeGuard ShardedDDPStrategy::no_sync() {
+  auto& r = reducer();
+  const bool previous = r.require_sync();
+  r.set_require_sync(false);
+  return ScopeGuard([&r, previous] { r.set_require_sync(previous); });
+}
+
+ScopeGuard ShardedDDPStrategy::forward_context(RunningStage stage) {
+  if (stage == RunningStage::Training && options_.broadcast_buffers && module_ != nullptr) {
+    broadcast_module_buffers(*module_);
+  }
+  return ParallelStrategy::forward_context(stage);
+}
+
+void ShardedDDPStrategy::pre_backward(const torch::Tensor&) { reducer().prepare_for_backward(); }
+
+void ShardedDDPStrategy::post_backward(const torch::Tensor&) { reducer().finalize_backward(); }
+
+void register_sharded_strategies(Registry<Strategy>& registry) {
+  registry.add("ddp_sharded",
+               "ShardedDDP + OSS (ZeRO-2): optimizer state and gradients sharded, each gradient reduced to its owner",
+               ShardedDDPOptions::schema(),
+               [](const ShardedDDPOptions& options) { return std::make_shared<ShardedDDPStrategy>(options); });
+  registry.add_alias("sharded", "ddp_sharded", {}, "ddp_sharded (fairscale's and Lightning's other name)");
+}
+
+}  // namespace volt
