@@ -14,7 +14,7 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
   check<ConfigurationError>(dataset_ != nullptr, "DataLoader: expected a dataset, got nullptr");
   options_.validate();
   if (options_.shuffle) {
-    sampler_ = std::make_shared<RandomSampler>(dataset_->size(), options_.seed);
+    sampler_ = std::make_shared<RandomSampler>(dataset_->size(), seed());
   } else {
     sampler_ = std::make_shared<SequentialSampler>(dataset_->size());
   }
@@ -23,7 +23,18 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
 void DataLoader::set_sampler(std::shared_ptr<const Sampler> sampler) {
   check<ConfigurationError>(sampler != nullptr, "DataLoader::set_sampler: expected a sampler, got nullptr");
   sampler_ = std::move(sampler);
+  own_sampler_ = false;
   order_valid_ = false;
+}
+
+std::shared_ptr<DataLoader> DataLoader::with_default_seed(std::shared_ptr<DataLoader> loader, uint64_t seed) {
+  if (loader->options_.seed) return loader;
+  DataLoaderOptions options = loader->options_;
+  options.seed = seed;
+  auto copy = std::make_shared<DataLoader>(loader->dataset_, options);
+  if (!loader->own_sampler_) copy->set_sampler(loader->sampler_);
+  copy->set_epoch(loader->epoch_);
+  return copy;
 }
 
 void DataLoader::set_epoch(int64_t epoch) {

@@ -1,6 +1,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "data/dataset.h"
@@ -12,7 +13,9 @@ struct DataLoaderOptions {
   int64_t batch_size = 1;  // samples per batch; >= 1
   bool shuffle = false;    // a new order every epoch, drawn from `seed` + epoch
   bool drop_last = false;  // drop the last batch when it has fewer than batch_size samples
-  uint64_t seed = 0;       // shuffling seed; the same seed gives the same order on every run
+  // Shuffling seed; the same seed gives the same order on every run. Unset: the Trainer's
+  // --seed decides (0 without one, and for a loader used outside a Trainer).
+  std::optional<uint64_t> seed;
   void validate() const;
 };
 
@@ -39,6 +42,12 @@ class DataLoader {
   const Dataset& dataset() const { return *dataset_; }
   std::shared_ptr<const Dataset> dataset_ptr() const { return dataset_; }
   const DataLoaderOptions& options() const { return options_; }
+  // The shuffling seed in use: options().seed, or 0 when unset.
+  uint64_t seed() const { return options_.seed.value_or(0); }
+  // `loader` with `seed` for an unset options().seed (a copy over the same dataset, keeping a
+  // sampler set with set_sampler); `loader` itself when it has a seed of its own. How the
+  // Trainer's --seed reaches loaders that leave the order to it.
+  static std::shared_ptr<DataLoader> with_default_seed(std::shared_ptr<DataLoader> loader, uint64_t seed);
 
  private:
   const std::vector<int64_t>& order() const;
@@ -46,6 +55,7 @@ class DataLoader {
   std::shared_ptr<const Dataset> dataset_;
   DataLoaderOptions options_;
   std::shared_ptr<const Sampler> sampler_;
+  bool own_sampler_ = true;  // the sampler the options chose (not one given to set_sampler)
   int64_t epoch_ = 0;
   mutable std::vector<int64_t> order_;  // the sampler's indices for epoch_, computed on first use
   mutable bool order_valid_ = false;

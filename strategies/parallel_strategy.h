@@ -42,6 +42,10 @@ class ParallelStrategy : public Strategy {
   // Trainer's metric reductions included) and "comm/step_bytes" (the payload of the last
   // optimizer step: from the end of the previous step to the end of this one).
   std::map<std::string, double> metrics() const override;
+  // Averages every trainable parameter's gradient across ranks (one all_reduce per dtype, plus
+  // one that tells which parameters have a gradient on some rank: those get one everywhere, the
+  // others stay without). [collective]
+  void synchronize_accumulated_gradients(torch::nn::Module& module) override;
 
   // The root communicator; throws InternalError before setup_environment().
   Communicator& communicator() const;

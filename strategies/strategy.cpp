@@ -39,10 +39,10 @@ std::shared_ptr<DataLoader> Strategy::distribute_loader(std::shared_ptr<DataLoad
   const auto& options = loader->options();
   if (stage == RunningStage::Training) {
     copy->set_sampler(std::make_shared<DistributedSampler>(n, topology.world_size, topology.global_rank,
-                                                           options.shuffle, options.seed, options.drop_last));
+                                                           options.shuffle, loader->seed(), options.drop_last));
   } else if (evaluation_needs_equal_steps()) {
     copy->set_sampler(std::make_shared<DistributedSampler>(n, topology.world_size, topology.global_rank,
-                                                           /*shuffle=*/false, options.seed, /*drop_last=*/false));
+                                                           /*shuffle=*/false, loader->seed(), /*drop_last=*/false));
   } else {
     copy->set_sampler(std::make_shared<UnpaddedDistributedSampler>(n, topology.world_size, topology.global_rank));
   }

@@ -109,6 +109,11 @@ class Strategy : public StrategyCheckpointing {
   // ---- one training step
   // Micro-batches inside this scope accumulate gradients locally without synchronizing.
   virtual ScopeGuard no_sync() { return {}; }
+  // An accumulation window whose earlier micro-batches ran backward under no_sync() closed with a
+  // micro-batch that ran none (training_step returned no loss), so the synchronization a strategy
+  // does in backward never happened: synchronize the accumulated gradients now, before the step
+  // (Note [A window that closes without backward]). One process: nothing to do. [collective]
+  virtual void synchronize_accumulated_gradients(torch::nn::Module& module) {}
   // Runs one step's forward of `stage` on `module` (the one given to setup_module) inside
   // forward_context(stage), and returns what the step returns.
   virtual torch::Tensor run_step(RunningStage stage, torch::nn::Module& module, const Batch& batch,

@@ -121,7 +121,10 @@ StateDict CheckpointConnector::dump_fit_loop() {
   Trainer& t = trainer_;
   const auto& p = state_.progress;
   StateDict fit_loop = fit_progress_state(p);
-  fit_loop.set("accumulate_grad_batches", t.options().accumulate_grad_batches);
+  // The factor in use (a GradientAccumulationScheduler may have changed it this epoch), and the
+  // option, so that a resume can tell a changed option from a scheduled factor.
+  fit_loop.set("accumulate_grad_batches", state_.accumulate_grad_batches);
+  fit_loop.set("accumulate_grad_batches_option", t.options().accumulate_grad_batches);
   fit_loop.set("num_training_batches", state_.num_training_batches);
   const auto topology = t.strategy().topology();
   if (state_.train_loader) fit_loop.set("train_data", train_data_state(*state_.train_loader, topology.world_size));
@@ -301,10 +304,20 @@ void CheckpointConnector::restore_fit_loop(const StateDict& fit_loop, const std:
   const bool mid_epoch = progress.next_batch > 0 && !progress.epoch_end_started;
   if (mid_epoch) {
     std::vector<std::string> changes;
-    const int64_t accumulate = fit_loop.get_int("accumulate_grad_batches");
-    if (accumulate != t.options().accumulate_grad_batches) {
-      changes.push_back("accumulate_grad_batches: " + std::to_string(accumulate) + " -> " +
-                        std::to_string(t.options().accumulate_grad_batches));
+    // The rest of the interrupted epoch runs with the factor in use when the checkpoint was
+    // written (the open window, if any, closes where it would have); a changed option applies
+    // from the next epoch on.
+    const int64_t in_use = fit_loop.get_int("accumulate_grad_batches");
+    const int64_t option_then =
+        fit_loop.contains("accumulate_grad_batches_option") ? fit_loop.get_int("accumulate_grad_batches_option") : in_use;
+    state_.accumulate_grad_batches = in_use;
+    state_.accumulation_restored_for_epoch = progress.epoch;
+    if (option_then != t.options().accumulate_grad_batches) {
+      warn(t, source + " was written in the middle of epoch " + std::to_string(progress.epoch) +
+                  " by a run with accumulate_grad_batches " + std::to_string(option_then) + ", this one has " +
+                  std::to_string(t.options().accumulate_grad_batches) + ": the rest of epoch " +
+                  std::to_string(progress.epoch) + " keeps the " + std::to_string(in_use) +
+                  " micro-batches per step in use when it was written; the new value applies from the next epoch");
     }
     const int64_t batches = fit_loop.get_int("num_training_batches");
     if (batches != state_.num_training_batches) {

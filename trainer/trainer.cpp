@@ -270,6 +270,11 @@ void Trainer::fit(std::shared_ptr<Module> module, std::shared_ptr<DataLoader> tr
   fit(std::move(module), std::make_shared<DataModuleOfLoaders>(std::move(train), std::move(val)), ckpt_path);
 }
 
+std::shared_ptr<DataLoader> Trainer::prepare_loader(const std::shared_ptr<DataLoader>& loader,
+                                                    RunningStage stage) const {
+  return strategy_->distribute_loader(DataLoader::with_default_seed(loader, options_.seed.value_or(0)), stage);
+}
+
 void Trainer::fit(std::shared_ptr<Module> module, std::shared_ptr<DataModule> data,
                   const std::string& ckpt_path) {
   run_guarded(TrainerFn::Fitting, module, data, [&] {
@@ -279,8 +284,8 @@ void Trainer::fit(std::shared_ptr<Module> module, std::shared_ptr<DataModule> da
     auto val = state_.data->val_dataloader();
     // The loop resolves the batch limits first, so that configure_optimizers can read
     // estimated_stepping_batches() (e.g. for a schedule over the whole fit).
-    FitLoop loop(*this, state_, strategy_->distribute_loader(train, RunningStage::Training),
-                 val ? strategy_->distribute_loader(val, RunningStage::Validating) : nullptr);
+    FitLoop loop(*this, state_, prepare_loader(train, RunningStage::Training),
+                 val ? prepare_loader(val, RunningStage::Validating) : nullptr);
     setup_optimizers();
     state_.pending_rng_state.reset();
     state_.resumed_from.clear();
@@ -298,7 +303,7 @@ std::map<std::string, double> Trainer::validate(std::shared_ptr<Module> module,
     auto loader = state_.data->val_dataloader();
     check<ConfigurationError>(loader != nullptr, "Trainer::validate: the data module provides no val_dataloader()");
     if (!ckpt_path.empty()) restore_checkpoint(ckpt_path);
-    metrics = run_evaluation(RunningStage::Validating, strategy_->distribute_loader(loader, RunningStage::Validating));
+    metrics = run_evaluation(RunningStage::Validating, prepare_loader(loader, RunningStage::Validating));
   });
   return metrics;
 }
@@ -310,7 +315,7 @@ std::map<std::string, double> Trainer::test(std::shared_ptr<Module> module, std:
     auto loader = state_.data->test_dataloader();
     check<ConfigurationError>(loader != nullptr, "Trainer::test: the data module provides no test_dataloader()");
     if (!ckpt_path.empty()) restore_checkpoint(ckpt_path);
-    metrics = run_evaluation(RunningStage::Testing, strategy_->distribute_loader(loader, RunningStage::Testing));
+    metrics = run_evaluation(RunningStage::Testing, prepare_loader(loader, RunningStage::Testing));
   });
   return metrics;
 }
@@ -324,7 +329,7 @@ std::vector<torch::Tensor> Trainer::predict(std::shared_ptr<Module> module, std:
                               "Trainer::predict: the data module provides no predict_dataloader()");
     if (!ckpt_path.empty()) restore_checkpoint(ckpt_path);
     EvaluationLoop loop(*this, state_, RunningStage::Predicting,
-                        strategy_->distribute_loader(loader, RunningStage::Predicting));
+                        prepare_loader(loader, RunningStage::Predicting));
     predictions = loop.predict();
   });
   return predictions;
@@ -352,10 +357,15 @@ void Trainer::set_accumulate_grad_batches(int64_t micro_batches) {
                             micro_batches);
   if (micro_batches == state_.accumulate_grad_batches) return;
   const auto& p = state_.progress;
+  const bool resumed_epoch = state_.accumulation_restored_for_epoch == p.epoch;
   check<ConfigurationError>(p.window_micro_batches == 0 && p.next_batch == 0,
                             "Trainer: accumulate_grad_batches can change only at the start of an epoch "
                             "(on_train_epoch_start); asked for ", micro_batches, " at epoch ", p.epoch,
-                            ", batch ", p.next_batch);
+                            ", batch ", p.next_batch,
+                            resumed_epoch ? std::string(", in an epoch resumed from a checkpoint written with ") +
+                                                std::to_string(state_.accumulate_grad_batches) +
+                                                " micro-batches per step: resume with the same accumulation schedule"
+                                          : std::string());
   state_.accumulate_grad_batches = micro_batches;
 }
 

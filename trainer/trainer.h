@@ -150,6 +150,9 @@ class Trainer {
   void run_guarded(TrainerFn fn, const std::shared_ptr<Module>& module,
                    const std::shared_ptr<DataModule>& data, Body&& body);
   std::map<std::string, double> run_evaluation(RunningStage stage, const std::shared_ptr<DataLoader>& loader);
+  // The loader a loop of `stage` draws from: seeded by --seed unless it has a seed of its own,
+  // then distributed by the strategy.
+  std::shared_ptr<DataLoader> prepare_loader(const std::shared_ptr<DataLoader>& loader, RunningStage stage) const;
   // Restores what the current function needs from the checkpoint at `path` ("last": the newest
   // one); returns false when `path` is "last" and fit finds none (it then starts from scratch).
   bool restore_checkpoint(const std::string& path);

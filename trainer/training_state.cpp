@@ -39,7 +39,7 @@ StateDict train_data_state(const DataLoader& loader, int64_t world_size) {
   state.set("dataset_size", loader.dataset().size());
   state.set("batch_size", options.batch_size);
   state.set("shuffle", options.shuffle);
-  state.set("seed", static_cast<int64_t>(options.seed));
+  state.set("seed", static_cast<int64_t>(loader.seed()));
   state.set("drop_last", options.drop_last);
   state.set("world_size", world_size);
   state.set("samples", loader.sampler().size());

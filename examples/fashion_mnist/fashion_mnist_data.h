@@ -10,7 +10,7 @@ struct FashionMnistOptions {
   std::string data_dir = "/usr/share/datasets/fashion-mnist";  // the four *-ubyte.gz files
   int64_t batch_size = 128;
   int64_t val_size = 5000;  // held out of the 60,000 training images for validation
-  uint64_t seed = 42;       // of the train/val split and of shuffling
+  uint64_t seed = 42;       // of the train/val split and of shuffling (the example passes --seed)
 };
 
 // Fashion-MNIST as a DataModule: 55,000 training, 5,000 validation and 10,000 test images,

@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
     auto options = volt::TrainerOptions::from_args(argc, argv, program, &values);
     if (!options.max_epochs && options.max_steps == -1) options.max_epochs = 5;  // this job's default
     if (!options.seed) options.seed = 42;
+    data_options.seed = *options.seed;  // --seed decides the train/val split and the shuffling too
 
     volt::Trainer trainer(options, launcher);
     auto data = std::make_shared<fashion_mnist::FashionMnistData>(data_options);

@@ -63,6 +63,11 @@ std::vector<std::shared_ptr<torch::optim::Optimizer>> ShardedDDPStrategy::setup_
   return optimizers;
 }
 
+void ShardedDDPStrategy::synchronize_accumulated_gradients(torch::nn::Module& module) {
+  ParallelStrategy::synchronize_accumulated_gradients(module);
+  reducer().drop_gradients_of_other_owners();
+}
+
 void ShardedDDPStrategy::teardown() {
   reducer_.reset();
   module_ = nullptr;

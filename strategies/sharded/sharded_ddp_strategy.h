@@ -56,6 +56,8 @@ class ShardedDDPStrategy : public ParallelStrategy {
   ScopeGuard forward_context(RunningStage stage) override;  // [collective in training: buffers]
   void pre_backward(const torch::Tensor& loss) override;
   void post_backward(const torch::Tensor& loss) override;  // [collective]
+  // ParallelStrategy's average, then non-owners drop the gradients (as after a reduce). [collective]
+  void synchronize_accumulated_gradients(torch::nn::Module& module) override;
 
  private:
   ShardedDDPOptions options_;

@@ -184,6 +184,12 @@ void ShardedReducer::finish(Bucket& bucket) {
   bucket.handle = CollectiveHandle();
 }
 
+void ShardedReducer::drop_gradients_of_other_owners() {
+  for (size_t k = 0; k < parameters_.size(); ++k) {
+    if (owners_[k] != communicator_.rank()) parameters_[k].mutable_grad().reset();
+  }
+}
+
 void ShardedReducer::finalize_backward() {
   std::unique_lock<std::mutex> lock(mutex_);
   if (!in_backward_) return;  // no_sync: gradients stay local

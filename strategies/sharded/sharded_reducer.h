@@ -67,6 +67,9 @@ class ShardedReducer {
   // rethrows errors raised in hooks. [collective]
   void finalize_backward();
 
+  // Leaves .grad undefined for every parameter this rank does not own (as finalize_backward does).
+  void drop_gradients_of_other_owners();
+
   // Bucket members (parameter indices), in launch order, and each bucket's owner.
   std::vector<std::vector<size_t>> buckets() const;
   std::vector<int64_t> bucket_owners() const;

@@ -22,6 +22,7 @@ struct Scenario {
   SavePoint point = SavePoint::TrainBatchEnd;
   int64_t epoch = 0, batch = 0;    // where the checkpoint is written
   std::optional<GradScalerOptions> scaler;  // set: bf16-mixed with this GradScaler
+  std::string accumulation_schedule;        // set: a GradientAccumulationScheduler from the command line
 };
 
 struct Outcome {
@@ -45,6 +46,10 @@ Outcome fit(const Scenario& s, const std::string& root, uint64_t init_seed, std:
   options.accumulate_grad_batches = s.accumulate;
   options.seed = 11;
   options.precision = s.precision;
+  if (!s.accumulation_schedule.empty()) {
+    options.callbacks = options_from_args({"--callback", "gradient_accumulation_scheduler:scheduling=" +
+                                                             s.accumulation_schedule}).callbacks;
+  }
   if (s.val_check_interval > 0) options.val_check_interval = BatchLimit::count(s.val_check_interval);
   torch::manual_seed(init_seed);
   auto model = std::make_shared<RecordingRegression>(s.model);
@@ -117,6 +122,13 @@ INSTANTIATE_TEST_SUITE_P(
                  .point = SavePoint::ValidationEnd, .epoch = 1, .batch = 4},
         Scenario{.name = "BeforeADueValidation", .model = {.dropout = 0.2}, .val_samples = 16,
                  .val_check_interval = 5, .point = SavePoint::TrainBatchEnd, .epoch = 1, .batch = 9},
+        // Scheduled accumulation (issue 21.1: resuming used to fail "can change only at the start
+        // of an epoch"): after a closed window of 2 in epoch 0, and inside a window of 3 in epoch 1.
+        Scenario{.name = "ScheduledAccumulationAfterAWindow", .model = {.adam = true},
+                 .point = SavePoint::TrainBatchEnd, .epoch = 0, .batch = 5, .accumulation_schedule = "0:2;1:3"},
+        Scenario{.name = "ScheduledAccumulationInsideAWindow", .model = {.adam = true, .dropout = 0.2},
+                 .shuffle = true, .point = SavePoint::TrainBatchEnd, .epoch = 1, .batch = 4,
+                 .accumulation_schedule = "0:2;1:3"},
         Scenario{.name = "LastBatchOfTheFit", .model = {.adam = true}, .epoch_scheduler = true,
                  .point = SavePoint::TrainBatchEnd, .epoch = 2, .batch = 11}),
     [](const ::testing::TestParamInfo<Scenario>& info) { return info.param.name; });

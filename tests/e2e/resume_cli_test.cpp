@@ -76,5 +76,30 @@ TEST(ResumeCli, AResumeIntoTheSameDirectoryKeepsTheCheckpointItResumedFrom) {
   EXPECT_FALSE(fs::exists(fs::path(checkpoints) / "epoch=1-step=50.ckpt")) << "the run's own files are replaced";
 }
 
+// Issue 21.1, as reported: with a GradientAccumulationScheduler, resuming a checkpoint written in
+// the middle of an epoch failed with "accumulate_grad_batches can change only at the start of an
+// epoch". It must resume and end bitwise where the uninterrupted run ends.
+TEST(ResumeCli, AScheduledAccumulationResumesFromAMidEpochCheckpoint) {
+  TemporaryDirectory uninterrupted, resumed;
+  const std::string flags =
+      " --callback gradient_accumulation_scheduler:scheduling=0:2"
+      " --callback model_checkpoint:every_n_train_steps=3,save_top_k=-1 --max-steps 6";
+  auto result = run_short_fit(flags + " --default-root-dir " + uninterrupted.path());
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const fs::path step3 = uninterrupted.file("volt_logs/version_0/checkpoints/epoch=0-step=3.ckpt");
+  const fs::path step6 = uninterrupted.file("volt_logs/version_0/checkpoints/epoch=0-step=6.ckpt");
+  ASSERT_TRUE(fs::exists(step3) && fs::exists(step6)) << result.output;
+  EXPECT_EQ(load(step3).child("loops").child("fit_loop").get_int("accumulate_grad_batches"), 2)
+      << "the checkpoint records the factor in use, not the option";
+
+  result = run_short_fit(flags + " --ckpt-path " + step3.string() + " --default-root-dir " + resumed.path());
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_EQ(result.output.find("accumulate_grad_batches"), std::string::npos)
+      << "nothing changed, so nothing to warn about:\n" << result.output;
+  const fs::path resumed_step6 = resumed.file("volt_logs/version_0/checkpoints/epoch=0-step=6.ckpt");
+  ASSERT_TRUE(fs::exists(resumed_step6)) << result.output;
+  expect_same_weights(load(resumed_step6), load(step6));
+}
+
 }  // namespace
 }  // namespace volt::testing

@@ -60,11 +60,11 @@ std::shared_ptr<TensorDataset> regression_dataset(int64_t samples, int64_t featu
 }
 
 RegressionData::RegressionData(int64_t samples, int64_t batch_size, bool shuffle, uint64_t seed,
-                               int64_t val_samples) {
+                               int64_t val_samples, bool seed_loaders) {
   DataLoaderOptions options;
   options.batch_size = batch_size;
   options.shuffle = shuffle;
-  options.seed = seed;
+  if (seed_loaders) options.seed = seed;
   train_ = std::make_shared<DataLoader>(regression_dataset(samples, 8, seed), options);
   if (val_samples > 0) {
     options.shuffle = false;

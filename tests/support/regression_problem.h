@@ -51,8 +51,10 @@ std::shared_ptr<TensorDataset> regression_dataset(int64_t samples, int64_t featu
 
 class RegressionData : public DataModule {
  public:
+  // `seed` makes the samples; with `seed_loaders` it is also the loaders' shuffling seed, else
+  // they leave the order to the Trainer's --seed.
   RegressionData(int64_t samples, int64_t batch_size, bool shuffle = false, uint64_t seed = 0,
-                 int64_t val_samples = 0);
+                 int64_t val_samples = 0, bool seed_loaders = true);
   std::shared_ptr<DataLoader> train_dataloader() override { return train_; }
   std::shared_ptr<DataLoader> val_dataloader() override { return val_; }
   std::shared_ptr<DataLoader> test_dataloader() override { return val_; }

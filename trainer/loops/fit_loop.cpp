@@ -147,6 +147,11 @@ bool FitLoop::run_epoch() {
     if (p.next_batch == 0 || state_.train_collector.stage() != RunningStage::Training) {
       state_.train_collector.reset(RunningStage::Training);
     }
+    // A factor restored for an interrupted epoch ends with it.
+    if (state_.accumulation_restored_for_epoch >= 0 && state_.accumulation_restored_for_epoch < p.epoch) {
+      state_.accumulate_grad_batches = t.options().accumulate_grad_batches;
+      state_.accumulation_restored_for_epoch = -1;
+    }
     call_callbacks(t, module, &Callback::on_train_epoch_start);
     module.on_train_epoch_start();
 
@@ -193,6 +198,7 @@ void FitLoop::run_batch(int64_t batch_idx) {
   state_.train_collector.set_in_step(true, batch.size());
 
   torch::Tensor loss;
+  bool backward_ran = false;
   {
     // Micro-batches that do not close their window accumulate without synchronizing.
     ScopeGuard no_sync = window.closes() ? ScopeGuard{} : strategy.no_sync();
@@ -212,12 +218,19 @@ void FitLoop::run_batch(int64_t batch_idx) {
       call_callbacks(t, module, &Callback::on_after_backward);
       module.on_after_backward();
       p.window_has_backward = true;
+      backward_ran = true;
     }
     ++p.window_micro_batches;
   }
 
   bool stepped = false;
   if (window.closes()) {
+    // Note [A window that closes without backward]: the micro-batches before it accumulated
+    // under no_sync, and the closing one, which would have synchronized, ran no backward. Every
+    // rank sees the same (training_step decides per batch index, the same on every rank, or the
+    // ranks' collectives in backward would not match either); the strategy synchronizes now,
+    // so that no rank steps on gradients it alone computed.
+    if (p.window_has_backward && !backward_ran) strategy.synchronize_accumulated_gradients(module);
     if (p.window_has_backward) {
       step_optimizers();
       stepped = true;

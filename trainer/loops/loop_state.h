@@ -63,6 +63,10 @@ struct LoopState {
   FitProgress progress;
   bool should_stop = false;
   int64_t accumulate_grad_batches = 1;
+  // The epoch a mid-epoch checkpoint restored accumulate_grad_batches for (the factor in use when
+  // it was written, so the interrupted epoch continues exactly); -1: none. At the next epoch's
+  // start the factor returns to options().accumulate_grad_batches (and callbacks may change it).
+  int64_t accumulation_restored_for_epoch = -1;
   int64_t num_training_batches = 0;
   int64_t num_eval_batches = 0;
   bool fit_validates = false;

@@ -151,8 +151,9 @@ class StepPrinter : public Callback {
   int64_t last_step_ = 0;
 };
 
-testing::RegressionOptions regression_options(const std::string& optimizer) {
+testing::RegressionOptions regression_options(const std::string& optimizer, int64_t skip_every) {
   testing::RegressionOptions options;
+  if (skip_every > 0) options.skip_batch = [skip_every](int64_t i) { return i % skip_every == skip_every - 1; };
   check<ConfigurationError>(optimizer == "sgd" || optimizer == "momentum" || optimizer == "adam",
                             "worker: --optimizer expects sgd, momentum or adam, got '", optimizer, "'");
   options.adam = optimizer == "adam";
@@ -246,7 +247,9 @@ int main(int argc, char** argv) {
         ("crash-rank", po::value<int64_t>()->default_value(-1), "rank that throws once (--mode train)")
         ("crash-epoch", po::value<int64_t>()->default_value(-1), "epoch at whose start it throws")
         ("optimizer", po::value<std::string>()->default_value("sgd"), "sgd | momentum | adam (--mode train)")
-        ("print-steps", po::bool_switch(), "print the parameters after every optimizer step (--mode train)");
+        ("print-steps", po::bool_switch(), "print the parameters after every optimizer step (--mode train)")
+        ("skip-every", po::value<int64_t>()->default_value(0),
+         "N > 0: training_step returns no loss for batches N-1, 2N-1, ... (--mode train)");
     po::variables_map vm;
     const auto options = TrainerOptions::from_args(argc, argv, own, &vm);
     const auto mode = vm["mode"].as<std::string>();
@@ -255,7 +258,8 @@ int main(int argc, char** argv) {
                    std::make_shared<CheckpointAndCrash>(vm["checkpoint-every-epoch"].as<bool>(),
                                                         vm["crash-rank"].as<int64_t>(),
                                                         vm["crash-epoch"].as<int64_t>()),
-                   regression_options(vm["optimizer"].as<std::string>()), vm["print-steps"].as<bool>());
+                   regression_options(vm["optimizer"].as<std::string>(), vm["skip-every"].as<int64_t>()),
+                   vm["print-steps"].as<bool>());
     }
     if (mode == "sampler") return record_sampler(options);
     const auto cluster = cluster_of(options);
