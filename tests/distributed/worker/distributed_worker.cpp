@@ -8,6 +8,7 @@
 //                       (--strategy test_grad_avg registers a plain gradient-averaging
 //                       ParallelStrategy here, as a user would); prints "TRAINED rank=..
 //                       params=.. log_dir=.." with the final parameters to 17 digits
+//                       --adam trains with Adam instead of SGD (optimizer state per rank);
 //                       --checkpoint-every-epoch saves last.ckpt at every epoch end; with
 //                       --crash-rank R --crash-epoch E rank R throws at the start of epoch E on
 //                       the first attempt (TORCHELASTIC_RESTART_COUNT unset or 0), so that
@@ -96,6 +97,7 @@ void register_test_strategy() {
 // samples summed over ranks (each sample must count exactly once).
 class WorkerModule : public testing::RegressionModule {
  public:
+  using RegressionModule::RegressionModule;
   torch::Tensor training_step(const Batch& batch, int64_t batch_idx) override {
     auto loss = RegressionModule::training_step(batch, batch_idx);
     const auto rank = static_cast<double>(trainer().strategy().topology().global_rank);
@@ -130,14 +132,15 @@ class CheckpointAndCrash : public Callback {
   int64_t crash_rank_, crash_epoch_;
 };
 
-void train(const TrainerOptions& options, ProcessLauncher& launcher, int64_t batch_size, std::shared_ptr<Callback> extra) {
+void train(const TrainerOptions& options, ProcessLauncher& launcher, int64_t batch_size, bool adam,
+           std::shared_ptr<Callback> extra) {
   register_test_strategy();
   Trainer trainer(options, launcher);  // run_main's launcher: the children's exit statuses count
   trainer.add_callback(std::move(extra));
   // LibTorch seeds its default generator nondeterministically: seed before building the model,
   // so that the one-process reference starts from the same weights as the ranks.
   if (options.seed) seed_everything(*options.seed);
-  auto module = std::make_shared<WorkerModule>();
+  auto module = std::make_shared<WorkerModule>(testing::RegressionOptions{.adam = adam});
   trainer.fit(module, std::make_shared<testing::RegressionData>(64, batch_size, false, 7, 13));
   const auto params = module->flat_parameters();
   std::ostringstream text;
@@ -210,13 +213,14 @@ int main(int argc, char** argv) {
         ("how", po::value<std::string>()->default_value("throw"), "throw | exit | kill | stall")
         ("batch-size", po::value<int64_t>()->default_value(8), "training batch size (--mode train)")
         ("checkpoint-every-epoch", po::bool_switch(), "save last.ckpt at every epoch end (--mode train)")
+        ("adam", po::bool_switch(), "Adam instead of SGD (--mode train): optimizer state per parameter")
         ("crash-rank", po::value<int64_t>()->default_value(-1), "rank that throws once (--mode train)")
         ("crash-epoch", po::value<int64_t>()->default_value(-1), "epoch at whose start it throws");
     po::variables_map vm;
     const auto options = TrainerOptions::from_args(argc, argv, own, &vm);
     const auto mode = vm["mode"].as<std::string>();
     if (mode == "train") {
-      return train(options, launcher, vm["batch-size"].as<int64_t>(),
+      return train(options, launcher, vm["batch-size"].as<int64_t>(), vm["adam"].as<bool>(),
                    std::make_shared<CheckpointAndCrash>(vm["checkpoint-every-epoch"].as<bool>(),
                                                         vm["crash-rank"].as<int64_t>(),
                                                         vm["crash-epoch"].as<int64_t>()));
