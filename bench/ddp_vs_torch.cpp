@@ -11,7 +11,6 @@
 //   build/bench/ddp_vs_torch [--rounds 3] [--steps 20] [--warmup 5] [--quick] [--glibc-defaults]
 // volt's ranks are this program re-executed with --worker; PyTorch's are
 // bench/ddp_vs_torch_worker.py run by /usr/bin/python3.
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
@@ -20,11 +19,11 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
-#include <regex>
 #include <sstream>
 #include <unordered_set>
 
 #include "bench/bench_support.h"
+#include "bench/mlp.h"
 #include "strategies/ddp/reducer.h"
 #include "core/error.h"
 #include "trainer/run_main.h"
@@ -50,20 +49,6 @@ struct Config {
   bool bucket_view = false;
 };
 
-std::vector<int64_t> parse_widths(const std::string& text) {
-  std::vector<int64_t> widths;
-  std::stringstream in(text);
-  std::string part;
-  while (std::getline(in, part, ',')) widths.push_back(std::stoll(part));
-  return widths;
-}
-
-int64_t parameter_count(const std::string& widths) {
-  const auto w = parse_widths(widths);
-  int64_t n = 0;
-  for (size_t i = 0; i + 1 < w.size(); ++i) n += w[i] * w[i + 1] + w[i + 1];
-  return n;
-}
 
 // Bytes of distinct storages holding the gradients and the bucket buffers.
 int64_t gradient_memory(const volt::ddp::Reducer& reducer) {
@@ -90,14 +75,9 @@ int run_worker(int64_t rank, int64_t port, const Config& config, int steps, int 
   if (g_inline_max_mb >= 0) options.inline_all_reduce_max_bytes = static_cast<int64_t>(g_inline_max_mb * (1 << 20));
   auto comm = volt::Communicator::connect(options);
   torch::manual_seed(0);
-  const auto widths = parse_widths(config.widths);
-  torch::nn::Sequential model;
-  for (size_t i = 0; i + 1 < widths.size(); ++i) {
-    model->push_back(torch::nn::Linear(widths[i], widths[i + 1]));
-    if (i + 2 < widths.size()) model->push_back(torch::nn::ReLU());
-  }
-  std::vector<std::string> names;
-  for (const auto& item : model->named_parameters()) names.push_back(item.key());
+  const auto widths = volt::bench::parse_widths(config.widths);
+  auto model = volt::bench::make_mlp(config.widths);
+  const auto names = volt::bench::parameter_names(*model);
   volt::ddp::ReducerOptions reducer_options;
   reducer_options.bucket_cap_mb = config.bucket_mb;
   reducer_options.gradient_as_bucket_view = config.bucket_view;
@@ -153,51 +133,21 @@ bool g_glibc_defaults = false;
 
 // Runs `argv` twice (ranks 0 and 1, the rank substituted for "{rank}"), returns rank 0's output.
 std::string run_pair(const std::vector<std::string>& argv_template) {
-  int pipe_fds[2];
-  volt::check<volt::Error>(pipe(pipe_fds) == 0, "ddp_vs_torch: pipe failed");
-  std::vector<pid_t> children;
+  std::vector<std::vector<std::string>> argvs;
   for (int rank = 0; rank < 2; ++rank) {
-    const pid_t pid = fork();
-    volt::check<volt::Error>(pid >= 0, "ddp_vs_torch: fork failed");
-    if (pid == 0) {
-      if (rank == 0) dup2(pipe_fds[1], STDOUT_FILENO);
-      close(pipe_fds[0]);
-      close(pipe_fds[1]);
-      std::vector<std::string> args = argv_template;
-      for (auto& a : args) {
-        if (a == "{rank}") a = std::to_string(rank);
-      }
-      std::vector<char*> raw;
-      for (auto& a : args) raw.push_back(a.data());
-      raw.push_back(nullptr);
-      setenv("OMP_NUM_THREADS", "1", 1);
-      setenv("OPENBLAS_NUM_THREADS", "1", 1);
-      if (!g_glibc_defaults) setenv("GLIBC_TUNABLES", kSameAllocatorForBoth, 1);
-      execv(raw[0], raw.data());
-      _exit(127);
+    std::vector<std::string> args = argv_template;
+    for (auto& a : args) {
+      if (a == "{rank}") a = std::to_string(rank);
     }
-    children.push_back(pid);
+    argvs.push_back(args);
   }
-  close(pipe_fds[1]);
-  std::string output;
-  char buffer[4096];
-  ssize_t n;
-  while ((n = read(pipe_fds[0], buffer, sizeof buffer)) > 0) output.append(buffer, static_cast<size_t>(n));
-  close(pipe_fds[0]);
-  for (const pid_t pid : children) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    volt::check<volt::Error>(WIFEXITED(status) && WEXITSTATUS(status) == 0, "ddp_vs_torch: a worker (",
-                             argv_template[0], ") failed with status ", status, "; output: ", output);
-  }
-  return output;
+  std::vector<std::pair<std::string, std::string>> environment{{"OMP_NUM_THREADS", "1"}, {"OPENBLAS_NUM_THREADS", "1"}};
+  if (!g_glibc_defaults) environment.emplace_back("GLIBC_TUNABLES", kSameAllocatorForBoth);
+  return volt::bench::run_processes(argvs, environment, "ddp_vs_torch");
 }
 
 double number_after(const std::string& output, const std::string& key) {
-  const std::regex pattern(key + " ([0-9.eE+-]+)");
-  std::smatch match;
-  volt::check<volt::Error>(std::regex_search(output, match, pattern), "ddp_vs_torch: no ", key, " in: ", output);
-  return std::stod(match[1]);
+  return volt::bench::number_after(output, key + " ", "ddp_vs_torch");
 }
 
 }  // namespace
@@ -267,7 +217,7 @@ int main(int argc, char** argv) {
       }
       const double v = median(volt_ms), t = median(torch_ms);
       std::printf("| %-26s | %10lld | %9.2f | %9.2f | %6.2fx |\n", c.label.c_str(),
-                  static_cast<long long>(parameter_count(c.widths)), v, t, v / t);
+                  static_cast<long long>(volt::bench::mlp_parameter_count(c.widths)), v, t, v / t);
       std::fflush(stdout);
     }
     if (!vm["quick"].as<bool>()) {

@@ -146,13 +146,19 @@ NamedSpec parse_named_spec(const std::string& text, const std::string& what) {
                             text, "'");
   if (colon == std::string::npos) return spec;
   std::istringstream pairs(text.substr(colon + 1));
-  std::string pair;
+  std::string pair, last_key;
   while (std::getline(pairs, pair, ',')) {
     if (trim(pair).empty()) continue;
     const auto eq = pair.find('=');
+    if (eq == std::string::npos && !last_key.empty()) {
+      // A piece without '=' continues the previous value: a list ("model_averaging_periods=2:4,8:8").
+      spec.values[last_key] += "," + trim(pair);
+      continue;
+    }
     check<ConfigurationError>(eq != std::string::npos && !trim(pair.substr(0, eq)).empty(), what,
                               ": expected key=value in '", text, "', got '", trim(pair), "'");
     const auto key = trim(pair.substr(0, eq));
+    last_key = key;
     check<ConfigurationError>(!spec.values.count(key), what, ": key '", key, "' is given twice in '",
                               text, "'");
     spec.values[key] = trim(pair.substr(eq + 1));

@@ -35,8 +35,10 @@ struct NamedSpec {
 
 using OptionContext = std::map<std::string, std::string>;
 
-// Parses "name" or "name:k=v,k=v". Throws ConfigurationError for a missing name, an empty key or a
-// pair without '=' ('what' names the flag, e.g. "--strategy", in the message).
+// Parses "name" or "name:k=v,k=v". A piece without '=' continues the previous value, so a value may
+// be a comma-separated list ("name:levels=2:4,8:8,k=v" gives levels "2:4,8:8"). Throws
+// ConfigurationError for a missing name, an empty key, or a piece without '=' before any key
+// ('what' names the flag, e.g. "--strategy", in the message).
 NamedSpec parse_named_spec(const std::string& text, const std::string& what);
 
 // The values of one named entry after checking them against its declared options. Every declared

@@ -124,6 +124,20 @@ Communicator::NodeGroups Communicator::node_groups(int64_t node_rank) {
   return groups;
 }
 
+std::shared_ptr<Communicator> Communicator::new_subgroups(int64_t group_size) {
+  check<ConfigurationError>(group_size >= 1 && size() % group_size == 0, describe(),
+                            ": new_subgroups expects a group size that divides the group's size ", size(), ", got ",
+                            group_size, "; choose a divisor of ", size());
+  std::shared_ptr<Communicator> mine;
+  for (int64_t first = 0; first < size(); first += group_size) {
+    std::vector<int64_t> members(static_cast<size_t>(group_size));
+    for (int64_t i = 0; i < group_size; ++i) members[static_cast<size_t>(i)] = first + i;
+    auto group = new_group(members);
+    if (group) mine = std::move(group);
+  }
+  return mine;
+}
+
 CollectiveCounters Communicator::counters() const {
   std::lock_guard<std::mutex> lock(counters_mutex_);
   return counters_;

@@ -146,6 +146,11 @@ class Communicator {
     std::shared_ptr<Communicator> leaders;
   };
   NodeGroups node_groups(int64_t node_rank);
+  // PyTorch's dist.new_subgroups(group_size): the ranks split into groups of `group_size`
+  // consecutive ranks ([0, g), [g, 2g), ...); returns this rank's group. `group_size` must divide
+  // size() (ConfigurationError otherwise, on every rank). Every rank creates every group, in rank
+  // order, through new_group, so each group has its own counters. [collective]
+  std::shared_ptr<Communicator> new_subgroups(int64_t group_size);
 
   // ---- failures
   // Best effort, not a collective: records in the store why this rank is about to fail, so that

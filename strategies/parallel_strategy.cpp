@@ -15,7 +15,7 @@ void ParallelStrategy::setup_environment(const StrategyEnvironment& environment)
                             ": expected the Trainer to resolve a cluster environment, got none");
   cluster_ = environment.cluster;
   communicator_ = start_process_group(*cluster_, environment.timeout, environment.device, environment.launcher);
-  at_last_step_ = communicator_->counters();
+  world_counters_.at_last_step = communicator_->counters();
 }
 
 void ParallelStrategy::wrap_module(torch::nn::Module& module) { broadcast_module_state(module); }
@@ -32,11 +32,40 @@ void ParallelStrategy::broadcast_module_state(torch::nn::Module& module) {
   }
 }
 
+void ParallelStrategy::StepCounters::close_step(const CollectiveCounters& now) {
+  last_step = now - at_last_step;
+  at_last_step = now;
+}
+
 void ParallelStrategy::after_optimizer_steps(int64_t global_step) {
   Strategy::after_optimizer_steps(global_step);
-  const auto now = communicator().counters();
-  last_step_ = now - at_last_step_;
-  at_last_step_ = now;
+  synchronize_models(global_step);
+  world_counters_.close_step(communicator().counters());
+  if (!topology_) return;
+  for (const auto& [name, group] : topology_->groups()) group_counters_[name].close_step(group->counters());
+}
+
+Topology& ParallelStrategy::build_topology(std::optional<int64_t> node_size) {
+  if (topology_) {
+    check<ConfigurationError>(node_size == topology_node_size_, name(), ": the run's topology was built with ",
+                              topology_node_size_ ? std::to_string(*topology_node_size_) : "the cluster's",
+                              " processes per node, now ", node_size ? std::to_string(*node_size) : "the cluster's",
+                              " are asked for; every part of a strategy must use the same subgroup size");
+    return *topology_;
+  }
+  VOLT_INTERNAL_ASSERT(communicator_ != nullptr, name(), ": build_topology() before setup_environment()");
+  topology_ = Topology::build(communicator_, cluster().topology(), node_size);
+  topology_node_size_ = node_size;
+  // Counting starts now (the groups' creation is not a step's traffic).
+  for (const auto& [group_name, group] : topology_->groups()) {
+    group_counters_[group_name].at_last_step = group->counters();
+  }
+  return *topology_;
+}
+
+Topology& ParallelStrategy::node_topology() const {
+  VOLT_INTERNAL_ASSERT(topology_ != nullptr, name(), ": the topology is used before build_topology()");
+  return *topology_;
 }
 
 void ParallelStrategy::broadcast_module_buffers(torch::nn::Module& module) {
@@ -64,6 +93,8 @@ void ParallelStrategy::broadcast_module_buffers(torch::nn::Module& module) {
 
 void ParallelStrategy::teardown() {
   Strategy::teardown();
+  topology_.reset();
+  group_counters_.clear();
   communicator_.reset();
 }
 
@@ -151,7 +182,17 @@ void ParallelStrategy::synchronize_accumulated_gradients(torch::nn::Module& modu
 std::map<std::string, double> ParallelStrategy::metrics() const {
   if (!communicator_) return {};
   auto metrics = communicator_->counters().as_metrics("comm/");
-  metrics["comm/step_bytes"] = static_cast<double>(last_step_.total_bytes());
+  metrics["comm/step_bytes"] = static_cast<double>(world_counters_.last_step.total_bytes());
+  if (!topology_) return metrics;
+  for (const auto& [name, group] : topology_->groups()) {
+    const auto counters = group->counters();
+    const std::string prefix = "comm/" + name + "/";
+    metrics[prefix + "calls"] = static_cast<double>(counters.total_calls());
+    metrics[prefix + "bytes"] = static_cast<double>(counters.total_bytes());
+    const auto found = group_counters_.find(name);
+    metrics[prefix + "step_bytes"] =
+        found == group_counters_.end() ? 0.0 : static_cast<double>(found->second.last_step.total_bytes());
+  }
   return metrics;
 }
 

@@ -67,6 +67,9 @@ class Strategy : public StrategyCheckpointing {
   // Whether this strategy can run several processes (a ParallelStrategy). The Trainer refuses a
   // non-distributed strategy when the cluster environment has more than one process.
   virtual bool is_distributed() const { return false; }
+  // Refuses, with a ConfigurationError at Trainer construction, a number of processes this
+  // strategy's options cannot work with (e.g. a subgroup size that does not divide it).
+  virtual void check_world_size(int64_t world_size) const {}
 
   // ---- lifecycle
   virtual void setup_environment(const StrategyEnvironment& environment);  // [collective]

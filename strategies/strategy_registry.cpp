@@ -24,6 +24,7 @@ void check_strategy_fits(const Strategy& strategy, int64_t world_size, const std
   check<ConfigurationError>(world_size == 1 || strategy.is_distributed(), "--strategy ", strategy.name(),
                             " runs a single process, but ", world_size, " processes were asked for (", origin,
                             "); choose a distributed strategy (see --list-strategies) or run one process");
+  strategy.check_world_size(world_size);
 }
 
 std::shared_ptr<Strategy> create_strategy(const std::string& spec, int64_t world_size, const std::string& origin) {

@@ -15,7 +15,8 @@ Registry<Strategy>& strategy_registry();
 // ConfigurationError naming the process count and where it came from (`origin`).
 std::shared_ptr<Strategy> create_strategy(const std::string& spec, int64_t world_size, const std::string& origin);
 
-// Checks that `strategy` can run `world_size` processes (see create_strategy).
+// Checks that `strategy` can run `world_size` processes (see create_strategy), its options
+// included (Strategy::check_world_size).
 void check_strategy_fits(const Strategy& strategy, int64_t world_size, const std::string& origin);
 
 }  // namespace volt

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "strategies/ddp/hooks/compression_wrapper.h"
+#include "strategies/ddp/hooks/post_local_sgd_hook.h"
 #include "strategies/ddp/hooks/powersgd_hook.h"
 
 namespace volt::ddp {
@@ -11,8 +12,21 @@ CommHookSpec::CommHookSpec(std::string name, Make make) : name_(std::move(name))
                             "got none");
 }
 
-std::unique_ptr<CommHook> CommHookSpec::make(Communicator& communicator) const {
-  auto hook = make_(communicator);
+CommHookSpec::CommHookSpec(std::string name, OnTopology on_topology)
+    : name_(std::move(name)), on_topology_(std::move(on_topology)) {
+  check<ConfigurationError>(on_topology_->make != nullptr, "comm hook '", name_, "': expected a function that makes "
+                            "the hook, got none");
+}
+
+std::unique_ptr<CommHook> CommHookSpec::make(Communicator& communicator, Topology* topology) const {
+  std::unique_ptr<CommHook> hook;
+  if (on_topology_) {
+    check<ConfigurationError>(topology != nullptr, "comm hook '", name_, "' works within process subgroups and "
+                              "needs the run's Topology; DDP builds it (--strategy ddp:comm_hook=", name_, ")");
+    hook = on_topology_->make(communicator, *topology);
+  } else {
+    hook = make_(communicator);
+  }
   check<ConfigurationError>(hook != nullptr, "comm hook '", name_, "': expected its factory to return a hook, got "
                             "nullptr; return std::make_unique<YourHook>(...)");
   return hook;
@@ -43,6 +57,7 @@ CommHookRegistry& comm_hook_registry() {
                   PowerSGDOptions::batched_schema(), [](Communicator& communicator, const PowerSGDOptions& options) {
                     return std::make_unique<BatchedPowerSGDHook>(communicator, options);
                   });
+    add_post_local_sgd_hook(r);
     return r;
   }();
   return registry;

@@ -3,7 +3,8 @@
 // key is extended with this registry (Note [Option extension] in core/option_catalog.h): the keys
 // a hook declares are accepted by `ddp` when comm_hook names that hook, checked against the hook's
 // declaration, and listed by `--list-strategies` under it. Built in: `allreduce` (the default),
-// `fp16_compress`, `bf16_compress`, `noop`, `powersgd` and `batched_powersgd` (strategies/ddp/hooks/).
+// `fp16_compress`, `bf16_compress`, `noop`, `powersgd`, `batched_powersgd` and `post_local_sgd`
+// (strategies/ddp/hooks/).
 //
 // A hook with keys declares them in an options struct with an OptionSchema and is added with
 //   ddp::add_comm_hook(ddp::comm_hook_registry(), "fp16", "compress to float16, all-reduce, decompress",
@@ -13,29 +14,56 @@
 // must differ from ddp's own. Register before building a Trainer (not thread-safe).
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/option_schema.h"
 #include "core/registry.h"
+#include "distributed/topology.h"
+#include "strategies/averaging/model_averager.h"
 #include "strategies/ddp/comm_hook.h"
 
 namespace volt::ddp {
 
 // A comm hook chosen by name with its options, not yet bound to a process group: DDPStrategy
 // makes the hook at setup_module, when the communicator exists. Immutable; thread-safe.
+//
+// A hook that works within process subgroups (post-local-SGD) is made OnTopology: DDP first builds
+// the run's Topology (distributed/topology.h, a collective) with the node size the hook asks for,
+// then makes the hook over the world and that topology, and runs the model averager that comes
+// with it after every optimizer step. Composition: the hook, the averager and DDP stay three
+// objects; the spec says which ones a name stands for.
 class CommHookSpec {
  public:
   using Make = std::function<std::unique_ptr<CommHook>(Communicator&)>;
+  using MakeAverager = std::function<std::unique_ptr<averaging::ModelAverager>(Topology& topology)>;
+
+  struct OnTopology {
+    // Processes per "node" of the topology; unset: the cluster's processes per node.
+    std::optional<int64_t> node_size;
+    // The hook, over the world communicator and the topology (both outlive it).
+    std::function<std::unique_ptr<CommHook>(Communicator& world, Topology& topology)> make;
+    // The averager DDP runs in after_optimizer_steps; may be empty (no averaging).
+    MakeAverager make_averager;
+    // Refuses, with a ConfigurationError, a world size the options cannot work with (a group size
+    // that does not divide it); DDP calls it at Trainer construction. May be empty.
+    std::function<void(int64_t world_size)> check_world_size;
+  };
 
   // `name`: the registered name that chose it. Throws ConfigurationError for an empty `make`.
   CommHookSpec(std::string name, Make make);
+  CommHookSpec(std::string name, OnTopology on_topology);
   const std::string& name() const { return name_; }
-  // A new hook over `communicator`, which must outlive it.
-  std::unique_ptr<CommHook> make(Communicator& communicator) const;
+  // What a hook on subgroups needs; nullptr for a hook over the world communicator alone.
+  const OnTopology* on_topology() const { return on_topology_ ? &*on_topology_ : nullptr; }
+  // A new hook over `communicator`, which must outlive it. A hook on_topology() needs `topology`
+  // (built over `communicator`); throws ConfigurationError without it.
+  std::unique_ptr<CommHook> make(Communicator& communicator, Topology* topology = nullptr) const;
 
  private:
   std::string name_;
   Make make_;
+  std::optional<OnTopology> on_topology_;
 };
 
 using CommHookRegistry = Registry<CommHookSpec>;

@@ -1,10 +1,12 @@
 #include "strategies/ddp/ddp_strategy.h"
 
+#include "checkpoint/module_state.h"
+#include "checkpoint/optimizer_state.h"
 #include "core/error.h"
+#include "core/registry.h"
 #include "core/warning.h"
 #include "strategies/ddp/hooks/compression_wrapper.h"
 #include "strategies/sharded/oss.h"
-#include "core/registry.h"
 
 namespace volt {
 
@@ -44,12 +46,20 @@ void DDPOptions::validate() const {
   check<ConfigurationError>(state_dict_type == CheckpointLayout::Full || shard_optimizer,
                             "--strategy ddp: state_dict_type=sharded needs shard_optimizer=true (without it every "
                             "rank holds the same whole state; there is nothing to shard)");
-  if (comm_wrapper == CommWrapper::None) return;
   const std::string hook = ddp::comm_hook_registry().canonical_name(comm_hook);
+  ddp::check_no_sharded_optimizer_with_local_sgd(*this, hook);
+  if (comm_wrapper == CommWrapper::None) return;
   check<ConfigurationError>(hook != "noop", "--strategy ddp: comm_wrapper around comm_hook=noop has nothing to "
                             "compress (noop communicates nothing); drop comm_wrapper or choose another hook");
   check<ConfigurationError>(hook != "fp16_compress" && hook != "bf16_compress", "--strategy ddp: comm_hook=", hook,
                             " already compresses to 16 bits; drop comm_wrapper, or wrap allreduce or powersgd");
+}
+
+void ddp::check_no_sharded_optimizer_with_local_sgd(const DDPOptions& options, const std::string& canonical_hook) {
+  check<ConfigurationError>(canonical_hook != "post_local_sgd" || !options.shard_optimizer,
+                            "--strategy ddp: comm_hook=post_local_sgd with shard_optimizer=true: a sharded "
+                            "optimizer makes every rank's parameters those of their owners after each step, which "
+                            "undoes local SGD (Note [Post-local-SGD and a sharded optimizer]); drop one of the two");
 }
 
 bool DDPOptions::compresses_to_16_bits() const {
@@ -65,7 +75,10 @@ DDPStrategy::DDPStrategy(DDPOptions options, std::shared_ptr<const ddp::CommHook
   check<ConfigurationError>(comm_hook->name() == expected, "--strategy ddp: expected the comm hook '", expected,
                             "' that options.comm_hook names, got '", comm_hook->name(),
                             "'; set options.comm_hook to '", comm_hook->name(), "'");
-  make_hook_ = [comm_hook](Communicator& communicator) { return comm_hook->make(communicator); };
+  comm_hook_spec_ = comm_hook;
+  make_hook_ = [this](Communicator& communicator) {
+    return comm_hook_spec_->make(communicator, comm_hook_spec_->on_topology() ? &node_topology() : nullptr);
+  };
 }
 
 void DDPStrategy::set_comm_hook(std::function<std::unique_ptr<ddp::CommHook>(Communicator&)> make_hook) {
@@ -90,6 +103,20 @@ void DDPStrategy::setup_environment(const StrategyEnvironment& environment) {
                                float16_matmul_available(root_device()),
                            "--strategy ddp: comm_wrapper=fp16 around ", hook, " multiplies float16 matrices, which "
                            "this LibTorch cannot do on ", root_device().str(), "; use comm_wrapper=bf16");
+}
+
+void DDPStrategy::check_world_size(int64_t world_size) const {
+  const auto* on_topology = comm_hook_spec_->on_topology();
+  if (on_topology && on_topology->check_world_size) on_topology->check_world_size(world_size);
+}
+
+std::vector<std::shared_ptr<torch::optim::Optimizer>> DDPStrategy::setup_optimizers(
+    std::vector<std::shared_ptr<torch::optim::Optimizer>> optimizers) {
+  optimizers_ = ParallelStrategy::setup_optimizers(std::move(optimizers));
+  if (options_.shard_optimizer) {
+    for (auto& optimizer : optimizers_) optimizer = OSS::wrap(optimizer, communicator());
+  }
+  return optimizers_;
 }
 
 void DDPStrategy::check_precision(const Precision& precision) const {
@@ -130,18 +157,20 @@ void DDPStrategy::wrap_module(torch::nn::Module& module) {
   reducer_options.gradient_as_bucket_view = options_.gradient_as_bucket_view;
   reducer_options.find_unused_parameters = options_.find_unused_parameters;
   reducer_ = std::make_unique<ddp::Reducer>(std::move(parameters), std::move(names), communicator(), reducer_options);
+  const auto* on_topology = comm_hook_spec_->on_topology();
+  if (on_topology) build_topology(on_topology->node_size);
   reducer_->set_comm_hook(build_hook());
+  if (on_topology && on_topology->make_averager) averager_ = on_topology->make_averager(node_topology());
 }
 
-std::vector<std::shared_ptr<torch::optim::Optimizer>> DDPStrategy::setup_optimizers(
-    std::vector<std::shared_ptr<torch::optim::Optimizer>> optimizers) {
-  if (!options_.shard_optimizer) return optimizers;
-  for (auto& optimizer : optimizers) optimizer = OSS::wrap(optimizer, communicator());
-  return optimizers;
+void DDPStrategy::synchronize_models(int64_t global_step) {
+  if (averager_) averager_->average_parameters(reducer().parameters());
 }
 
 void DDPStrategy::teardown() {
+  averager_.reset();
   reducer_.reset();
+  optimizers_.clear();
   module_ = nullptr;
   ParallelStrategy::teardown();
 }
@@ -178,37 +207,116 @@ void DDPStrategy::zero_grad(torch::optim::Optimizer& optimizer) {
   }
 }
 
+namespace {
+
+c10::impl::GenericList as_list(const std::vector<StateDict>& states) {
+  c10::impl::GenericList list(c10::AnyType::get());
+  for (const auto& state : states) list.push_back(state.to_ivalue());
+  return list;
+}
+
+// This rank's entry of a per-rank list `key` in `state`; nullopt (after a warning on global rank
+// 0 saying what starts afresh) when the list was written by another number of ranks.
+std::optional<StateDict> entry_of_this_rank(const StateDict& state, const std::string& key, const ProcessTopology& topology,
+                                            const std::string& what_starts_afresh) {
+  const auto per_rank = state.at(key);
+  check<CheckpointError>(per_rank.isList(), "ddp: the checkpoint's '", key, "' is not a list");
+  const auto& list = per_rank.toListRef();
+  if (static_cast<int64_t>(list.size()) != topology.world_size) {
+    if (topology.global_rank == 0) {
+      warn("ddp: the checkpoint's '" + key + "' holds " + std::to_string(list.size()) + " ranks, this run has " +
+           std::to_string(topology.world_size) + ": " + what_starts_afresh);
+    }
+    return std::nullopt;
+  }
+  return StateDict::from_ivalue(list[static_cast<size_t>(topology.global_rank)], "ddp " + key);
+}
+
+}  // namespace
+
 StateDict DDPStrategy::strategy_state_dict(CheckpointLayout layout) {
   StateDict section;
   const StateDict mine = reducer().state_dict();
   if (layout == CheckpointLayout::Sharded) {
     section.set("reducer", mine);
-    return section;
+  } else if (const auto all = gather_states(mine); !all.empty()) {
+    section.set("reducer_per_rank", as_list(all));
   }
-  const auto all = gather_states(mine);
-  if (!all.empty()) {
-    c10::impl::GenericList per_rank(c10::AnyType::get());
-    for (const auto& state : all) per_rank.push_back(state.to_ivalue());
-    section.set("reducer_per_rank", per_rank);
+  if (!averager_) return section;
+  section.set("model_averager", averager_->state_dict());
+  // Note [Local models in a checkpoint]: past the warm-up, ranks hold models and optimizer
+  // states of their own (each subgroup stepped with its own gradients since the last average, and
+  // optimizer state such as momentum is never averaged). A Full checkpoint's model and optimizer
+  // sections are rank 0's; every rank's goes here, so that a resumed run continues each rank's
+  // own. (A Sharded checkpoint's files already hold each rank's own.)
+  if (layout == CheckpointLayout::Full && averager_->past_warmup()) {
+    const auto all = gather_states(local_model_state());
+    if (!all.empty()) section.set("local_models_per_rank", as_list(all));
   }
   return section;
 }
 
 void DDPStrategy::load_strategy_state_dict(const StateDict& state, CheckpointLayout layout) {
-  if (state.contains("reducer")) return reducer().load_state_dict(state.child("reducer"));
-  if (!state.contains("reducer_per_rank")) return;
-  const auto per_rank = state.at("reducer_per_rank");
-  check<CheckpointError>(per_rank.isList(), "ddp: the checkpoint's 'reducer_per_rank' is not a list");
-  const auto& list = per_rank.toListRef();
   const auto topology = this->topology();
-  if (static_cast<int64_t>(list.size()) != topology.world_size) {
+  bool reducer_restored = false;
+  if (state.contains("reducer")) {
+    reducer().load_state_dict(state.child("reducer"));
+    reducer_restored = true;
+  } else if (state.contains("reducer_per_rank")) {
+    if (const auto mine = entry_of_this_rank(state, "reducer_per_rank", topology,
+                                             "buckets and the comm hook's state start afresh")) {
+      reducer().load_state_dict(*mine);
+      reducer_restored = true;
+    }
+  }
+  // The averager's step and the hook's iteration count the same windows: restored together or
+  // not at all (at another world size both start afresh, warm-up included).
+  if (averager_ && reducer_restored && state.contains("model_averager")) {
+    averager_->load_state_dict(state.child("model_averager"));
+  }
+  if (!state.contains("local_models_per_rank")) return;
+  if (!averager_) {
     if (is_global_zero()) {
-      warn("ddp: the checkpoint holds the reducer state of " + std::to_string(list.size()) + " ranks, this run has " +
-           std::to_string(topology.world_size) + ": buckets and the comm hook's state start afresh");
+      warn("ddp: the checkpoint was written in post-local-SGD's local phase, with a model per rank; this run has no "
+           "model averager, so every rank continues from rank 0's model and optimizer state");
     }
     return;
   }
-  reducer().load_state_dict(StateDict::from_ivalue(list[static_cast<size_t>(topology.global_rank)], "ddp reducer state"));
+  if (const auto mine = entry_of_this_rank(state, "local_models_per_rank", topology,
+                                           "every rank continues from rank 0's model and optimizer state")) {
+    load_local_model_state(*mine);
+  }
+}
+
+StateDict DDPStrategy::local_model_state() const {
+  VOLT_INTERNAL_ASSERT(module_ != nullptr, "ddp: local_model_state() before setup_module()");
+  StateDict state;
+  state.set("state_dict", module_state_dict(*module_));
+  std::vector<StateDict> optimizers;
+  for (const auto& optimizer : optimizers_) optimizers.push_back(volt::optimizer_state_dict(*optimizer));
+  state.set("optimizer_states", as_list(optimizers));
+  return state;
+}
+
+void DDPStrategy::load_local_model_state(const StateDict& state) {
+  VOLT_INTERNAL_ASSERT(module_ != nullptr, "ddp: load_local_model_state() before setup_module()");
+  const std::string source = "the checkpoint's local model of rank " + std::to_string(topology().global_rank);
+  load_module_state_dict(*module_, state.child("state_dict"), /*strict=*/true, source);
+  const auto optimizers = state.at("optimizer_states");
+  check<CheckpointError>(optimizers.isList() && optimizers.toListRef().size() == optimizers_.size(), source,
+                         " holds the state of ", optimizers.isList() ? optimizers.toListRef().size() : 0,
+                         " optimizers, this run has ", optimizers_.size(), "; build the same optimizers");
+  std::map<const void*, std::string> names;
+  for (const auto& p : module_->named_parameters()) names.emplace(p.value().unsafeGetTensorImpl(), p.key());
+  const ParameterNamer name_of = [&](const torch::Tensor& p) {
+    auto found = names.find(p.unsafeGetTensorImpl());
+    return found == names.end() ? std::string() : found->second;
+  };
+  for (size_t i = 0; i < optimizers_.size(); ++i) {
+    volt::load_optimizer_state_dict(*optimizers_[i],
+                                    StateDict::from_ivalue(optimizers.toListRef()[i], source + ", optimizer " + std::to_string(i)),
+                                    source + ", optimizer " + std::to_string(i), name_of);
+  }
 }
 
 void DDPStrategy::pre_backward(const torch::Tensor& loss) { reducer().prepare_for_backward(loss); }

@@ -9,8 +9,14 @@
 // prepare_for_backward / finalize_backward; no_sync() turns synchronization off for
 // accumulation micro-batches; forward_context(Training) broadcasts rank 0's buffers first
 // (broadcast_buffers). Not thread-safe (one Trainer, one thread).
+//
+// Post-local-SGD (comm_hook=post_local_sgd) is this strategy plus a hook plus an averager: the hook
+// (strategies/ddp/hooks/post_local_sgd_hook.h) reduces gradients within a subgroup of the run's
+// Topology after the warm-up, and the model averager (strategies/averaging/) that comes with it
+// averages the parameters in after_optimizer_steps (synchronize_models).
 #include <memory>
 
+#include "strategies/averaging/model_averager.h"
 #include "strategies/ddp/comm_hook.h"
 #include "strategies/ddp/comm_hook_registry.h"
 #include "strategies/ddp/reducer.h"
@@ -45,6 +51,17 @@ struct DDPOptions {
   bool compresses_to_16_bits() const;
 };
 
+namespace ddp {
+
+// Note [Post-local-SGD and a sharded optimizer]: a sharded optimizer (ZeRO-1, `shard_optimizer`)
+// steps only this rank's shard and then broadcasts the updated parameters from their owners,
+// which makes every rank's model the owners' again after every step: local steps, and their
+// per-subgroup gradients, would be overwritten. The two are refused together.
+// Throws ConfigurationError when `options` combine comm_hook=post_local_sgd with shard_optimizer.
+void check_no_sharded_optimizer_with_local_sgd(const DDPOptions& options, const std::string& canonical_hook);
+
+}  // namespace ddp
+
 class DDPStrategy : public ParallelStrategy {
  public:
   // `comm_hook`: the hook options.comm_hook names, with its options (nullptr: with its defaults).
@@ -56,10 +73,14 @@ class DDPStrategy : public ParallelStrategy {
   void set_comm_hook(std::function<std::unique_ptr<ddp::CommHook>(Communicator&)> make_hook);
 
   void setup_environment(const StrategyEnvironment& environment) override;  // [collective]
-  void teardown() override;
-  // With shard_optimizer: each optimizer wrapped in OSS over this communicator. [collective]
+  // With shard_optimizer, wraps each optimizer in OSS over this communicator; keeps the
+  // optimizers (a post-local-SGD checkpoint holds every rank's optimizer state). [collective]
   std::vector<std::shared_ptr<torch::optim::Optimizer>> setup_optimizers(
       std::vector<std::shared_ptr<torch::optim::Optimizer>> optimizers) override;
+  // The comm hook's group sizes must divide `world_size` (post_local_sgd's subgroup_size and
+  // model_averaging_periods).
+  void check_world_size(int64_t world_size) const override;
+  void teardown() override;
   CheckpointLayout checkpoint_layout() const override { return options_.state_dict_type; }
   ScopeGuard no_sync() override;
   void zero_grad(torch::optim::Optimizer& optimizer) override;
@@ -67,7 +88,12 @@ class DDPStrategy : public ParallelStrategy {
   // The reducer's state (iteration count, rebuilt buckets, the comm hook's state): for Full, every
   // rank's, gathered for global rank 0 to write ("reducer_per_rank"), since a hook's state (e.g.
   // error feedback) differs per rank; for Sharded, this rank's ("reducer"). Restored only at the
-  // same world size; otherwise the reducer and its hook start afresh, with a warning. [collective]
+  // same world size; otherwise the reducer and its hook start afresh, with a warning.
+  // With a model averager (post-local-SGD): its state ("model_averager": the step) and, for Full
+  // once the local phase has begun, every rank's model and optimizer states ("local_models_per_rank":
+  // {"state_dict", "optimizer_states"} per rank), since ranks then hold different ones; the file's
+  // own "state_dict" and "optimizer_states" are rank 0's. Restored at the same world size, so that
+  // a run resumed in the local phase continues every rank's own model bit for bit. [collective]
   StateDict strategy_state_dict(CheckpointLayout layout) override;
   void load_strategy_state_dict(const StateDict& state, CheckpointLayout layout) override;
 
@@ -78,6 +104,8 @@ class DDPStrategy : public ParallelStrategy {
 
   // The reducer; throws InternalError before setup_module.
   ddp::Reducer& reducer() const;
+  // The model averager the comm hook came with (post_local_sgd); nullptr without one.
+  averaging::ModelAverager* model_averager() const { return averager_.get(); }
 
  protected:
   void wrap_module(torch::nn::Module& module) override;  // [collective]
@@ -86,15 +114,23 @@ class DDPStrategy : public ParallelStrategy {
   void check_precision(const Precision& precision) const override;
   void pre_backward(const torch::Tensor& loss) override;   // [collective]
   void post_backward(const torch::Tensor& loss) override;  // [collective]
+  // Runs the model averager, if any, on the reducer's parameters. [collective at averaging steps]
+  void synchronize_models(int64_t global_step) override;
 
  private:
   // The chosen hook over the communicator, inside comm_wrapper's cast when one is set.
   std::unique_ptr<ddp::CommHook> build_hook();
+  // This rank's model and optimizer states, for a checkpoint of the local phase.
+  StateDict local_model_state() const;
+  void load_local_model_state(const StateDict& state);
 
   DDPOptions options_;
+  std::shared_ptr<const ddp::CommHookSpec> comm_hook_spec_;
   torch::nn::Module* module_ = nullptr;
   std::unique_ptr<ddp::Reducer> reducer_;
   std::function<std::unique_ptr<ddp::CommHook>(Communicator&)> make_hook_;
+  std::unique_ptr<averaging::ModelAverager> averager_;
+  std::vector<std::shared_ptr<torch::optim::Optimizer>> optimizers_;
 };
 
 // Registers `ddp`, its comm_hook extension with ddp::comm_hook_registry(), and its alias

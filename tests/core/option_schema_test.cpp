@@ -215,3 +215,21 @@ TEST(OptionSchema, DoublesPrintShortAndReadBackExactly) {
 
 }  // namespace
 }  // namespace volt
+
+namespace volt {
+namespace {
+
+// A value may be a comma-separated list: a piece without '=' continues the previous key's value.
+TEST(NamedSpec, APieceWithoutEqualsContinuesThePreviousValue) {
+  const auto spec = parse_named_spec("ddp:model_averaging_periods=2:4,8:8,start_local_sgd_iter=3", "--strategy");
+  EXPECT_EQ(spec.name, "ddp");
+  EXPECT_EQ(spec.values.at("model_averaging_periods"), "2:4,8:8");
+  EXPECT_EQ(spec.values.at("start_local_sgd_iter"), "3");
+  EXPECT_NE(testing::configuration_error_of([] { parse_named_spec("ddp:static_graph,x=1", "--strategy"); })
+                .find("--strategy: expected key=value in 'ddp:static_graph,x=1', got 'static_graph'"),
+            std::string::npos)
+      << "before any key, a piece without '=' is still an error";
+}
+
+}  // namespace
+}  // namespace volt

@@ -21,6 +21,7 @@
 namespace volt::ddp {
 namespace {
 
+using harness::flat_grads;
 using harness::make_net;
 using harness::names_of;
 using harness::Net;
@@ -35,12 +36,6 @@ torch::Tensor input_of(int64_t rank, int64_t step, int64_t micro = 0) {
 
 torch::Tensor loss_of(Net& net, int64_t rank, int64_t step, int64_t micro = 0) {
   return net.forward(input_of(rank, step, micro), false).pow(2).mean();
-}
-
-torch::Tensor flat_grads(const Net& net) {
-  std::vector<torch::Tensor> parts;
-  for (const auto& p : net.parameters()) parts.push_back(p.grad().flatten());
-  return torch::cat(parts);
 }
 
 // Each rank's own gradient of step 0 (no reducer): what the hooks average.

@@ -40,6 +40,13 @@ inline std::vector<std::string> names_of(const torch::nn::Module& m) {
   return names;
 }
 
+// Every parameter's gradient, flattened and concatenated in parameter order.
+inline torch::Tensor flat_grads(const torch::nn::Module& m) {
+  std::vector<torch::Tensor> parts;
+  for (const auto& p : m.parameters()) parts.push_back(p.grad().flatten());
+  return torch::cat(parts);
+}
+
 inline ReducerOptions tiny_buckets() {
   ReducerOptions o;
   o.bucket_cap_mb = 300.0 / (1 << 20);  // ~300 bytes: several buckets for this small net

@@ -32,10 +32,14 @@ std::string case_name(const ::testing::TestParamInfo<MatrixCase>& info) {
 }
 
 // Every registered strategy (its defaults), plus DDP's options that change how gradients travel.
+// Post-local-SGD joins with its default subgroup, one node's processes: both ranks here, so its
+// local phase is DDP's again and its averages (of equal models) must change nothing, in every
+// precision.
 std::vector<MatrixCase> matrix() {
   std::vector<std::string> strategies = strategy_registry().names();
   for (const char* variant : {"ddp:static_graph=true", "ddp:gradient_as_bucket_view=true",
-                              "ddp:find_unused_parameters=true,gradient_as_bucket_view=true"}) {
+                              "ddp:find_unused_parameters=true,gradient_as_bucket_view=true",
+                              "ddp:comm_hook=post_local_sgd,start_local_sgd_iter=2,model_averaging_period=2"}) {
     strategies.push_back(variant);
   }
   std::vector<MatrixCase> cases;

@@ -8,6 +8,10 @@
 //                       (--strategy test_grad_avg registers a plain gradient-averaging
 //                       ParallelStrategy here, as a user would); prints "TRAINED rank=..
 //                       params=.. log_dir=.." with the final parameters to 17 digits
+//                       --optimizer sgd|momentum|adam picks the optimizer (Adam: state per
+//                       rank); --print-steps prints "STEP rank=.. step=.. params=.." after every
+//                       optimizer step; --skip-every N makes training_step return no loss for
+//                       batches N-1, 2N-1, ...;
 //                       --checkpoint-every-epoch saves last.ckpt at every epoch end; with
 //                       --crash-rank R --crash-epoch E rank R throws at the start of epoch E on
 //                       the first attempt (TORCHELASTIC_RESTART_COUNT unset or 0), so that

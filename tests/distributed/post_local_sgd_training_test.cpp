@@ -1,0 +1,124 @@
+// Post-local-SGD through the Trainer and volt's launcher (the distributed_worker's regression fit,
+// Adam so that every rank has optimizer state of its own): a run interrupted in the local phase
+// (ranks then hold different models and optimizer states) and resumed from its checkpoint ends
+// every rank bitwise where the uninterrupted run ends, on 2 and 4 ranks; and the logged bytes show
+// the world carrying 1/period of DDP's per step after the switch, the subgroup the gradients.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "tests/distributed/worker_runs.h"
+#include "tests/support/test_support.h"
+
+namespace volt::local_sgd_training_tests {
+namespace {
+
+using testing::run_command;
+using testing::trained_lines;
+
+std::string worker_command(const std::string& root, const std::string& extra) {
+  return testing::built_binary("tests/distributed_worker") + " --mode train --seed 3 --timeout 60 --optimizer adam" +
+         " --enable-progress-bar false --enable-model-summary false --enable-checkpointing false" +
+         " --num-sanity-val-steps 0 --log-every-n-steps 1 --default-root-dir " + root + " " + extra;
+}
+
+std::string find_file(const std::string& root, const std::string& name) {
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(root)) {
+    if (entry.path().filename() == name) return entry.path().string();
+  }
+  return "";
+}
+
+struct ResumeCase {
+  int64_t ranks;
+  std::string hook;  // the post_local_sgd keys
+};
+
+class PostLocalSGDResume : public ::testing::TestWithParam<ResumeCase> {};
+
+TEST_P(PostLocalSGDResume, ARunInterruptedInTheLocalPhaseEndsBitwiseLikeTheUninterruptedOne) {
+  const auto& [ranks, hook] = GetParam();
+  // 64 samples, batch 2 per rank: 32 / ranks steps per epoch; the checkpoint after epoch 1 falls
+  // on a local step that does not average, so ranks differ there (checked below).
+  const std::string flags = "--strategy \"ddp:comm_hook=post_local_sgd,start_local_sgd_iter=3," + hook +
+                            "\" --devices " + std::to_string(ranks) + " --batch-size 2";
+  testing::TemporaryDirectory whole, part;
+  auto uninterrupted = run_command(worker_command(whole.path(), flags + " --max-epochs 3"), 240);
+  ASSERT_EQ(uninterrupted.exit_code, 0) << uninterrupted.output;
+  auto first = run_command(worker_command(part.path(), flags + " --max-epochs 1 --checkpoint-every-epoch"), 240);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const auto at_checkpoint = trained_lines(first.output);
+  ASSERT_EQ(at_checkpoint.size(), static_cast<size_t>(ranks)) << first.output;
+  EXPECT_NE(at_checkpoint.front().params, at_checkpoint.back().params)
+      << "the checkpoint must fall where the ranks' models differ, or this test proves nothing";
+  const std::string checkpoint = find_file(part.path(), "last.ckpt");
+  ASSERT_FALSE(checkpoint.empty()) << first.output;
+  auto resumed = run_command(worker_command(part.path(), flags + " --max-epochs 3 --ckpt-path " + checkpoint), 240);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+
+  const auto expected = trained_lines(uninterrupted.output);
+  const auto got = trained_lines(resumed.output);
+  ASSERT_EQ(expected.size(), static_cast<size_t>(ranks)) << uninterrupted.output;
+  ASSERT_EQ(got.size(), static_cast<size_t>(ranks)) << resumed.output;
+  for (int64_t r = 0; r < ranks; ++r) {
+    EXPECT_EQ(got[static_cast<size_t>(r)].params, expected[static_cast<size_t>(r)].params)
+        << "rank " << r << " of " << ranks << " after the resume";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, PostLocalSGDResume,
+                         ::testing::Values(ResumeCase{2, "subgroup_size=1,model_averaging_period=5"},
+                                           ResumeCase{4, "subgroup_size=2,model_averaging_period=6"},
+                                           ResumeCase{4, "subgroup_size=1,model_averaging_periods=2:2,4:4"}),
+                         [](const ::testing::TestParamInfo<ResumeCase>& info) {
+                           return std::to_string(info.param.ranks) + "_ranks_" +
+                                  (info.param.hook.find("periods") != std::string::npos ? "hierarchical" : "periodic");
+                         });
+
+// metrics.csv rows that carry comm/step_bytes, by their "step" column.
+std::map<int64_t, std::map<std::string, std::string>> byte_rows(const std::string& log_dir) {
+  std::map<int64_t, std::map<std::string, std::string>> rows;
+  for (const auto& row : testing::read_csv(log_dir + "/metrics.csv")) {
+    if (row.count("comm/step_bytes")) rows[std::stoll(row.at("step"))] = row;
+  }
+  return rows;
+}
+
+TEST(PostLocalSGDBytes, AfterTheSwitchTheWorldCarriesOnePeriodOfDDPsBytes) {
+  testing::TemporaryDirectory ddp_dir, local_dir;
+  const std::string common = " --devices 4 --batch-size 2 --max-epochs 2";
+  auto ddp = run_command(worker_command(ddp_dir.path(), "--strategy ddp" + common), 240);
+  ASSERT_EQ(ddp.exit_code, 0) << ddp.output;
+  auto local = run_command(
+      worker_command(local_dir.path(), "--strategy \"ddp:comm_hook=post_local_sgd,start_local_sgd_iter=3,"
+                                       "model_averaging_period=4,subgroup_size=2\"" + common),
+      240);
+  ASSERT_EQ(local.exit_code, 0) << local.output;
+  const auto ddp_rows = byte_rows(trained_lines(ddp.output).at(0).log_dir);
+  const auto local_rows = byte_rows(trained_lines(local.output).at(0).log_dir);
+  ASSERT_EQ(ddp_rows.size(), 16u);  // 2 epochs × 64 / (4 × 2) steps
+  ASSERT_EQ(local_rows.size(), 16u);
+  constexpr double kGradientBytes = 9 * 4;  // the regression's 8 weights and bias, float32
+  int64_t compared = 0;
+  double ddp_sum = 0, local_sum = 0;
+  for (const auto& [step, row] : ddp_rows) {
+    // The averager's step index is the logged global step - 1 (logged after the step).
+    const int64_t index = step - 1;
+    if (index < 3 || index >= 15) continue;  // the local phase's first three periods
+    const double ddp_bytes = std::stod(row.at("comm/step_bytes"));
+    const double local_bytes = std::stod(local_rows.at(step).at("comm/step_bytes"));
+    const bool averages = (index - 3) % 4 == 0;
+    // Whatever else the step sends (synced metrics, decisions) is the same in both runs.
+    EXPECT_EQ(local_bytes, ddp_bytes - kGradientBytes + (averages ? kGradientBytes : 0)) << "step " << step;
+    EXPECT_EQ(std::stod(local_rows.at(step).at("comm/node/step_bytes")), kGradientBytes)
+        << "step " << step << ": the gradients within the subgroup";
+    ddp_sum += ddp_bytes - (ddp_bytes - kGradientBytes);
+    local_sum += local_bytes - (ddp_bytes - kGradientBytes);
+    ++compared;
+  }
+  ASSERT_EQ(compared, 12);  // steps 4..15 of the log: local-phase indices 3..14, three periods
+  EXPECT_EQ(local_sum * 4, ddp_sum) << "gradient/parameter bytes over the world: 1/period of DDP's";
+}
+
+}  // namespace
+}  // namespace volt::local_sgd_training_tests
