@@ -11,7 +11,6 @@
 //   build/bench/ddp_vs_torch [--rounds 3] [--steps 20] [--warmup 5] [--quick] [--glibc-defaults]
 // volt's ranks are this program re-executed with --worker; PyTorch's are
 // bench/ddp_vs_torch_worker.py run by /usr/bin/python3.
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
@@ -25,6 +24,8 @@
 #include <unordered_set>
 
 #include "bench/bench_support.h"
+#include "bench/mlp.h"
+#include "bench/rank_pair.h"
 #include "strategies/ddp/reducer.h"
 #include "core/error.h"
 #include "trainer/run_main.h"
@@ -34,7 +35,6 @@ namespace po = boost::program_options;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 
 using volt::bench::median;
 
@@ -50,16 +50,8 @@ struct Config {
   bool bucket_view = false;
 };
 
-std::vector<int64_t> parse_widths(const std::string& text) {
-  std::vector<int64_t> widths;
-  std::stringstream in(text);
-  std::string part;
-  while (std::getline(in, part, ',')) widths.push_back(std::stoll(part));
-  return widths;
-}
-
 int64_t parameter_count(const std::string& widths) {
-  const auto w = parse_widths(widths);
+  const auto w = volt::bench::parse_widths(widths);
   int64_t n = 0;
   for (size_t i = 0; i + 1 < w.size(); ++i) n += w[i] * w[i + 1] + w[i + 1];
   return n;
@@ -90,14 +82,9 @@ int run_worker(int64_t rank, int64_t port, const Config& config, int steps, int 
   if (g_inline_max_mb >= 0) options.inline_all_reduce_max_bytes = static_cast<int64_t>(g_inline_max_mb * (1 << 20));
   auto comm = volt::Communicator::connect(options);
   torch::manual_seed(0);
-  const auto widths = parse_widths(config.widths);
-  torch::nn::Sequential model;
-  for (size_t i = 0; i + 1 < widths.size(); ++i) {
-    model->push_back(torch::nn::Linear(widths[i], widths[i + 1]));
-    if (i + 2 < widths.size()) model->push_back(torch::nn::ReLU());
-  }
-  std::vector<std::string> names;
-  for (const auto& item : model->named_parameters()) names.push_back(item.key());
+  const auto widths = volt::bench::parse_widths(config.widths);
+  auto model = volt::bench::make_mlp<torch::nn::ReLU>(widths);
+  const auto names = volt::bench::parameter_names(*model);
   volt::ddp::ReducerOptions reducer_options;
   reducer_options.bucket_cap_mb = config.bucket_mb;
   reducer_options.gradient_as_bucket_view = config.bucket_view;
@@ -107,10 +94,7 @@ int run_worker(int64_t rank, int64_t port, const Config& config, int steps, int 
   torch::manual_seed(1 + rank);
   const auto x = torch::randn({config.batch, widths.front()});
   const auto y = torch::randn({config.batch, widths.back()});
-  std::vector<double> times;
-  for (int step = 0; step < warmup + steps; ++step) {
-    comm->barrier();
-    const auto start = Clock::now();
+  const auto times = volt::bench::timed_steps(warmup, steps, [&] { comm->barrier(); }, [&] {
     auto loss = torch::mse_loss(model->forward(x), y);
     reducer.prepare_for_backward(loss);
     loss.backward();
@@ -124,8 +108,7 @@ int run_worker(int64_t rank, int64_t port, const Config& config, int steps, int 
         p.mutable_grad().reset();
       }
     }
-    if (step >= warmup) times.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
-  }
+  });
   if (rank == 0) {
     // Gradients as they stand during backward (before zero_grad freed them).
     auto loss = torch::mse_loss(model->forward(x), y);
@@ -144,53 +127,26 @@ int run_worker(int64_t rank, int64_t port, const Config& config, int steps, int 
   return 0;
 }
 
-// What volt's Trainer sets with mallopt at fit start (core/malloc_tuning.cpp), as glibc
-// tunables, so that both sides' workers run with the same allocator (see --glibc-defaults).
-constexpr const char* kSameAllocatorForBoth =
-    "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824";
+// Both sides' workers run with the Trainer's allocator settings (see --glibc-defaults).
+constexpr const char* kSameAllocatorForBoth = volt::bench::kTrainerMallocTunables;
 
 bool g_glibc_defaults = false;
 
 // Runs `argv` twice (ranks 0 and 1, the rank substituted for "{rank}"), returns rank 0's output.
 std::string run_pair(const std::vector<std::string>& argv_template) {
-  int pipe_fds[2];
-  volt::check<volt::Error>(pipe(pipe_fds) == 0, "ddp_vs_torch: pipe failed");
-  std::vector<pid_t> children;
+  std::array<std::vector<std::string>, 2> argv{argv_template, argv_template};
+  std::array<std::map<std::string, std::string>, 2> env;
   for (int rank = 0; rank < 2; ++rank) {
-    const pid_t pid = fork();
-    volt::check<volt::Error>(pid >= 0, "ddp_vs_torch: fork failed");
-    if (pid == 0) {
-      if (rank == 0) dup2(pipe_fds[1], STDOUT_FILENO);
-      close(pipe_fds[0]);
-      close(pipe_fds[1]);
-      std::vector<std::string> args = argv_template;
-      for (auto& a : args) {
-        if (a == "{rank}") a = std::to_string(rank);
-      }
-      std::vector<char*> raw;
-      for (auto& a : args) raw.push_back(a.data());
-      raw.push_back(nullptr);
-      setenv("OMP_NUM_THREADS", "1", 1);
-      setenv("OPENBLAS_NUM_THREADS", "1", 1);
-      if (!g_glibc_defaults) setenv("GLIBC_TUNABLES", kSameAllocatorForBoth, 1);
-      execv(raw[0], raw.data());
-      _exit(127);
+    for (auto& a : argv[rank]) {
+      if (a == "{rank}") a = std::to_string(rank);
     }
-    children.push_back(pid);
+    env[rank] = {{"OMP_NUM_THREADS", "1"}, {"OPENBLAS_NUM_THREADS", "1"}};
+    if (!g_glibc_defaults) env[rank]["GLIBC_TUNABLES"] = kSameAllocatorForBoth;
   }
-  close(pipe_fds[1]);
-  std::string output;
-  char buffer[4096];
-  ssize_t n;
-  while ((n = read(pipe_fds[0], buffer, sizeof buffer)) > 0) output.append(buffer, static_cast<size_t>(n));
-  close(pipe_fds[0]);
-  for (const pid_t pid : children) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    volt::check<volt::Error>(WIFEXITED(status) && WEXITSTATUS(status) == 0, "ddp_vs_torch: a worker (",
-                             argv_template[0], ") failed with status ", status, "; output: ", output);
-  }
-  return output;
+  const auto result = volt::bench::run_rank_pair(argv, env, std::chrono::minutes(30));
+  volt::check<volt::Error>(result.ok(), "ddp_vs_torch: a worker (", argv_template[0], ") failed (",
+                           result.describe(), "); output: ", result.output);
+  return result.output;
 }
 
 double number_after(const std::string& output, const std::string& key) {
