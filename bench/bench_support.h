@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <chrono>
 #include <iostream>
 #include <regex>
 #include <string>
@@ -18,12 +19,32 @@
 
 namespace volt::bench {
 
+// What volt's Trainer sets with mallopt at fit start (core/malloc_tuning.cpp), as glibc
+// tunables, so that volt's and PyTorch's benchmark workers run with the same allocator.
+inline constexpr const char* kTrainerMallocTunables =
+    "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824";
+
 // The median of `values` (the mean of the middle two for an even count); robust to the outliers
 // a shared machine produces. Expects at least one value.
 inline double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   const size_t mid = values.size() / 2;
   return values.size() % 2 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
+}
+
+// Runs `step` warmup + steps times, `before_each` (a barrier, so that both ranks start together)
+// ahead of every one, and returns the milliseconds each timed `step` took (not `before_each`).
+template <typename BeforeEach, typename Step>
+std::vector<double> timed_steps(int warmup, int steps, BeforeEach before_each, Step step) {
+  std::vector<double> milliseconds;
+  for (int i = 0; i < warmup + steps; ++i) {
+    before_each();
+    const auto start = std::chrono::steady_clock::now();
+    step();
+    const auto end = std::chrono::steady_clock::now();
+    if (i >= warmup) milliseconds.push_back(std::chrono::duration<double, std::milli>(end - start).count());
+  }
+  return milliseconds;
 }
 
 // Stores argv into the variables `flags` binds. Returns false after printing the flags when

@@ -33,7 +33,6 @@ namespace po = boost::program_options;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 
 using volt::bench::median;
 
@@ -87,10 +86,7 @@ int run_worker(int64_t rank, int64_t port, const Config& config, int steps, int 
   torch::manual_seed(1 + rank);
   const auto x = torch::randn({config.batch, widths.front()});
   const auto y = torch::randn({config.batch, widths.back()});
-  std::vector<double> times;
-  for (int step = 0; step < warmup + steps; ++step) {
-    comm->barrier();
-    const auto start = Clock::now();
+  const auto times = volt::bench::timed_steps(warmup, steps, [&] { comm->barrier(); }, [&] {
     auto loss = torch::mse_loss(model->forward(x), y);
     reducer.prepare_for_backward(loss);
     loss.backward();
@@ -104,8 +100,7 @@ int run_worker(int64_t rank, int64_t port, const Config& config, int steps, int 
         p.mutable_grad().reset();
       }
     }
-    if (step >= warmup) times.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
-  }
+  });
   if (rank == 0) {
     // Gradients as they stand during backward (before zero_grad freed them).
     auto loss = torch::mse_loss(model->forward(x), y);
@@ -124,10 +119,8 @@ int run_worker(int64_t rank, int64_t port, const Config& config, int steps, int 
   return 0;
 }
 
-// What volt's Trainer sets with mallopt at fit start (core/malloc_tuning.cpp), as glibc
-// tunables, so that both sides' workers run with the same allocator (see --glibc-defaults).
-constexpr const char* kSameAllocatorForBoth =
-    "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824";
+// Both sides' workers run with the Trainer's allocator settings (see --glibc-defaults).
+constexpr const char* kSameAllocatorForBoth = volt::bench::kTrainerMallocTunables;
 
 bool g_glibc_defaults = false;
 

@@ -53,11 +53,6 @@ using volt::bench::median;
 const std::vector<int64_t> kWidths{912, 912, 912, 912, 912, 912, 912, 912, 912, 912, 912, 912, 912, 10};
 constexpr int64_t kBatch = 32;                                  // per rank
 
-// What volt's Trainer sets with mallopt at fit start (core/malloc_tuning.cpp), given to the
-// PyTorch workers as glibc tunables so that both sides run with the same allocator.
-constexpr const char* kTrainerMallocTunables =
-    "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824";
-
 int64_t parameter_count() {
   int64_t n = 0;
   for (size_t i = 0; i + 1 < kWidths.size(); ++i) n += kWidths[i] * kWidths[i + 1] + kWidths[i + 1];
@@ -263,7 +258,7 @@ int main(int argc, char** argv) {
         for (const auto& strategy : strategies) {
           const std::string command =
               strategy == "torch ZeRO"
-                  ? std::string("GLIBC_TUNABLES=") + kTrainerMallocTunables + " /usr/bin/python3 " + script + " " + std::to_string(ranks) + " " +
+                  ? std::string("GLIBC_TUNABLES=") + volt::bench::kTrainerMallocTunables + " /usr/bin/python3 " + script + " " + std::to_string(ranks) + " " +
                         std::to_string(volt::find_free_port()) + " " + std::to_string(steps) + " " +
                         std::to_string(warmup)
                   : program + " --worker " + strategy + " --worker-ranks " + std::to_string(ranks) + common;
