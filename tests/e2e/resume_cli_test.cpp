@@ -101,5 +101,29 @@ TEST(ResumeCli, AScheduledAccumulationResumesFromAMidEpochCheckpoint) {
   expect_same_weights(load(resumed_step6), load(step6));
 }
 
+// Issue 14: PowerSGD's state (iteration, error feedback, warm-start Q per bucket) travels in the
+// checkpoint, so a 2-rank fit stopped after compression started and resumed ends bitwise equal to
+// the uninterrupted fit (PyTorch and Lightning rerun the warm-up instead).
+TEST(ResumeCli, APowerSGDFitResumesBitwiseAfterCompressionStarted) {
+  TemporaryDirectory first, uninterrupted;
+  const std::string flags = " --strategy ddp:comm_hook=powersgd,start_powersgd_iter=3 --devices 2";
+  auto result = run_short_fit(flags + " --max-steps 6 --default-root-dir " + first.path());
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const fs::path stopped = first.file("volt_logs/version_0/checkpoints/epoch=0-step=6.ckpt");
+  ASSERT_TRUE(fs::exists(stopped)) << result.output;
+
+  result = run_short_fit(flags + " --max-steps 12 --ckpt-path " + stopped.string() + " --default-root-dir " +
+                         first.path());
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const fs::path resumed = first.file("volt_logs/version_1/checkpoints/epoch=0-step=12.ckpt");
+  ASSERT_TRUE(fs::exists(resumed)) << result.output;
+
+  result = run_short_fit(flags + " --max-steps 12 --default-root-dir " + uninterrupted.path());
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const fs::path reference = uninterrupted.file("volt_logs/version_0/checkpoints/epoch=0-step=12.ckpt");
+  ASSERT_TRUE(fs::exists(reference)) << result.output;
+  expect_same_weights(load(resumed), load(reference));
+}
+
 }  // namespace
 }  // namespace volt::testing
