@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <set>
 
+#include "checkpoint/checkpoint_io.h"
 #include "tests/support/test_doubles.h"
 #include "tests/support/test_support.h"
 
@@ -192,18 +193,39 @@ TEST(ModelCheckpoint, AResumedFitKeepsRankingAgainstTheFirstRunsFiles) {
   const ModelCheckpointOptions mc{.dirpath = dir.file("ckpt"), .monitor = "score", .save_top_k = 2, .save_last = true};
   // First run: epochs 0-2 (scores 5, 2, 4): keeps epochs 1 and 2.
   auto early = std::make_shared<EarlyStopping>(EarlyStoppingOptions{.monitor = "score", .patience = 10});
-  auto timer = std::make_shared<Timer>("00:01:00:00");
+  auto timer = std::make_shared<Timer>("99:00:00:00");  // far above the saved time set below
   auto first = fit_with(dir.path(), mc, scores, 3, {}, "", {early, timer});
   EXPECT_EQ(files_in(dir.file("ckpt")),
             (std::set<std::string>{"epoch=1-step=8.ckpt", "epoch=2-step=12.ckpt", "last.ckpt"}));
   EXPECT_EQ(early->wait_count(), 1);
-  const double first_train_time = timer->time_elapsed("train");
+  // The Timer's saved training time is set far above anything a run here takes, so that only a
+  // restore can bring the resumed Timer past it (issue 21.7: comparing with the first run's own
+  // time passed without any restore, since the second run trains as long as the first).
+  constexpr double kSavedTrainSeconds = 100000.0;
+  {
+    CheckpointIO io;
+    auto checkpoint = io.load(dir.file("ckpt/last.ckpt"));
+    auto callbacks = checkpoint.child("callbacks");
+    bool found = false;
+    for (const auto& key : callbacks.keys()) {
+      if (key.find("Timer") == std::string::npos) continue;
+      auto state = callbacks.child(key);
+      auto elapsed = state.child("time_elapsed");
+      elapsed.set("train", kSavedTrainSeconds);
+      state.set("time_elapsed", elapsed);
+      callbacks.set(key, state);
+      found = true;
+    }
+    ASSERT_TRUE(found) << "no Timer state in the checkpoint";
+    checkpoint.set("callbacks", callbacks);
+    io.save(checkpoint, dir.file("ckpt/last.ckpt"));
+  }
 
   // Resumed to 6 epochs (scores 3, 1, 6): epoch 3 (3) pushes out epoch 2 (4), epoch 4 (1) pushes out
   // epoch 3; epoch 5 (6) does not enter. Without the restored ranking, the first run's files would
   // be forgotten and epochs 3 and 4 would be the "top 2" beside stale files.
   auto early_resumed = std::make_shared<EarlyStopping>(EarlyStoppingOptions{.monitor = "score", .patience = 10});
-  auto timer_resumed = std::make_shared<Timer>("00:01:00:00");
+  auto timer_resumed = std::make_shared<Timer>("99:00:00:00");  // far above the saved time set below
   auto second = fit_with(dir.path(), mc, scores, 6, {}, dir.file("ckpt/last.ckpt"), {early_resumed, timer_resumed});
   EXPECT_EQ(second.trainer->current_epoch(), 6);
   EXPECT_EQ(files_in(dir.file("ckpt")), (std::set<std::string>{"epoch=1-step=8.ckpt", "epoch=4-step=20.ckpt", "last.ckpt"}));
@@ -213,8 +235,9 @@ TEST(ModelCheckpoint, AResumedFitKeepsRankingAgainstTheFirstRunsFiles) {
   // epoch 4 (1): best, wait 0; epoch 5 (6): wait 1.
   EXPECT_EQ(early_resumed->wait_count(), 1);
   EXPECT_DOUBLE_EQ(early_resumed->best_score(), 1);
-  // The Timer's budget continued from the first run's training time.
-  EXPECT_GE(timer_resumed->time_elapsed("train"), first_train_time);
+  // The Timer's budget continued from the saved training time.
+  EXPECT_GE(timer_resumed->time_elapsed("train"), kSavedTrainSeconds);
+  EXPECT_LT(timer->time_elapsed("train"), kSavedTrainSeconds);
 }
 
 }  // namespace

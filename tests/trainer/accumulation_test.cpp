@@ -47,14 +47,24 @@ TEST(Accumulation, ThePartialLastWindowDividesByItsOwnSize) {
   EXPECT_FALSE(torch::allclose(accumulated, wrongly_scaled, 0, 1e-6));
 }
 
-// Counts how the loop uses the strategy's no-sync scope.
+// Records, for every backward, whether it ran inside the strategy's no-sync scope (issue 21.7:
+// counting scopes alone would pass with a loop that opened and closed them around nothing).
 class RecordingStrategy : public SingleDeviceStrategy {
  public:
   ScopeGuard no_sync() override {
     ++no_sync_scopes;
-    return {};
+    in_no_sync = true;
+    return ScopeGuard([this] { in_no_sync = false; });
   }
   int no_sync_scopes = 0;
+  bool in_no_sync = false;
+  int backwards_without_sync = 0, backwards_with_sync = 0;
+
+ protected:
+  void pre_backward(const torch::Tensor& loss) override {
+    ++(in_no_sync ? backwards_without_sync : backwards_with_sync);
+    SingleDeviceStrategy::pre_backward(loss);
+  }
 };
 
 TEST(Accumulation, OnlyTheMicroBatchThatClosesAWindowSynchronizes) {
@@ -67,6 +77,9 @@ TEST(Accumulation, OnlyTheMicroBatchThatClosesAWindowSynchronizes) {
   Trainer trainer(options, strategy);
   trainer.fit(model, std::make_shared<RegressionData>(80, 8));  // 10 micro-batches: windows 4, 4, 2
   EXPECT_EQ(strategy->no_sync_scopes, 3 + 3 + 1);
+  EXPECT_EQ(strategy->backwards_without_sync, 3 + 3 + 1) << "the backwards that open a window run inside no_sync";
+  EXPECT_EQ(strategy->backwards_with_sync, 3) << "the backward that closes a window synchronizes";
+  EXPECT_FALSE(strategy->in_no_sync) << "the scope ends with its micro-batch";
   EXPECT_EQ(trainer.global_step(), 3);
   EXPECT_EQ(model->optimizer_steps, 3);
 }

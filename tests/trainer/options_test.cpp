@@ -42,18 +42,23 @@ TEST(Options, DefaultsAreLightnings) {
   EXPECT_TRUE(o.malloc_tuning);
 }
 
+// Every flag, each set to a value other than its default, reaches its field (issue 21.7: a test
+// that passed defaults could not notice a flag that sets nothing).
 TEST(Options, FlagsSetEveryField) {
+  const TrainerOptions defaults;
   const auto o = parse({"--max-epochs", "3", "--min-epochs", "1", "--max-steps", "100", "--max-time",
                         "00:01:30:00", "--accumulate-grad-batches", "4", "--gradient-clip-val", "0.5",
                         "--gradient-clip-algorithm", "value", "--val-check-interval", "0.25",
                         "--check-val-every-n-epoch", "2", "--limit-train-batches", "10",
                         "--limit-val-batches", "0.5", "--limit-test-batches", "3", "--limit-predict-batches",
-                        "1.0", "--num-sanity-val-steps", "-1", "--log-every-n-steps", "5", "--fast-dev-run",
-                        "0", "--overfit-batches", "0", "--deterministic", "--seed", "42",
-                        "--default-root-dir", "/tmp/x", "--enable-checkpointing=false",
-                        "--enable-progress-bar=false", "--enable-model-summary=false", "--accelerator",
-                        "cpu", "--devices", "1", "--num-nodes", "1", "--strategy", "single_device",
-                        "--malloc-tuning=false"});
+                        "7", "--num-sanity-val-steps", "-1", "--log-every-n-steps", "5", "--deterministic",
+                        "--seed", "42", "--default-root-dir", "/tmp/x", "--enable-checkpointing=false",
+                        "--enable-progress-bar=false", "--enable-model-summary=false", "--accelerator", "cpu",
+                        "--devices", "3", "--num-nodes", "2", "--node-rank", "1", "--master-addr", "10.0.0.7",
+                        "--master-port", "29123", "--timeout", "12.5", "--cluster-environment", "volt",
+                        "--strategy", "ddp", "--precision", "bf16-mixed", "--malloc-tuning=false", "--ckpt-path",
+                        "last", "--logger", "csv", "tensorboard", "--callback", "early_stopping:monitor=val_loss",
+                        "--callback", "learning_rate_monitor"});
   EXPECT_EQ(o.resolved_max_epochs(), 3);
   EXPECT_EQ(o.min_epochs, 1);
   EXPECT_EQ(o.max_steps, 100);
@@ -68,6 +73,7 @@ TEST(Options, FlagsSetEveryField) {
   EXPECT_EQ(o.limit_train_batches.resolve(1000), 10);
   EXPECT_EQ(o.limit_val_batches.resolve(10), 5);
   EXPECT_EQ(o.limit_test_batches.resolve(10), 3);
+  EXPECT_EQ(o.limit_predict_batches.resolve(10), 7);
   EXPECT_EQ(o.num_sanity_val_steps, -1);
   EXPECT_EQ(o.log_every_n_steps, 5);
   EXPECT_TRUE(o.deterministic);
@@ -77,8 +83,35 @@ TEST(Options, FlagsSetEveryField) {
   EXPECT_FALSE(o.enable_progress_bar);
   EXPECT_FALSE(o.enable_model_summary);
   EXPECT_EQ(o.accelerator, "cpu");
-  EXPECT_EQ(o.strategy, "single_device");
+  EXPECT_EQ(o.devices, 3);
+  EXPECT_EQ(o.num_nodes, 2);
+  EXPECT_EQ(o.node_rank, 1);
+  EXPECT_EQ(o.master_addr, "10.0.0.7");
+  EXPECT_EQ(o.master_port, 29123);
+  EXPECT_EQ(o.timeout.count(), 12500);
+  EXPECT_EQ(o.cluster_environment, "volt");
+  EXPECT_EQ(o.strategy, "ddp");
+  EXPECT_EQ(o.precision, "bf16-mixed");
   EXPECT_FALSE(o.malloc_tuning);
+  EXPECT_EQ(o.ckpt_path, "last");
+  EXPECT_EQ(o.loggers, (std::vector<std::string>{"csv", "tensorboard"}));
+  EXPECT_EQ(o.callbacks, (std::vector<std::string>{"early_stopping:monitor=val_loss", "learning_rate_monitor"}));
+  // The two that exclude other limits, each on its own.
+  EXPECT_EQ(parse({"--fast-dev-run", "2"}).fast_dev_run, 2);
+  EXPECT_EQ(parse({"--fast-dev-run"}).fast_dev_run, 1);
+  EXPECT_EQ(parse({"--overfit-batches", "3"}).overfit_batches.resolve(100), 3);
+  EXPECT_EQ(parse({"--logger", "none"}).loggers, std::vector<std::string>{});
+  // Each value above differs from the default, or the check could not fail.
+  EXPECT_NE(defaults.devices, o.devices);
+  EXPECT_NE(defaults.node_rank, o.node_rank);
+  EXPECT_NE(defaults.master_port, o.master_port);
+  EXPECT_NE(defaults.timeout, o.timeout);
+  EXPECT_NE(defaults.cluster_environment, o.cluster_environment);
+  EXPECT_NE(defaults.precision, o.precision);
+  EXPECT_NE(defaults.loggers, o.loggers);
+  EXPECT_NE(defaults.limit_predict_batches.resolve(10), 7);
+  EXPECT_NE(defaults.fast_dev_run, 2);
+  EXPECT_EQ(defaults.overfit_batches.resolve(100), 0);
 }
 
 TEST(Options, AnUnknownFlagNamesTheClosestOne) {
