@@ -2,6 +2,8 @@
 
 #include <map>
 
+#include "strategies/averaging/parameter_mean.h"
+
 #include "distributed/state_gather.h"
 #include "strategies/model_agreement.h"
 #include "distributed/process_group_setup.h"
@@ -157,26 +159,14 @@ void ParallelStrategy::synchronize_accumulated_gradients(torch::nn::Module& modu
   auto has_grad = torch::zeros({static_cast<int64_t>(params.size())}, torch::kInt);
   for (size_t i = 0; i < params.size(); ++i) has_grad[static_cast<int64_t>(i)] = params[i].grad().defined() ? 1 : 0;
   comm.all_reduce(has_grad, ReduceOp::Max);
-  // Grouped by dtype and device, in parameter order: the same groups on every rank.
-  std::map<std::pair<c10::ScalarType, std::string>, std::vector<torch::Tensor>> groups;
+  std::vector<torch::Tensor> grads;
   for (size_t i = 0; i < params.size(); ++i) {
     if (has_grad[static_cast<int64_t>(i)].item<int>() == 0) continue;
     auto& p = params[i];
     if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-    groups[{p.scalar_type(), p.device().str()}].push_back(p.grad());
+    grads.push_back(p.grad());
   }
-  for (auto& [key, grads] : groups) {
-    std::vector<torch::Tensor> flat_parts;
-    for (const auto& g : grads) flat_parts.push_back(g.reshape({-1}));
-    auto flat = torch::cat(flat_parts);
-    comm.all_reduce(flat, ReduceOp::Sum);
-    flat.div_(static_cast<double>(comm.size()));
-    int64_t offset = 0;
-    for (auto& g : grads) {
-      g.copy_(flat.narrow(0, offset, g.numel()).view(g.sizes()));  // in place: bucket views stay views
-      offset += g.numel();
-    }
-  }
+  averaging::replace_by_mean(grads, comm);  // in place: bucket views stay views
 }
 
 std::map<std::string, double> ParallelStrategy::metrics() const {

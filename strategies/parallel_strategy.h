@@ -54,9 +54,9 @@ class ParallelStrategy : public Strategy {
   // "comm/<group>/calls", "comm/<group>/bytes", "comm/<group>/step_bytes", e.g. "comm/node/bytes"
   // for the bytes within this node (or simulated node).
   std::map<std::string, double> metrics() const override;
-  // Averages every trainable parameter's gradient across ranks (one all_reduce per dtype, plus
-  // one that tells which parameters have a gradient on some rank: those get one everywhere, the
-  // others stay without). [collective]
+  // Averages every trainable parameter's gradient across ranks (averaging::replace_by_mean, after
+  // one all_reduce that tells which parameters have a gradient on some rank: those get one
+  // everywhere, the others stay without). [collective]
   void synchronize_accumulated_gradients(torch::nn::Module& module) override;
 
   // The root communicator; throws InternalError before setup_environment().
