@@ -1,19 +1,25 @@
-// Post-local-SGD against DDP: step time and bytes per step for 2 "nodes" × 2 processes, over the
-// loopback and over a rate-limited link between two network namespaces (a veth pair with a tc
-// token bucket on both ends; needs root), for DDP, post-local-SGD with periods {2, 4, 8} (gradients
-// within each node after the switch, the models averaged over the world every period steps) and
-// no communication at all (the compute alone).
+// Post-local-SGD and SlowMo against DDP: step time and bytes per step for 2 "nodes" x 2 processes,
+// over the loopback and over a rate-limited link between two network namespaces (a veth pair with a
+// tc token bucket on both ends; needs root), for DDP, post-local-SGD with periods {2, 4, 8}
+// (gradients within each node after the switch, the models averaged over the world every period
+// steps), SlowMo (DDP within each node, the models averaged across nodes every localsgd_frequency
+// steps, slow momentum every slowmo_frequency steps; sharded and whole buffers) and no
+// communication at all (the compute alone).
 //
 // Each configuration runs 4 ranks as processes (this program re-executed with --worker): the
-// volt Reducer with the post_local_sgd hook and its averager, as DDPStrategy composes them, on an
-// MLP with SGD, one compute thread per rank. After `--switch` steps of plain DDP (start_local_sgd_iter),
-// `--steps` steps (a multiple of 8: whole periods) are timed: a barrier, then forward, backward,
-// reduction, optimizer step and averaging. Rank 0 reports the mean step time (the mean, not the
-// median: every period-th step carries the average) and the payload bytes per step over the world
-// and within its node (the Communicator's counters).
+// volt Reducer with the post_local_sgd hook and its averager, as DDPStrategy composes them, or the
+// Reducer on the node group with the SlowMomentumAverager, as SlowMoStrategy does, on an MLP with
+// SGD, one compute thread per rank. After `--switch` untimed steps (post-local-SGD's
+// start_local_sgd_iter), `--steps` steps (a multiple of 24: whole periods of 2, 4, 8 and of SlowMo's
+// 3 and 12) are timed: a barrier, then forward, backward, reduction, optimizer step and averaging.
+// Rank 0 reports the mean step time (the mean, not the median: every period-th step carries the
+// average), the payload bytes per step over the world, the node leaders and its node (the
+// Communicator's counters), and, on the shaped link, the bytes that crossed it (its interface's
+// tx + rx counters in rank 0's namespace: every byte between the two "nodes", headers included).
 //
-//   build/bench/local_sgd_bench [--steps 16] [--switch 4] [--widths 256,512,256,10] [--batch 32]
-//                               [--rate-mbit 100] [--no-veth]
+//   build/bench/local_sgd_bench [--steps 24] [--switch 4] [--widths 256,512,256,10] [--batch 32]
+//                               [--rate-mbit 100] [--no-veth] [--configs ddp,none,post_local_sgd,slowmo]
+//                               [--localsgd-frequency 3] [--slowmo-frequency 12]
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
@@ -31,6 +37,8 @@
 #include "distributed/topology.h"
 #include "strategies/ddp/comm_hook_registry.h"
 #include "strategies/ddp/reducer.h"
+#include "strategies/slowmo/slowmo_strategy.h"
+#include "strategies/strategy_registry.h"
 #include "trainer/run_main.h"
 
 namespace po = boost::program_options;
@@ -44,12 +52,26 @@ struct WorkerArgs {
   int64_t rank = 0;
   std::string master_addr;
   int64_t port = 0;
-  std::string hook;  // "allreduce", "noop" or a "post_local_sgd:..." spec
+  std::string hook;  // "allreduce", "noop", a "post_local_sgd:..." spec, or a "slowmo:..." strategy spec
   int64_t switch_steps = 4, steps = 16, batch = 32;
   std::string widths;
 };
 
-// One rank: prints "RESULT step_ms=.. world_bytes=.. node_bytes=.." on rank 0.
+// Bytes sent and received by this network namespace's interfaces other than the loopback (the veth
+// end, inside a shaped link's namespace); 0 outside one.
+double link_bytes() {
+  const std::string script =
+      "for d in /sys/class/net/*; do [ \"$(basename $d)\" = lo ] || cat $d/statistics/tx_bytes $d/statistics/rx_bytes; "
+      "done 2>/dev/null";
+  FILE* pipe = popen(script.c_str(), "r");
+  if (pipe == nullptr) return 0;
+  double total = 0, value = 0;
+  while (std::fscanf(pipe, "%lf", &value) == 1) total += value;
+  pclose(pipe);
+  return total;
+}
+
+// One rank: prints "RESULT step_ms=.. world_bytes=.. leaders_bytes=.. node_bytes=.. link_bytes=.." on rank 0.
 int run_worker(const WorkerArgs& args) {
   torch::set_num_threads(1);
   volt::CommunicatorOptions options;
@@ -62,8 +84,6 @@ int run_worker(const WorkerArgs& args) {
   const volt::ProcessTopology process{.global_rank = args.rank, .world_size = kRanks, .local_rank = args.rank % kPerNode,
                                       .local_world_size = kPerNode, .node_rank = args.rank / kPerNode,
                                       .num_nodes = kRanks / kPerNode};
-  auto& registry = volt::ddp::comm_hook_registry();
-  const auto spec = registry.create(volt::parse_named_spec(args.hook, "--hook").name, registry.parse(args.hook));
   // Every configuration builds the topology, so that all pay the same setup and the node group's
   // bytes are measured the same way.
   auto topology = volt::Topology::build(world, process);
@@ -71,26 +91,48 @@ int run_worker(const WorkerArgs& args) {
   const auto widths = volt::bench::parse_widths(args.widths);
   auto model = volt::bench::make_mlp(args.widths);
   const auto names = volt::bench::parameter_names(*model);
-  volt::ddp::Reducer reducer(model->parameters(), names, *world, volt::ddp::ReducerOptions{});
-  reducer.set_comm_hook(spec->make(*world, topology.get()));
+  constexpr double kLearningRate = 1e-3;
+  std::unique_ptr<volt::ddp::Reducer> reducer;
   std::unique_ptr<volt::averaging::ModelAverager> averager;
-  if (const auto* on = spec->on_topology(); on && on->make_averager) averager = on->make_averager(*topology);
-  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(1e-3));
+  if (volt::parse_named_spec(args.hook, "--hook").name == "slowmo") {
+    // As SlowMoStrategy composes them: DDP's reducer on the node group, the slow momentum averager.
+    const auto strategy = std::dynamic_pointer_cast<volt::SlowMoStrategy>(volt::strategy_registry().create(args.hook));
+    reducer = std::make_unique<volt::ddp::Reducer>(model->parameters(), names, topology->node(), volt::ddp::ReducerOptions{});
+    auto slowmo = std::make_unique<volt::averaging::SlowMomentumAverager>(
+        *topology, strategy->slowmo_options().averaging(),
+        [n = model->parameters().size(), lr = kLearningRate] { return std::vector<double>(n, lr); });
+    slowmo->initialize(model->parameters());
+    averager = std::move(slowmo);
+  } else {
+    auto& registry = volt::ddp::comm_hook_registry();
+    const auto spec = registry.create(volt::parse_named_spec(args.hook, "--hook").name, registry.parse(args.hook));
+    reducer = std::make_unique<volt::ddp::Reducer>(model->parameters(), names, *world, volt::ddp::ReducerOptions{});
+    reducer->set_comm_hook(spec->make(*world, topology.get()));
+    if (const auto* on = spec->on_topology(); on && on->make_averager) averager = on->make_averager(*topology);
+  }
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(kLearningRate));
   torch::manual_seed(1 + args.rank);
   const auto x = torch::randn({args.batch, widths.front()});
   const auto y = torch::randn({args.batch, widths.back()});
   std::vector<double> times;
-  int64_t world_bytes = 0, node_bytes = 0;
+  int64_t world_bytes = 0, node_bytes = 0, leaders_bytes = 0;
+  const auto leaders_total = [&] {
+    const auto* leaders = topology->leaders();
+    return leaders && leaders != world.get() ? leaders->counters().total_bytes() : 0;
+  };
+  double link_before = 0;
   for (int64_t step = 0; step < args.switch_steps + args.steps; ++step) {
     world->barrier();
     const bool timed = step >= args.switch_steps;
+    if (step == args.switch_steps && args.rank == 0) link_before = link_bytes();
     const auto world_before = world->counters().total_bytes();
     const auto node_before = topology->node().counters().total_bytes();
+    const auto leaders_before = leaders_total();
     const auto start = Clock::now();
     auto loss = torch::mse_loss(model->forward(x), y);
-    reducer.prepare_for_backward(loss);
+    reducer->prepare_for_backward(loss);
     loss.backward();
-    reducer.finalize_backward();
+    reducer->finalize_backward();
     optimizer.step();
     if (averager) averager->average_parameters(model->parameters());
     for (auto& p : model->parameters()) p.mutable_grad().reset();
@@ -98,13 +140,15 @@ int run_worker(const WorkerArgs& args) {
     times.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
     world_bytes += world->counters().total_bytes() - world_before;
     node_bytes += topology->node().counters().total_bytes() - node_before;
+    leaders_bytes += leaders_total() - leaders_before;
   }
   world->barrier();
   if (args.rank == 0) {
     const double n = static_cast<double>(times.size());
-    std::printf("RESULT step_ms=%.4f world_bytes=%.1f node_bytes=%.1f\n",
+    std::printf("RESULT step_ms=%.4f world_bytes=%.1f leaders_bytes=%.1f node_bytes=%.1f link_bytes=%.1f\n",
                 std::accumulate(times.begin(), times.end(), 0.0) / n, static_cast<double>(world_bytes) / n,
-                static_cast<double>(node_bytes) / n);
+                static_cast<double>(leaders_bytes) / n, static_cast<double>(node_bytes) / n,
+                (link_bytes() - link_before) / n);
     std::fflush(stdout);
   }
   return 0;
@@ -154,17 +198,20 @@ class ShapedLink {
 
 int main(int argc, char** argv) {
   return volt::run_main([&] {
-    int64_t steps = 16, switch_steps = 4, batch = 32;
+    int64_t steps = 24, switch_steps = 4, batch = 32, localsgd_frequency = 3, slowmo_frequency = 12;
     double rate_mbit = 100;
-    std::string widths = "256,512,256,10";
+    std::string widths = "256,512,256,10", configs = "ddp,none,post_local_sgd,slowmo";
     po::options_description flags("local_sgd_bench");
-    flags.add_options()("help", "this text")("steps", po::value(&steps)->default_value(16),
-                                             "timed steps after the switch (a multiple of 8)")(
-        "switch", po::value(&switch_steps)->default_value(4), "untimed DDP steps first (start_local_sgd_iter)")(
+    flags.add_options()("help", "this text")("steps", po::value(&steps)->default_value(steps),
+                                             "timed steps after the switch (whole periods of every row)")(
+        "switch", po::value(&switch_steps)->default_value(4), "untimed steps first (start_local_sgd_iter)")(
         "widths", po::value(&widths)->default_value(widths), "MLP layer widths")(
         "batch", po::value(&batch)->default_value(32), "samples per rank per step")(
         "rate-mbit", po::value(&rate_mbit)->default_value(100), "the shaped link's rate in Mbit/s")(
         "no-veth", po::bool_switch(), "only the loopback")(
+        "configs", po::value(&configs)->default_value(configs), "rows to run: ddp, none, post_local_sgd, slowmo")(
+        "localsgd-frequency", po::value(&localsgd_frequency)->default_value(localsgd_frequency), "SlowMo's")(
+        "slowmo-frequency", po::value(&slowmo_frequency)->default_value(slowmo_frequency), "SlowMo's")(
         "worker", po::value<std::vector<std::string>>()->multitoken(), "internal: run one rank");
     po::variables_map vm;
     po::store(po::parse_command_line(argc, argv, flags), vm);
@@ -178,8 +225,13 @@ int main(int argc, char** argv) {
       std::exit(run_worker({std::stoll(w.at(0)), w.at(1), std::stoll(w.at(2)), w.at(3), std::stoll(w.at(4)),
                             std::stoll(w.at(5)), std::stoll(w.at(7)), w.at(6)}));
     }
-    volt::check<volt::ConfigurationError>(steps > 0 && steps % 8 == 0, "local_sgd_bench: expected --steps a "
-                                          "multiple of 8 (whole periods of 2, 4 and 8), got ", steps);
+    const auto wanted = [&](const std::string& name) { return ("," + configs + ",").find("," + name + ",") != std::string::npos; };
+    volt::check<volt::ConfigurationError>(steps > 0 && (!wanted("post_local_sgd") || steps % 8 == 0),
+                                          "local_sgd_bench: expected --steps a multiple of 8 (whole periods of 2, 4 "
+                                          "and 8), got ", steps);
+    volt::check<volt::ConfigurationError>(!wanted("slowmo") || steps % slowmo_frequency == 0, "local_sgd_bench: "
+                                          "expected --steps a multiple of --slowmo-frequency ", slowmo_frequency,
+                                          " (whole periods), got ", steps);
     char exe[4096];
     const ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
     volt::check<volt::Error>(len > 0, "local_sgd_bench: cannot read /proc/self/exe");
@@ -187,20 +239,31 @@ int main(int argc, char** argv) {
 
     struct Row {
       std::string label, hook;
-      int64_t period;  // 0: not post-local-SGD
     };
     const std::string start = std::to_string(switch_steps);
-    std::vector<Row> rows{{"DDP", "allreduce", 0}, {"no communication", "noop", 0}};
-    for (const int64_t period : {2, 4, 8}) {
-      rows.push_back({"post-local-SGD, period " + std::to_string(period),
-                      "post_local_sgd:start_local_sgd_iter=" + start + ",model_averaging_period=" +
-                          std::to_string(period),
-                      period});
+    std::vector<Row> rows;
+    if (wanted("ddp")) rows.push_back({"DDP", "allreduce"});
+    if (wanted("none")) rows.push_back({"no communication", "noop"});
+    if (wanted("post_local_sgd")) {
+      for (const int64_t period : {2, 4, 8}) {
+        rows.push_back({"post-local-SGD, period " + std::to_string(period),
+                        "post_local_sgd:start_local_sgd_iter=" + start + ",model_averaging_period=" +
+                            std::to_string(period)});
+      }
+    }
+    if (wanted("slowmo")) {
+      const std::string frequencies = "localsgd_frequency=" + std::to_string(localsgd_frequency) +
+                                      ",slowmo_frequency=" + std::to_string(slowmo_frequency);
+      const std::string label = "SlowMo " + std::to_string(localsgd_frequency) + "/" + std::to_string(slowmo_frequency);
+      rows.push_back({label + ", sharded", "slowmo:" + frequencies});
+      rows.push_back({label + ", whole", "slowmo:memory_efficient=false," + frequencies});
     }
     const int64_t parameters = volt::bench::mlp_parameter_count(widths);
-    std::printf("post-local-SGD vs DDP: 2 nodes x 2 processes, MLP %s (%lld parameters, %.2f MB of float32 "
-                "gradients), batch %lld per rank, SGD, 1 thread per rank; %lld DDP steps, then %lld timed steps "
-                "(mean); bytes are payload per step (volt's counters)\n\n",
+    std::printf("local SGD vs DDP: 2 nodes x 2 processes, MLP %s (%lld parameters, %.2f MB of float32 "
+                "gradients), batch %lld per rank, SGD, 1 thread per rank; %lld untimed steps (DDP before "
+                "post-local-SGD's switch), then %lld timed steps (mean). Bytes per step: payload over the world, "
+                "the node leaders and the node (volt's counters, rank 0); link: bytes that crossed the shaped "
+                "link (its interface counters, both directions, headers included)\n\n",
                 widths.c_str(), static_cast<long long>(parameters), parameters * 4.0 / 1e6,
                 static_cast<long long>(batch), static_cast<long long>(switch_steps), static_cast<long long>(steps));
 
@@ -212,18 +275,19 @@ int main(int argc, char** argv) {
         link.reset();
       }
     }
-    std::printf("| %-44s | %-28s | %9s | %16s | %16s | %10s |\n", "network", "configuration", "step ms",
-                "world bytes/step", "node bytes/step", "vs DDP");
-    std::printf("|%s|%s|%s|%s|%s|%s|\n", std::string(46, '-').c_str(), std::string(30, '-').c_str(),
-                std::string(11, '-').c_str(), std::string(18, '-').c_str(), std::string(18, '-').c_str(),
+    std::printf("| %-40s | %-26s | %9s | %12s | %12s | %12s | %12s | %9s | %10s |\n", "network", "configuration",
+                "step ms", "world B/step", "leaders B/st", "node B/step", "link B/step", "time", "link bytes");
+    std::printf("|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n", std::string(42, '-').c_str(), std::string(28, '-').c_str(),
+                std::string(11, '-').c_str(), std::string(14, '-').c_str(), std::string(14, '-').c_str(),
+                std::string(14, '-').c_str(), std::string(14, '-').c_str(), std::string(11, '-').c_str(),
                 std::string(12, '-').c_str());
     int64_t next_port = 29600 + getpid() % 300;  // inside the namespaces every port is free
     for (const bool shaped : {false, true}) {
       if (shaped && !link) continue;
       const std::string network = shaped ? "veth, " + std::to_string(static_cast<int64_t>(rate_mbit)) +
-                                               " Mbit/s token bucket, 2 namespaces"
+                                               " Mbit/s token bucket, 2 netns"
                                          : "loopback";
-      double ddp_ms = 0;
+      double ddp_ms = 0, ddp_link = 0;
       for (const auto& row : rows) {
         const std::string port = std::to_string(shaped ? next_port++ : volt::find_free_port());
         std::vector<std::vector<std::string>> argvs;
@@ -240,10 +304,18 @@ int main(int argc, char** argv) {
         }
         const auto output = volt::bench::run_processes(argvs, {{"OMP_NUM_THREADS", "1"}, {"OPENBLAS_NUM_THREADS", "1"}},
                                                        "local_sgd_bench");
-        const double ms = number_after(output, "step_ms");
-        if (row.hook == "allreduce") ddp_ms = ms;
-        std::printf("| %-44s | %-28s | %9.2f | %16.0f | %16.0f | %9.2fx |\n", network.c_str(), row.label.c_str(), ms,
-                    number_after(output, "world_bytes"), number_after(output, "node_bytes"), ddp_ms / ms);
+        const double ms = number_after(output, "step_ms"), link_bytes = number_after(output, "link_bytes");
+        if (row.hook == "allreduce") {
+          ddp_ms = ms;
+          ddp_link = link_bytes;
+        }
+        const std::string link_text = shaped ? std::to_string(static_cast<int64_t>(link_bytes)) : "-";
+        const std::string link_ratio =
+            shaped && ddp_link > 0 ? std::to_string(link_bytes / ddp_link).substr(0, 5) + "x" : "-";
+        std::printf("| %-40s | %-26s | %9.2f | %12.0f | %12.0f | %12.0f | %12s | %8.2fx | %10s |\n", network.c_str(),
+                    row.label.c_str(), ms, number_after(output, "world_bytes"), number_after(output, "leaders_bytes"),
+                    number_after(output, "node_bytes"), link_text.c_str(), ddp_ms > 0 ? ddp_ms / ms : 0.0,
+                    link_ratio.c_str());
         std::fflush(stdout);
       }
     }

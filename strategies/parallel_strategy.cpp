@@ -2,12 +2,12 @@
 
 #include <map>
 
-#include "strategies/averaging/parameter_mean.h"
-
-#include "distributed/state_gather.h"
-#include "strategies/model_agreement.h"
-#include "distributed/process_group_setup.h"
 #include "core/error.h"
+#include "distributed/flat_buffers.h"
+#include "distributed/process_group_setup.h"
+#include "distributed/state_gather.h"
+#include "strategies/averaging/parameter_mean.h"
+#include "strategies/model_agreement.h"
 
 namespace volt {
 
@@ -75,22 +75,8 @@ void ParallelStrategy::broadcast_module_buffers(torch::nn::Module& module) {
   for (auto& buffer : module.buffers()) {
     if (buffer.defined() && buffer.numel() > 0) buffers.push_back(buffer);
   }
-  if (buffers.empty()) return;
-  torch::NoGradGuard no_grad;
   // One broadcast per dtype (buffers are few and small: a flat copy beats a collective each).
-  std::map<c10::ScalarType, std::vector<torch::Tensor>> by_dtype;
-  for (auto& b : buffers) by_dtype[b.scalar_type()].push_back(b);
-  for (auto& [dtype, group] : by_dtype) {
-    std::vector<torch::Tensor> flat_parts;
-    for (auto& b : group) flat_parts.push_back(b.reshape(-1));
-    auto flat = torch::cat(flat_parts);
-    communicator().broadcast(flat, 0);
-    int64_t offset = 0;
-    for (auto& b : group) {
-      b.copy_(flat.narrow(0, offset, b.numel()).view(b.sizes()));
-      offset += b.numel();
-    }
-  }
+  through_flat_buffers(buffers, [this](torch::Tensor& flat) { communicator().broadcast(flat, 0); });
 }
 
 void ParallelStrategy::teardown() {
@@ -151,7 +137,7 @@ std::vector<StateDict> ParallelStrategy::gather_states(const StateDict& mine, in
 
 void ParallelStrategy::synchronize_accumulated_gradients(torch::nn::Module& module) {
   torch::NoGradGuard no_grad;
-  auto& comm = communicator();
+  auto& comm = gradient_group();
   std::vector<torch::Tensor> params;
   for (const auto& p : module.parameters()) {
     if (p.requires_grad()) params.push_back(p);

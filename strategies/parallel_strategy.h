@@ -54,9 +54,9 @@ class ParallelStrategy : public Strategy {
   // "comm/<group>/calls", "comm/<group>/bytes", "comm/<group>/step_bytes", e.g. "comm/node/bytes"
   // for the bytes within this node (or simulated node).
   std::map<std::string, double> metrics() const override;
-  // Averages every trainable parameter's gradient across ranks (averaging::replace_by_mean, after
-  // one all_reduce that tells which parameters have a gradient on some rank: those get one
-  // everywhere, the others stay without). [collective]
+  // Averages every trainable parameter's gradient over gradient_group() (averaging::replace_by_mean,
+  // after one all_reduce that tells which parameters have a gradient on some rank of it: those get
+  // one everywhere, the others stay without). [collective]
   void synchronize_accumulated_gradients(torch::nn::Module& module) override;
 
   // The root communicator; throws InternalError before setup_environment().
@@ -82,6 +82,9 @@ class ParallelStrategy : public Strategy {
   // Rank 0's buffers (e.g. BatchNorm statistics) into every rank's, one flat broadcast per dtype:
   // DDP's broadcast_buffers before each training forward. [collective]
   void broadcast_module_buffers(torch::nn::Module& module);
+  // The ranks whose gradients are averaged every step: the world; SlowMo: this process's node.
+  // [collective the first time for a strategy that builds its topology here]
+  virtual Communicator& gradient_group() { return communicator(); }
   // Where strategies that average models periodically (post-local-SGD, SlowMo) do it: after every
   // optimizer of the window stepped (global_step counts windows so far) and the precision updated.
   // Nothing by default. [collective for such strategies]

@@ -3,6 +3,7 @@
 #include "strategies/ddp/ddp_strategy.h"
 #include "strategies/sharded/sharded_ddp_strategy.h"
 #include "strategies/single_device_strategy.h"
+#include "strategies/slowmo/slowmo_strategy.h"
 
 namespace volt {
 namespace {
@@ -16,6 +17,7 @@ void register_builtin_strategies(Registry<Strategy>& registry) {
                [](const OptionValues&) { return std::make_shared<SingleDeviceStrategy>(); });
   register_ddp_strategies(registry);
   register_sharded_strategies(registry);
+  register_slowmo_strategy(registry);
 }
 
 }  // namespace

@@ -36,7 +36,11 @@ class ModelAverager {
   // been taken, so at least one optimizer step used gradients that were not the world's mean.
   bool past_warmup() const { return step_ > warmup_steps_; }
 
-  // {"step"}: the same on every rank. Subclasses with more state extend it.
+  // Whether state_dict() differs per rank (e.g. buffers sharded across ranks): a checkpoint then
+  // keeps every rank's.
+  virtual bool state_differs_per_rank() const { return false; }
+  // {"step"}: the same on every rank unless state_differs_per_rank(). Subclasses with more state
+  // extend it.
   virtual StateDict state_dict() const;
   // Throws CheckpointError when `state` has no step.
   virtual void load_state_dict(const StateDict& state);

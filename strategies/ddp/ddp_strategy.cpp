@@ -88,7 +88,7 @@ void DDPStrategy::set_comm_hook(std::function<std::unique_ptr<ddp::CommHook>(Com
 }
 
 std::unique_ptr<ddp::CommHook> DDPStrategy::build_hook() {
-  auto hook = make_hook_(communicator());
+  auto hook = make_hook_(gradient_group());
   if (options_.comm_wrapper == CommWrapper::None) return hook;
   check<ConfigurationError>(hook->name() != "noop", "ddp: comm_wrapper around the noop hook has nothing to compress");
   const auto dtype = options_.comm_wrapper == CommWrapper::FP16 ? torch::kHalf : torch::kBFloat16;
@@ -156,11 +156,15 @@ void DDPStrategy::wrap_module(torch::nn::Module& module) {
   reducer_options.static_graph = options_.static_graph;
   reducer_options.gradient_as_bucket_view = options_.gradient_as_bucket_view;
   reducer_options.find_unused_parameters = options_.find_unused_parameters;
-  reducer_ = std::make_unique<ddp::Reducer>(std::move(parameters), std::move(names), communicator(), reducer_options);
+  reducer_ = std::make_unique<ddp::Reducer>(std::move(parameters), std::move(names), gradient_group(), reducer_options);
   const auto* on_topology = comm_hook_spec_->on_topology();
   if (on_topology) build_topology(on_topology->node_size);
   reducer_->set_comm_hook(build_hook());
   if (on_topology && on_topology->make_averager) averager_ = on_topology->make_averager(node_topology());
+}
+
+void DDPStrategy::set_model_averager(std::unique_ptr<averaging::ModelAverager> averager) {
+  averager_ = std::move(averager);
 }
 
 void DDPStrategy::synchronize_models(int64_t global_step) {
@@ -243,7 +247,11 @@ StateDict DDPStrategy::strategy_state_dict(CheckpointLayout layout) {
     section.set("reducer_per_rank", as_list(all));
   }
   if (!averager_) return section;
-  section.set("model_averager", averager_->state_dict());
+  if (!averager_->state_differs_per_rank() || layout == CheckpointLayout::Sharded) {
+    section.set("model_averager", averager_->state_dict());
+  } else if (const auto all = gather_states(averager_->state_dict()); !all.empty()) {
+    section.set("model_averager_per_rank", as_list(all));
+  }
   // Note [Local models in a checkpoint]: past the warm-up, ranks hold models and optimizer
   // states of their own (each subgroup stepped with its own gradients since the last average, and
   // optimizer state such as momentum is never averaged). A Full checkpoint's model and optimizer
@@ -273,6 +281,10 @@ void DDPStrategy::load_strategy_state_dict(const StateDict& state, CheckpointLay
   // not at all (at another world size both start afresh, warm-up included).
   if (averager_ && reducer_restored && state.contains("model_averager")) {
     averager_->load_state_dict(state.child("model_averager"));
+  } else if (averager_ && reducer_restored && state.contains("model_averager_per_rank")) {
+    if (const auto mine = entry_of_this_rank(state, "model_averager_per_rank", topology, "the averager starts afresh")) {
+      averager_->load_state_dict(*mine);
+    }
   }
   if (!state.contains("local_models_per_rank")) return;
   if (!averager_) {

@@ -89,7 +89,8 @@ class DDPStrategy : public ParallelStrategy {
   // rank's, gathered for global rank 0 to write ("reducer_per_rank"), since a hook's state (e.g.
   // error feedback) differs per rank; for Sharded, this rank's ("reducer"). Restored only at the
   // same world size; otherwise the reducer and its hook start afresh, with a warning.
-  // With a model averager (post-local-SGD): its state ("model_averager": the step) and, for Full
+  // With a model averager (post-local-SGD, SlowMo): its state ("model_averager": the step, SlowMo's
+  // buffers; for Full, every rank's in "model_averager_per_rank" when it differs per rank) and, for Full
   // once the local phase has begun, every rank's model and optimizer states ("local_models_per_rank":
   // {"state_dict", "optimizer_states"} per rank), since ranks then hold different ones; the file's
   // own "state_dict" and "optimizer_states" are rank 0's. Restored at the same world size, so that
@@ -116,6 +117,10 @@ class DDPStrategy : public ParallelStrategy {
   void post_backward(const torch::Tensor& loss) override;  // [collective]
   // Runs the model averager, if any, on the reducer's parameters. [collective at averaging steps]
   void synchronize_models(int64_t global_step) override;
+  // Replaces the model averager (SlowMo installs its own); call from wrap_module.
+  void set_model_averager(std::unique_ptr<averaging::ModelAverager> averager);
+  // The optimizers setup_optimizers returned.
+  const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers() const { return optimizers_; }
 
  private:
   // The chosen hook over the communicator, inside comm_wrapper's cast when one is set.

@@ -163,15 +163,10 @@ TEST(PostLocalSGD, AfterTheSwitchTheWorldCarriesOnePeriodOfDDPsBytesPerStep) {
   }
 }
 
-void construct_trainer(const std::string& strategy, int64_t devices) {
-  auto options = testing::quiet_options("/tmp");
-  options.strategy = strategy;
-  options.devices = devices;
-  Trainer trainer(options);
-}
+using testing::construct_quiet_trainer;
 
 std::string trainer_error(const std::string& strategy, int64_t devices) {
-  return testing::configuration_error_of([&] { construct_trainer(strategy, devices); });
+  return testing::trainer_construction_error(strategy, devices);
 }
 
 TEST(PostLocalSGD, OptionsAndTheirErrorsAtTrainerConstruction) {
@@ -197,9 +192,9 @@ TEST(PostLocalSGD, OptionsAndTheirErrorsAtTrainerConstruction) {
   EXPECT_NE(trainer_error("ddp:model_averaging_period=4", 2).find("post_local_sgd"), std::string::npos)
       << "a post-local-SGD key without comm_hook=post_local_sgd names the hook it belongs to";
   // Accepted: Lightning's names, a hierarchy written as a list, any divisor of the world size.
-  EXPECT_NO_THROW(construct_trainer("ddp:ddp_comm_hook=post_local_sgd,start_localSGD_iter=8,model_averaging_period=4", 2));
-  EXPECT_NO_THROW(construct_trainer("ddp:comm_hook=post_local_sgd,model_averaging_periods=2:2,4:4,subgroup_size=1", 4));
-  EXPECT_NO_THROW(construct_trainer("ddp:comm_hook=post_local_sgd,start_local_sgd_iter=0,model_averaging_period=1,"
+  EXPECT_NO_THROW(construct_quiet_trainer("ddp:ddp_comm_hook=post_local_sgd,start_localSGD_iter=8,model_averaging_period=4", 2));
+  EXPECT_NO_THROW(construct_quiet_trainer("ddp:comm_hook=post_local_sgd,model_averaging_periods=2:2,4:4,subgroup_size=1", 4));
+  EXPECT_NO_THROW(construct_quiet_trainer("ddp:comm_hook=post_local_sgd,start_local_sgd_iter=0,model_averaging_period=1,"
                                     "post_local_gradient_allreduce=false",
                                     4));
   const auto values = comm_hook_registry().parse("post_local_sgd:model_averaging_periods=2:4,8:8,start_local_sgd_iter=3");
@@ -213,9 +208,9 @@ TEST(PostLocalSGD, OptionsAndTheirErrorsAtTrainerConstruction) {
 // Note [Post-local-SGD and a sharded optimizer]: the two are refused together, by name.
 TEST(PostLocalSGD, AShardedOptimizerIsRefused) {
   const auto message = testing::configuration_error_of(
-      [] { construct_trainer("ddp:comm_hook=post_local_sgd,model_averaging_period=4,shard_optimizer=true", 2); });
+      [] { construct_quiet_trainer("ddp:comm_hook=post_local_sgd,model_averaging_period=4,shard_optimizer=true", 2); });
   EXPECT_NE(message.find("comm_hook=post_local_sgd with shard_optimizer=true"), std::string::npos) << message;
-  EXPECT_NO_THROW(construct_trainer("ddp:comm_hook=allreduce,shard_optimizer=true", 2));
+  EXPECT_NO_THROW(construct_quiet_trainer("ddp:comm_hook=allreduce,shard_optimizer=true", 2));
 }
 
 }  // namespace

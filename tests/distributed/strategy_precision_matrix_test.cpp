@@ -3,8 +3,8 @@
 // This is the test that catches a strategy wrapping a module before the precision converts it
 // (DDP's reducer hooks then sit on gradient accumulators the conversion replaced: "received no
 // gradient", or with find_unused_parameters gradients silently never synchronized). New
-// strategies join the matrix by being registered; precisions this machine cannot run must fail at
-// once with a clear message, not train.
+// strategies join the matrix by being registered; precisions this machine cannot run, and those a
+// strategy refuses (SlowMo's buffers in 16 bits), must fail at once with a clear message, not train.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +12,7 @@
 #include "precision/precision.h"
 #include "strategies/strategy_registry.h"
 #include "tests/distributed/worker_runs.h"
+#include "tests/support/regression_problem.h"
 
 namespace volt {
 namespace {
@@ -58,6 +59,16 @@ bool runs_here(const std::string& precision) {
   }
 }
 
+// Whether `strategy` takes `precision` (a strategy's check_precision runs at Trainer construction).
+bool strategy_accepts(const std::string& strategy, const std::string& precision) {
+  try {
+    testing::construct_quiet_trainer(strategy, 2, precision);
+    return true;
+  } catch (const ConfigurationError&) {
+    return false;
+  }
+}
+
 bool runs_two_processes(const std::string& strategy) {
   try {
     return create_strategy(strategy, 2, "test")->is_distributed();
@@ -86,9 +97,10 @@ TEST_P(StrategyPrecisionMatrix, TwoRanksEqualOneProcessOnTheFullBatch) {
                             " --devices " + std::to_string(ranks) + " --batch-size " + std::to_string(16 / ranks);
   const auto result = testing::run_command(testing::train_command(dir.path(), flags), 180);
   const auto lines = testing::trained_lines(result.output);
-  if (!runs_here(precision)) {
+  if (!runs_here(precision) || !strategy_accepts(strategy, precision)) {
     EXPECT_NE(result.exit_code, 0) << result.output;
-    EXPECT_TRUE(lines.empty()) << "a precision this machine cannot run trained anyway:\n" << result.output;
+    EXPECT_TRUE(lines.empty()) << "a precision this machine cannot run, or the strategy refuses, trained anyway:\n"
+                               << result.output;
     EXPECT_NE(result.output.find("--precision " + precision), std::string::npos) << result.output;
     return;
   }

@@ -1,5 +1,7 @@
 #include "tests/support/regression_problem.h"
 
+#include "tests/support/test_support.h"
+
 namespace volt::testing {
 
 RegressionModule::RegressionModule(RegressionOptions opts) : options(std::move(opts)) {
@@ -81,6 +83,18 @@ TrainerOptions quiet_options(const std::string& root_dir) {
   options.enable_model_summary = false;
   options.num_sanity_val_steps = 0;
   return options;
+}
+
+void construct_quiet_trainer(const std::string& strategy, int64_t devices, const std::string& precision) {
+  auto options = quiet_options("/tmp");
+  options.strategy = strategy;
+  options.devices = devices;
+  if (!precision.empty()) options.precision = precision;
+  Trainer trainer(options);
+}
+
+std::string trainer_construction_error(const std::string& strategy, int64_t devices) {
+  return configuration_error_of([&] { construct_quiet_trainer(strategy, devices); });
 }
 
 TrainerOptions options_from_args(std::vector<std::string> args) {

@@ -67,6 +67,13 @@ class RegressionData : public DataModule {
 // Options for a quiet Trainer in tests: no progress bar, summary, checkpointing or loggers.
 TrainerOptions quiet_options(const std::string& root_dir);
 
+// Constructs a quiet Trainer with `--strategy strategy --devices devices` (and `--precision
+// precision` unless empty): a strategy's option and precision checks run there, before any process
+// starts.
+void construct_quiet_trainer(const std::string& strategy, int64_t devices, const std::string& precision = "");
+// The ConfigurationError message that construction throws (a test failure, and "", when none).
+std::string trainer_construction_error(const std::string& strategy, int64_t devices);
+
 // TrainerOptions::from_args for a command line `args` (without the program name).
 TrainerOptions options_from_args(std::vector<std::string> args);
 

@@ -1,8 +1,10 @@
-// Post-local-SGD through the Trainer and volt's launcher (the distributed_worker's regression fit,
-// Adam so that every rank has optimizer state of its own): a run interrupted in the local phase
-// (ranks then hold different models and optimizer states) and resumed from its checkpoint ends
-// every rank bitwise where the uninterrupted run ends, on 2 and 4 ranks; and the logged bytes show
-// the world carrying 1/period of DDP's per step after the switch, the subgroup the gradients.
+// Post-local-SGD and SlowMo through the Trainer and volt's launcher (the distributed_worker's
+// regression fit, Adam so that every rank has optimizer state of its own): a run interrupted in the
+// local phase (ranks then hold different models and optimizer states; SlowMo also its slow momentum
+// buffers, sharded or whole) and resumed from its checkpoint ends every rank bitwise where the
+// uninterrupted run ends, on 2 and 4 ranks; and the logged bytes show post-local-SGD's world
+// carrying 1/period of DDP's per step after the switch, the subgroup the gradients, and SlowMo's
+// leaders carrying the models only at the averaging steps.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -30,18 +32,18 @@ std::string find_file(const std::string& root, const std::string& name) {
 }
 
 struct ResumeCase {
+  std::string name;
   int64_t ranks;
-  std::string hook;  // the post_local_sgd keys
+  std::string strategy;
 };
 
-class PostLocalSGDResume : public ::testing::TestWithParam<ResumeCase> {};
+class LocalModelResume : public ::testing::TestWithParam<ResumeCase> {};
 
-TEST_P(PostLocalSGDResume, ARunInterruptedInTheLocalPhaseEndsBitwiseLikeTheUninterruptedOne) {
-  const auto& [ranks, hook] = GetParam();
+TEST_P(LocalModelResume, ARunInterruptedInTheLocalPhaseEndsBitwiseLikeTheUninterruptedOne) {
+  const auto& [name, ranks, strategy] = GetParam();
   // 64 samples, batch 2 per rank: 32 / ranks steps per epoch; the checkpoint after epoch 1 falls
   // on a local step that does not average, so ranks differ there (checked below).
-  const std::string flags = "--strategy \"ddp:comm_hook=post_local_sgd,start_local_sgd_iter=3," + hook +
-                            "\" --devices " + std::to_string(ranks) + " --batch-size 2";
+  const std::string flags = "--strategy \"" + strategy + "\" --devices " + std::to_string(ranks) + " --batch-size 2";
   testing::TemporaryDirectory whole, part;
   auto uninterrupted = run_command(worker_command(whole.path(), flags + " --max-epochs 3"), 240);
   ASSERT_EQ(uninterrupted.exit_code, 0) << uninterrupted.output;
@@ -66,14 +68,22 @@ TEST_P(PostLocalSGDResume, ARunInterruptedInTheLocalPhaseEndsBitwiseLikeTheUnint
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, PostLocalSGDResume,
-                         ::testing::Values(ResumeCase{2, "subgroup_size=1,model_averaging_period=5"},
-                                           ResumeCase{4, "subgroup_size=2,model_averaging_period=6"},
-                                           ResumeCase{4, "subgroup_size=1,model_averaging_periods=2:2,4:4"}),
-                         [](const ::testing::TestParamInfo<ResumeCase>& info) {
-                           return std::to_string(info.param.ranks) + "_ranks_" +
-                                  (info.param.hook.find("periods") != std::string::npos ? "hierarchical" : "periodic");
-                         });
+const std::string kPostLocalSGD = "ddp:comm_hook=post_local_sgd,start_local_sgd_iter=3,";
+
+INSTANTIATE_TEST_SUITE_P(
+    Ranks, LocalModelResume,
+    ::testing::Values(
+        ResumeCase{"post_local_sgd_2_ranks_periodic", 2, kPostLocalSGD + "subgroup_size=1,model_averaging_period=5"},
+        ResumeCase{"post_local_sgd_4_ranks_periodic", 4, kPostLocalSGD + "subgroup_size=2,model_averaging_period=6"},
+        ResumeCase{"post_local_sgd_4_ranks_hierarchical", 4,
+                   kPostLocalSGD + "subgroup_size=1,model_averaging_periods=2:2,4:4"},
+        // Epoch 1 ends after 16 (2 ranks) or 8 (4 ranks) steps: after a slow momentum step at 6 or
+        // 12, before the next average.
+        ResumeCase{"slowmo_2_ranks_sharded", 2, "slowmo:nprocs_per_node=1,localsgd_frequency=3,slowmo_frequency=6"},
+        ResumeCase{"slowmo_4_ranks_sharded", 4, "slowmo:nprocs_per_node=2,localsgd_frequency=3,slowmo_frequency=6"},
+        ResumeCase{"slowmo_4_ranks_whole", 4,
+                   "slowmo:nprocs_per_node=1,localsgd_frequency=3,slowmo_frequency=6,memory_efficient=false"}),
+    [](const ::testing::TestParamInfo<ResumeCase>& info) { return info.param.name; });
 
 // metrics.csv rows that carry comm/step_bytes, by their "step" column.
 std::map<int64_t, std::map<std::string, std::string>> byte_rows(const std::string& log_dir) {
@@ -118,6 +128,46 @@ TEST(PostLocalSGDBytes, AfterTheSwitchTheWorldCarriesOnePeriodOfDDPsBytes) {
   }
   ASSERT_EQ(compared, 12);  // steps 4..15 of the log: local-phase indices 3..14, three periods
   EXPECT_EQ(local_sum * 4, ddp_sum) << "gradient/parameter bytes over the world: 1/period of DDP's";
+}
+
+TEST(SlowMoBytes, WithinTheNodeEveryStepAcrossNodesOnlyAtTheAveragingSteps) {
+  testing::TemporaryDirectory dir;
+  auto run = run_command(worker_command(dir.path(), "--strategy \"slowmo:nprocs_per_node=2,localsgd_frequency=3,"
+                                                    "slowmo_frequency=6\" --devices 4 --batch-size 2 --max-epochs 2"),
+                         240);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const auto rows = byte_rows(trained_lines(run.output).at(0).log_dir);  // rank 0: a node leader
+  ASSERT_EQ(rows.size(), 16u);
+  constexpr double kModelBytes = 9 * 4;  // the regression's 8 weights and bias, float32
+  for (const auto& [step, row] : rows) {
+    const bool averages = step % 3 == 0;  // logged after optimizer step `step`
+    if (step > 2) {  // the first two also rebuild the reducer's buckets
+      EXPECT_EQ(std::stod(row.at("comm/node/step_bytes")), kModelBytes * (averages ? 2 : 1))
+          << "step " << step << ": the gradients, and the leader's broadcast of an average";
+    }
+    EXPECT_EQ(std::stod(row.at("comm/leaders/step_bytes")), averages ? kModelBytes : 0) << "step " << step;
+    EXPECT_EQ(std::stod(row.at("slowmo/buffer_bytes")), 2 * 3 * 4) << "step " << step << ": ceil(9 / 4) = 3 "
+                                                                      "elements of x_old and u on rank 0";
+  }
+}
+
+// Without nprocs_per_node the nodes are the cluster's: volt's launcher puts both processes on one
+// node, so SlowMo warns that local SGD is off, and without slow momentum it is DDP, bitwise.
+TEST(SlowMoNodes, OneNodeFromTheClusterWarnsAndWithoutSlowMomentumIsDDP) {
+  testing::TemporaryDirectory ddp_dir, slowmo_dir;
+  const std::string common = " --devices 2 --batch-size 2";
+  auto ddp = run_command(worker_command(ddp_dir.path(), "--strategy ddp" + common), 240);
+  ASSERT_EQ(ddp.exit_code, 0) << ddp.output;
+  auto slowmo = run_command(worker_command(slowmo_dir.path(), "--strategy slowmo:slowmo_momentum=0" + common), 240);
+  ASSERT_EQ(slowmo.exit_code, 0) << slowmo.output;
+  EXPECT_NE(slowmo.output.find("all 2 processes are on one node (2 per node), so gradients are averaged over all of "
+                               "them every step and local SGD is off"),
+            std::string::npos)
+      << slowmo.output;
+  const auto expected = trained_lines(ddp.output), got = trained_lines(slowmo.output);
+  ASSERT_EQ(got.size(), 2u) << slowmo.output;
+  ASSERT_EQ(expected.size(), 2u) << ddp.output;
+  for (size_t r = 0; r < 2; ++r) EXPECT_EQ(got[r].params, expected[r].params) << "rank " << r;
 }
 
 }  // namespace

@@ -1,0 +1,147 @@
+#include "strategies/slowmo/slowmo_strategy.h"
+
+#include <unordered_map>
+
+#include "core/error.h"
+#include "core/warning.h"
+
+namespace volt {
+
+const OptionSchema<SlowMoOptions>& SlowMoOptions::schema() {
+  static const auto schema =
+      OptionSchema<SlowMoOptions>("--strategy slowmo")
+          .option("slowmo_momentum", &SlowMoOptions::slowmo_momentum, "slow momentum β (0 with slowmo_lr=1: no slow "
+                  "momentum, plain local SGD)", at_least(0.0))
+          .option("slowmo_lr", &SlowMoOptions::slowmo_lr, "slow learning rate α", greater_than(0.0))
+          .option("slowmo_frequency", &SlowMoOptions::slowmo_frequency,
+                  "optimizer steps between slow momentum steps (a multiple of localsgd_frequency)", at_least(int64_t{1}))
+          .option("localsgd_frequency", &SlowMoOptions::localsgd_frequency,
+                  "optimizer steps between averages of the models across nodes", at_least(int64_t{1}))
+          .option("nprocs_per_node", &SlowMoOptions::nprocs_per_node,
+                  "processes per node, consecutive ranks, a divisor of the world size (unset: the cluster's); "
+                  "also simulates nodes of that size on one machine", at_least(int64_t{1}))
+          .option("memory_efficient", &SlowMoOptions::memory_efficient,
+                  "shard the slow momentum buffers (x_old, u) across ranks: 2/shards of the model per rank, not 2x")
+          .alias("slowmo_memory_efficient")  // fairscale's name
+          .option("num_shards", &SlowMoOptions::num_shards,
+                  "shards of the slow momentum buffers with memory_efficient (at most the world size)",
+                  at_least(int64_t{1}))
+          .alias("slowmo_num_shards")  // fairscale's name
+          .option("broadcast_buffers", &SlowMoOptions::broadcast_buffers,
+                  "rank 0's buffers to every rank before every training forward (over the world, as fairscale)")
+          .option("bucket_cap_mb", &SlowMoOptions::bucket_cap_mb,
+                  "bucket size in MiB of the gradient all-reduce within the node", greater_than(0.0),
+                  at_most(1024.0 * 1024.0))
+          .option("find_unused_parameters", &SlowMoOptions::find_unused_parameters,
+                  "search the autograd graph for parameters that get no gradient");
+  return schema;
+}
+
+void SlowMoOptions::validate() const {
+  schema().validate(*this);
+  averaging().validate(schema().owner());
+}
+
+averaging::SlowMomentumOptions SlowMoOptions::averaging() const {
+  return {.momentum = slowmo_momentum,
+          .lr = slowmo_lr,
+          .slowmo_frequency = slowmo_frequency,
+          .localsgd_frequency = localsgd_frequency,
+          .memory_efficient = memory_efficient,
+          .num_shards = num_shards};
+}
+
+DDPOptions SlowMoOptions::ddp() const {
+  DDPOptions options;
+  options.bucket_cap_mb = bucket_cap_mb;
+  options.find_unused_parameters = find_unused_parameters;
+  options.broadcast_buffers = broadcast_buffers;
+  return options;
+}
+
+SlowMoStrategy::SlowMoStrategy(SlowMoOptions options) : DDPStrategy(options.ddp()), options_(std::move(options)) {
+  options_.validate();
+}
+
+void SlowMoStrategy::check_world_size(int64_t world_size) const {
+  if (!options_.nprocs_per_node) return;  // the cluster's nodes: the Topology checks them
+  check<ConfigurationError>(world_size % *options_.nprocs_per_node == 0, "--strategy slowmo: expected a world size "
+                            "divisible by nprocs_per_node=", *options_.nprocs_per_node, ", got ", world_size,
+                            " processes; choose nprocs_per_node among the divisors of ", world_size);
+}
+
+Communicator& SlowMoStrategy::gradient_group() { return build_topology(options_.nprocs_per_node).node(); }
+
+void SlowMoStrategy::wrap_module(torch::nn::Module& module) {
+  DDPStrategy::wrap_module(module);  // the reducer on the node group (gradient_group)
+  const auto& topology = node_topology();
+  auto averager = std::make_unique<averaging::SlowMomentumAverager>(node_topology(), options_.averaging(),
+                                                                    [this] { return learning_rates(); });
+  averager->check_parameters(reducer().parameters());
+  averager_ = averager.get();
+  set_model_averager(std::move(averager));
+  if (topology.num_nodes() == 1 && is_global_zero()) {
+    warn("--strategy slowmo: all " + std::to_string(topology.world_size()) + " processes are on one node (" +
+         std::to_string(topology.node_size()) + " per node), so gradients are averaged over all of them every "
+         "step and local SGD is off" + (options_.averaging().slow_momentum() ? "; the slow momentum step still runs every " +
+                                        std::to_string(options_.slowmo_frequency) + " steps" : "") +
+         ". Set nprocs_per_node to simulate several nodes, or run on several");
+  }
+}
+
+void SlowMoStrategy::check_precision(const Precision& precision) const {
+  DDPStrategy::check_precision(precision);
+  const auto dtype = precision.parameter_dtype();
+  check<ConfigurationError>(!options_.averaging().slow_momentum() || (dtype != torch::kHalf && dtype != torch::kBFloat16),
+                            "--strategy slowmo: --precision ", precision.name(), " keeps the parameters in ",
+                            c10::toString(dtype), ", and the slow momentum buffers with them, which loses the slow "
+                            "momentum update; use 32-true or a mixed precision (16-mixed, bf16-mixed)");
+}
+
+bool SlowMoStrategy::optimizer_step(torch::optim::Optimizer& optimizer,
+                                    const std::function<void(torch::optim::Optimizer&)>& before_step) {
+  averager().initialize(reducer().parameters());  // x_{0,0}: once, before the first step
+  return DDPStrategy::optimizer_step(optimizer, before_step);
+}
+
+std::vector<double> SlowMoStrategy::learning_rates() const {
+  std::unordered_map<const void*, double> rate_of;
+  for (const auto& optimizer : optimizers()) {
+    for (auto& group : optimizer->param_groups()) {
+      const double lr = group.options().get_lr();
+      for (const auto& p : group.params()) rate_of.emplace(p.unsafeGetTensorImpl(), lr);
+    }
+  }
+  std::vector<double> rates;
+  for (const auto& p : reducer().parameters()) {
+    const auto found = rate_of.find(p.unsafeGetTensorImpl());
+    rates.push_back(found == rate_of.end() ? 1.0 : found->second);
+  }
+  return rates;
+}
+
+void SlowMoStrategy::teardown() {
+  averager_ = nullptr;  // DDPStrategy::teardown destroys it
+  DDPStrategy::teardown();
+}
+
+std::map<std::string, double> SlowMoStrategy::metrics() const {
+  auto metrics = DDPStrategy::metrics();
+  if (averager_) metrics["slowmo/buffer_bytes"] = static_cast<double>(averager_->buffer_bytes());
+  return metrics;
+}
+
+averaging::SlowMomentumAverager& SlowMoStrategy::averager() const {
+  VOLT_INTERNAL_ASSERT(averager_ != nullptr, "slowmo: the averager is used before setup_module()");
+  return *averager_;
+}
+
+void register_slowmo_strategy(Registry<Strategy>& registry) {
+  registry.add("slowmo",
+               "SlowMo: DDP within each node, models averaged across nodes every localsgd_frequency steps, slow "
+               "momentum every slowmo_frequency steps",
+               SlowMoOptions::schema(),
+               [](const SlowMoOptions& options) { return std::make_shared<SlowMoStrategy>(options); });
+}
+
+}  // namespace volt
