@@ -136,12 +136,23 @@ void SlowMomentumAverager::slow_momentum_step(const std::vector<torch::Tensor>& 
       mean.copy_(old);                              // x ← x_old
     }
     if (!options_.memory_efficient) return;  // every rank updated every element
-    // Each shard's owner broadcasts the new parameters of its shard.
+    auto& world = topology_.world();
+    if (shards_ == world.size()) {
+      // Every rank owns a shard: one all-gather of equal pieces (the last one padded), a ring whose
+      // links each carry (n-1)/n of the model, instead of n broadcasts that each cross every link.
+      auto mine = torch::zeros({shard_length_}, flat.options());
+      mine.narrow(0, 0, end_ - begin_).copy_(flat.narrow(0, begin_, end_ - begin_));
+      auto gathered = torch::empty({shards_ * shard_length_}, flat.options());
+      world.all_gather_into(gathered, mine);
+      flat.copy_(gathered.narrow(0, 0, total_));
+      return;
+    }
+    // Fewer shards than ranks: each shard's owner broadcasts the new parameters of its shard.
     for (int64_t owner = 0; owner < shards_; ++owner) {
       const int64_t lo = std::min(owner * shard_length_, total_), hi = std::min((owner + 1) * shard_length_, total_);
       if (lo >= hi) continue;
       auto shard = flat.narrow(0, lo, hi - lo);
-      topology_.world().broadcast(shard, owner);
+      world.broadcast(shard, owner);
     }
   });
 }

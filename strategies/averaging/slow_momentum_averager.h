@@ -15,13 +15,14 @@
 // fairscale: plain local SGD, no buffers.
 //
 // Memory: u and x_old cover the parameters flattened in order; with memory_efficient they are split
-// into min(world, num_shards) contiguous shards, shard k on global rank k, which updates it and
-// broadcasts the new parameters of its shard to every rank, so each rank holds 2/shards of the model
-// instead of two copies. Both layouts compute the same elements with the same operations from the
+// into min(world, num_shards) contiguous shards, shard k on global rank k, which updates it; then
+// every rank gets every shard's new parameters (one all-gather when every rank owns a shard,
+// otherwise a broadcast from each owner), so each rank holds 2/shards of the model instead of two
+// copies. Both layouts compute the same elements with the same operations from the
 // same x̄: their results are bitwise equal.
 // (fairscale reduces each shard to its owner instead of averaging over the leaders first; here the
 // slow momentum step reuses the cross-node average the local-SGD step takes anyway, so its
-// inter-node traffic is the leaders' all-reduce plus the broadcasts of the shards.)
+// inter-node traffic is the leaders' all-reduce plus the distribution of the shards.)
 //
 // Every trainable parameter must have the same floating dtype (one flat layout). The groups come
 // from `topology`, which must outlive the averager. Not thread-safe: the training thread calls it.
