@@ -10,11 +10,13 @@
 #include <cstdlib>
 #include <chrono>
 #include <iostream>
+#include <map>
 #include <regex>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "bench/run_ranks.h"
 #include "core/error.h"
 
 namespace volt::bench {
@@ -61,46 +63,18 @@ inline bool parse_flags(int argc, char** argv, const boost::program_options::opt
 }
 
 // Starts one process per entry of `argvs` (argv[0] found on PATH), each with `environment` added
-// to its own, waits for all and returns what the first one wrote to stdout (the others' stdout is
-// inherited). Throws volt::Error naming `who` when a process fails, with the first one's output.
+// to its own, waits for all (at most a day) and returns what the first one wrote to stdout (the
+// others' stdout is inherited). Throws volt::Error naming `who` when a process fails, with the
+// first one's output.
 inline std::string run_processes(const std::vector<std::vector<std::string>>& argvs,
                                  const std::vector<std::pair<std::string, std::string>>& environment,
                                  const std::string& who) {
-  int pipe_fds[2];
-  check<Error>(pipe(pipe_fds) == 0, who, ": pipe failed");
-  std::vector<pid_t> children;
-  for (size_t i = 0; i < argvs.size(); ++i) {
-    const pid_t pid = fork();
-    check<Error>(pid >= 0, who, ": fork failed");
-    if (pid == 0) {
-      if (i == 0) dup2(pipe_fds[1], STDOUT_FILENO);
-      close(pipe_fds[0]);
-      close(pipe_fds[1]);
-      std::vector<std::string> args = argvs[i];
-      std::vector<char*> raw;
-      for (auto& a : args) raw.push_back(a.data());
-      raw.push_back(nullptr);
-      for (const auto& [name, value] : environment) setenv(name.c_str(), value.c_str(), 1);
-      execvp(raw[0], raw.data());
-      _exit(127);
-    }
-    children.push_back(pid);
-  }
-  close(pipe_fds[1]);
-  std::string output;
-  char buffer[4096];
-  ssize_t n;
-  while ((n = read(pipe_fds[0], buffer, sizeof buffer)) > 0) output.append(buffer, static_cast<size_t>(n));
-  close(pipe_fds[0]);
-  int failed_status = 0;
-  for (const pid_t pid : children) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) && failed_status == 0) failed_status = status == 0 ? -1 : status;
-  }
-  check<Error>(failed_status == 0, who, ": a process (", argvs.front().front(), ") failed with status ", failed_status,
-               "; output of the first: ", output);
-  return output;
+  const std::map<std::string, std::string> env(environment.begin(), environment.end());
+  const auto result = run_ranks(argvs, std::vector<std::map<std::string, std::string>>(argvs.size(), env),
+                                std::chrono::hours(24));
+  check<Error>(result.ok(), who, ": a process (", argvs.front().front(), ") failed: ", result.describe(),
+               "; output of the first: ", result.output);
+  return result.output;
 }
 
 // The number written right after `key` in `output` ("STEP_MS 1.5" with key "STEP_MS ", "x=2" with

@@ -34,7 +34,7 @@
 
 #include "bench/bench_support.h"
 #include "bench/mlp.h"
-#include "bench/rank_pair.h"
+#include "bench/run_ranks.h"
 #include "bench/veth_link.h"
 #include "core/error.h"
 #include "core/option_spec.h"
@@ -162,8 +162,8 @@ struct Runner {
     const auto limit = std::chrono::seconds(60 + static_cast<int64_t>(3 * per_step_s * (steps + warmup)));
     for (int attempt = 0; attempt < attempts; ++attempt) {
       const auto port = std::to_string(volt::find_free_port());
-      std::array<std::vector<std::string>, 2> argv;
-      std::array<std::map<std::string, std::string>, 2> env;
+      std::vector<std::vector<std::string>> argv(2);
+      std::vector<std::map<std::string, std::string>> env(2);
       for (int rank = 0; rank < 2; ++rank) {
         if (veth) argv[rank] = veth->exec_prefix(rank);
         const std::string master = veth ? veth->address(0) : "127.0.0.1";
@@ -180,7 +180,7 @@ struct Runner {
                      {"GLIBC_TUNABLES", volt::bench::kTrainerMallocTunables}};
         if (veth) env[rank]["GLOO_SOCKET_IFNAME"] = veth->interface(rank);
       }
-      const auto result = volt::bench::run_rank_pair(argv, env, limit);
+      const auto result = volt::bench::run_ranks(argv, env, limit);
       if (result.ok()) {
         m.ms = number_after(result.output, "STEP_MS");
         m.bytes = number_after(result.output, "STEP_BYTES");
