@@ -3,12 +3,12 @@
 # only when this file finds them, and skipped cleanly otherwise.
 
 # c10d's Gloo process group header includes <gloo/...>; Debian ships those in libgloo-dev.
-find_path(VOLT_GLOO_INCLUDE_DIR gloo/rendezvous/store.h HINTS ${TORCH_INCLUDE_DIRS})
+# Paths found on this machine are build-time only: the installed package finds its own.
+include(${CMAKE_CURRENT_LIST_DIR}/volt_find_gloo.cmake)
 if(NOT VOLT_GLOO_INCLUDE_DIR)
-  message(FATAL_ERROR "volt: gloo headers (gloo/rendezvous/store.h) not found. "
-                      "On Debian install libgloo-dev (tools/setup.sh does).")
+  message(FATAL_ERROR ${VOLT_GLOO_MISSING_MESSAGE})
 endif()
-target_include_directories(volt PUBLIC ${VOLT_GLOO_INCLUDE_DIR})
+target_include_directories(volt PUBLIC $<BUILD_INTERFACE:${VOLT_GLOO_INCLUDE_DIR}>)
 target_compile_definitions(volt PUBLIC USE_C10D_GLOO)
 
 # Note [Inline all_reduce] (distributed/inline_gloo_all_reduce.h) calls Gloo itself.
@@ -19,7 +19,6 @@ target_compile_definitions(volt PUBLIC USE_C10D_GLOO)
 set(VOLT_INLINE_GLOO OFF)
 get_filename_component(volt_torch_lib_dir "${TORCH_LIBRARY}" DIRECTORY)
 find_library(VOLT_TORCH_CPU_LIBRARY NAMES torch_cpu HINTS ${volt_torch_lib_dir} NO_DEFAULT_PATH)
-find_library(VOLT_GLOO_LIBRARY NAMES gloo)
 find_program(VOLT_READELF readelf)
 if(VOLT_TORCH_CPU_LIBRARY AND VOLT_GLOO_LIBRARY AND VOLT_READELF)
   execute_process(COMMAND ${VOLT_READELF} -d ${VOLT_TORCH_CPU_LIBRARY} OUTPUT_VARIABLE volt_torch_needed
@@ -29,7 +28,7 @@ if(VOLT_TORCH_CPU_LIBRARY AND VOLT_GLOO_LIBRARY AND VOLT_READELF)
   endif()
 endif()
 if(VOLT_INLINE_GLOO)
-  target_link_libraries(volt PUBLIC ${VOLT_GLOO_LIBRARY})
+  target_link_libraries(volt PUBLIC $<BUILD_INTERFACE:${VOLT_GLOO_LIBRARY}>)
   target_compile_definitions(volt PUBLIC VOLT_WITH_INLINE_GLOO=1)
   message(STATUS "volt: small Gloo all_reduces run inline (LibTorch links ${VOLT_GLOO_LIBRARY})")
 else()

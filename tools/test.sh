@@ -9,3 +9,16 @@ ctest --test-dir build --output-on-failure -j2 --timeout 900
 # and the benchmarks, the test targets still link the example's library (issue 21.5).
 cmake -S . -B build-no-examples -DCMAKE_BUILD_TYPE=Release -DVOLT_BUILD_EXAMPLES=OFF -DVOLT_BUILD_BENCHMARKS=OFF > /dev/null
 cmake --build build-no-examples -j2 --target precision_tests checkpoint_tests
+# volt in someone else's project (issue 19): installed and found with find_package by the starter,
+# which then trains one short epoch on two processes; and built inside a project with add_subdirectory
+# (which must not build volt's tests, benchmarks or examples, and whose program checks its fit).
+rm -rf build-consumer
+cmake --install build --prefix build-consumer/prefix > /dev/null
+cmake -S examples/starter -B build-consumer/starter -DCMAKE_PREFIX_PATH="$PWD/build-consumer/prefix" > /dev/null
+cmake --build build-consumer/starter -j2
+build-consumer/starter/starter --strategy ddp --devices 2 --max-epochs 1 --default-root-dir build-consumer/run \
+  --logger none --enable-progress-bar false | tee build-consumer/starter.out
+grep -q "^starter: 2 process(es), 1 epoch(s)" build-consumer/starter.out
+cmake -S examples/subproject -B build-consumer/subproject -DCMAKE_BUILD_TYPE=Release > /dev/null
+cmake --build build-consumer/subproject -j2 --target subproject
+build-consumer/subproject/subproject --logger none --enable-progress-bar false --enable-checkpointing false

@@ -10,6 +10,7 @@
 #include "distributed/cluster/cluster_environment.h"
 #include "precision/precision.h"
 #include "core/option_spec.h"
+#include "trainer/config_file.h"
 #include "trainer/trainer_options.h"
 
 namespace po = boost::program_options;
@@ -23,14 +24,24 @@ std::string joined(const std::vector<std::string>& items) {
   return out;
 }
 
-po::options_description volt_flags(const TrainerOptions& d) {
-  po::options_description flags("volt Trainer options");
-  auto limit = [](const BatchLimit& l) { return po::value<std::string>()->default_value(l.to_string()); };
+// Flags that act on this command line itself and so are not options a config file sets.
+po::options_description command_line_flags() {
+  po::options_description flags("Command line");
   flags.add_options()
       ("help,h", "print this help and exit")
       ("list-strategies", "print the registered strategies with their options and exit")
       ("list-callbacks", "print the registered callbacks with their options and exit")
       ("list-loggers", "print the registered loggers with their options and exit")
+      ("config", po::value<std::string>(),
+       "read flags from this file of 'name = value' lines (see --print-config); flags given here win")
+      ("print-config", "print the effective configuration in --config's format and exit");
+  return flags;
+}
+
+po::options_description volt_flags(const TrainerOptions& d) {
+  po::options_description flags("volt Trainer options");
+  auto limit = [](const BatchLimit& l) { return po::value<std::string>()->default_value(l.to_string()); };
+  flags.add_options()
       ("accelerator", po::value<std::string>()->default_value(d.accelerator), "cpu | cuda | auto")
       ("devices", po::value<int64_t>()->default_value(d.devices), "processes per node")
       ("malloc-tuning", po::value<bool>()->default_value(d.malloc_tuning),
@@ -160,9 +171,11 @@ TrainerOptions TrainerOptions::from_args(int argc, const char* const argv[]) {
 TrainerOptions TrainerOptions::from_args(int argc, const char* const argv[],
                                          const po::options_description& program_options,
                                          po::variables_map* program_values) {
+  po::options_description configurable;  // what a --config file may set too
+  if (!program_options.options().empty()) configurable.add(program_options);
+  configurable.add(volt_flags(TrainerOptions{}));
   po::options_description all;
-  if (!program_options.options().empty()) all.add(program_options);
-  all.add(volt_flags(TrainerOptions{}));
+  all.add(configurable).add(command_line_flags());
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(argc, argv)
@@ -170,6 +183,7 @@ TrainerOptions TrainerOptions::from_args(int argc, const char* const argv[],
                       // No abbreviations: a typo such as --max-epoch must not pass for --max-epochs.
                       .style(po::command_line_style::default_style & ~po::command_line_style::allow_guessing)
                       .run(), vm);
+    if (vm.count("config") && !vm.count("help")) store_config_file(vm["config"].as<std::string>(), configurable, vm);
     po::notify(vm);
   } catch (const po::unknown_option& e) {
     const auto suggestion = closest_match(e.get_option_name(), long_names(all));
@@ -193,6 +207,8 @@ TrainerOptions TrainerOptions::from_args(int argc, const char* const argv[],
   if (program_values) *program_values = vm;
   auto options = options_from(vm);
   options.validate();
+  // After validation, so that what is printed is a configuration that runs.
+  if (vm.count("print-config")) throw HelpRequested(format_config(configurable, vm));
   return options;
 }
 

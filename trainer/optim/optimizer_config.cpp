@@ -6,6 +6,13 @@
 
 namespace volt {
 
+OptimizerConfig::OptimizerConfig(std::initializer_list<OptimizerConfig> parts) {
+  for (const auto& part : parts) {
+    optimizers.insert(optimizers.end(), part.optimizers.begin(), part.optimizers.end());
+    schedulers.insert(schedulers.end(), part.schedulers.begin(), part.schedulers.end());
+  }
+}
+
 void OptimizerConfig::validate() const {
   check<ConfigurationError>(!optimizers.empty(),
                             "configure_optimizers: expected at least one optimizer, got none");

@@ -1,0 +1,26 @@
+# `cmake --install build --prefix P` puts volt where another project's find_package(volt) finds it:
+#   P/include/volt/<layer>/*.h   headers, reached as in this tree: #include "trainer/volt.h"
+#   P/lib/libvolt.a              the library
+#   P/lib/cmake/volt/            voltConfig.cmake (finds volt's dependencies), the volt::volt target
+include(CMakePackageConfigHelpers)
+include(GNUInstallDirs)
+
+set(VOLT_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/volt)
+
+foreach(layer trainer callbacks loggers strategies precision checkpoint distributed data core)
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/${layer}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/volt/${layer}
+          FILES_MATCHING PATTERN "*.h")
+endforeach()
+
+install(TARGETS volt EXPORT voltTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(EXPORT voltTargets NAMESPACE volt:: DESTINATION ${VOLT_INSTALL_CMAKEDIR})
+
+configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/voltConfig.cmake.in
+                              ${PROJECT_BINARY_DIR}/voltConfig.cmake
+                              INSTALL_DESTINATION ${VOLT_INSTALL_CMAKEDIR})
+# 0.x: a minor version may change the API, so only the same minor version is compatible.
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/voltConfigVersion.cmake
+                                 COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/voltConfig.cmake ${PROJECT_BINARY_DIR}/voltConfigVersion.cmake
+              ${CMAKE_CURRENT_LIST_DIR}/volt_find_gloo.cmake
+        DESTINATION ${VOLT_INSTALL_CMAKEDIR})

@@ -1,0 +1,25 @@
+#pragma once
+// `--config FILE` and `--print-config`: every flag can also come from an INI-style file of
+// `name = value` lines (names as on the command line, without the dashes; a repeatable flag such
+// as logger takes one line per value; `#` starts a comment), LightningCLI's --config /
+// --print_config. Flags given on the command line win over the file, the file over the defaults.
+#include <boost/program_options/options_description.hpp>
+#include <boost/program_options/variables_map.hpp>
+
+#include <string>
+
+namespace volt {
+
+// Adds the values `path` sets to `values`, where the command line's are already stored (those
+// stay). `flags` are the options a file may set. Throws ConfigurationError naming the file for a
+// file that cannot be read, an unknown name (with the closest known one) or a bad value.
+void store_config_file(const std::string& path, const boost::program_options::options_description& flags,
+                       boost::program_options::variables_map& values);
+
+// The effective configuration, in the format store_config_file reads: one line per option of
+// `flags` that has a value (a default counts), a comment line for each that has none. Throws
+// ConfigurationError for a value the format cannot carry (one with '#' or a line break).
+std::string format_config(const boost::program_options::options_description& flags,
+                          const boost::program_options::variables_map& values);
+
+}  // namespace volt
