@@ -294,7 +294,9 @@ TEST(SlowMo, WithinTheNodeEveryStepAcrossNodesOnlyAtAveragingSteps) {
       const std::string where = "rank " + std::to_string(r) + ", step " + std::to_string(s + 1);
       // The gradients within the node every step, plus the leader's broadcast of the average (the
       // first two steps also rebuild the reducer's buckets).
-      if (s > 1) EXPECT_EQ(step.node_bytes, model_bytes * (averages ? 2 : 1)) << where;
+      if (s > 1) {
+        EXPECT_EQ(step.node_bytes, model_bytes * (averages ? 2 : 1)) << where;
+      }
       EXPECT_GE(step.node_bytes, model_bytes) << where;
       EXPECT_EQ(step.leaders_bytes, leader && averages ? model_bytes : 0) << where;
       // The world only carries the all-gather of the shards at the slow momentum step: each rank

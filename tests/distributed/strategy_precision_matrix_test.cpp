@@ -59,10 +59,11 @@ bool runs_here(const std::string& precision) {
   }
 }
 
-// Whether `strategy` takes `precision` (a strategy's check_precision runs at Trainer construction).
-bool strategy_accepts(const std::string& strategy, const std::string& precision) {
+// Whether `strategy` on `ranks` processes takes `precision` (a strategy's check_precision runs at
+// Trainer construction).
+bool strategy_accepts(const std::string& strategy, const std::string& precision, int64_t ranks) {
   try {
-    testing::construct_quiet_trainer(strategy, 2, precision);
+    testing::construct_quiet_trainer(strategy, ranks, precision);
     return true;
   } catch (const ConfigurationError&) {
     return false;
@@ -97,7 +98,7 @@ TEST_P(StrategyPrecisionMatrix, TwoRanksEqualOneProcessOnTheFullBatch) {
                             " --devices " + std::to_string(ranks) + " --batch-size " + std::to_string(16 / ranks);
   const auto result = testing::run_command(testing::train_command(dir.path(), flags), 180);
   const auto lines = testing::trained_lines(result.output);
-  if (!runs_here(precision) || !strategy_accepts(strategy, precision)) {
+  if (!runs_here(precision) || !strategy_accepts(strategy, precision, ranks)) {
     EXPECT_NE(result.exit_code, 0) << result.output;
     EXPECT_TRUE(lines.empty()) << "a precision this machine cannot run, or the strategy refuses, trained anyway:\n"
                                << result.output;
