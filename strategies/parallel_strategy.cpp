@@ -3,6 +3,7 @@
 #include <map>
 
 #include "strategies/averaging/parameter_mean.h"
+#include "strategies/dense_gradients.h"
 
 #include "distributed/state_gather.h"
 #include "strategies/model_agreement.h"
@@ -153,8 +154,10 @@ void ParallelStrategy::synchronize_accumulated_gradients(torch::nn::Module& modu
   torch::NoGradGuard no_grad;
   auto& comm = communicator();
   std::vector<torch::Tensor> params;
-  for (const auto& p : module.parameters()) {
-    if (p.requires_grad()) params.push_back(p);
+  for (const auto& item : module.named_parameters()) {
+    if (!item.value().requires_grad()) continue;
+    check_dense_gradient(item.value(), item.key(), name());  // Note [Sparse gradients]
+    params.push_back(item.value());
   }
   auto has_grad = torch::zeros({static_cast<int64_t>(params.size())}, torch::kInt);
   for (size_t i = 0; i < params.size(); ++i) has_grad[static_cast<int64_t>(i)] = params[i].grad().defined() ? 1 : 0;
