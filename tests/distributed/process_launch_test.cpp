@@ -108,8 +108,9 @@ TEST(LauncherTest, StartsOneProcessPerDevice) {
 
 TEST(LauncherTest, ChildThatExitsIsNamedAndTheOthersStop) {
   const auto start = std::chrono::steady_clock::now();
-  const auto result = run_command(worker() + " --mode fail --fail-rank 2 --how exit --devices 3 --timeout 60", 120);
-  EXPECT_LT(seconds(start), 30.0) << "a dead peer must end the run in seconds, not at the 60 s timeout";
+  const auto result = run_command(worker() + " --mode fail --fail-rank 2 --how exit --devices 3 --timeout 300", 280);
+  // Seconds on an idle machine; the bound only has to stay far from the 300 s timeout.
+  EXPECT_LT(seconds(start), 120.0) << "a dead peer must end the run in seconds, not at the 300 s timeout";
   EXPECT_NE(result.exit_code, 0) << result.output;
   EXPECT_TRUE(std::regex_search(result.output, std::regex("rank 2 \\(local rank 2, pid \\d+\\) exited with status 3")))
       << result.output;
@@ -134,11 +135,13 @@ TEST(LauncherTest, ParentThatThrowsStopsItsChildren) {
 
 TEST(LauncherTest, StalledChildEndsTheRunAtTheTimeout) {
   const auto start = std::chrono::steady_clock::now();
-  const auto result = run_command(worker() + " --mode fail --fail-rank 1 --how stall --devices 2 --timeout 3", 120);
+  const auto result = run_command(worker() + " --mode fail --fail-rank 1 --how stall --devices 2 --timeout 3", 280);
   const double took = seconds(start);
   EXPECT_NE(result.exit_code, 0) << result.output;
   EXPECT_GE(took, 3.0);
-  EXPECT_LT(took, 40.0) << result.output;
+  // The 3 s timeout ends it (plus start-up, diagnosis and the launcher's stop), long before the
+  // stalled rank's 600 s sleep would: a bound far from both.
+  EXPECT_LT(took, 200.0) << result.output;
   EXPECT_NE(result.output.find("3000 ms"), std::string::npos) << result.output;
   for (const auto& line : worker_lines(result.output)) EXPECT_FALSE(process_exists(line.pid)) << line.rank;
 }
