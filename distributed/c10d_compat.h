@@ -27,4 +27,18 @@ using C10dBackend = c10d::Backend;
 using C10dBackend = c10d::ProcessGroup;
 #endif
 
+// Binds a process group to `device` (a CUDA device with an index) where LibTorch can: 2.3 added
+// Backend::setBoundDeviceId (what torch.distributed.init_process_group(device_id=...) sets),
+// which ProcessGroupNCCL uses for barriers and communicator splits instead of guessing a device
+// from the rank. Before 2.3 there is none; volt's barriers name the device themselves (Note
+// [NCCL and this rank's device]).
+inline void bind_to_device(C10dBackend& group, const at::Device& device) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+  group.setBoundDeviceId(device);
+#else
+  (void)group;
+  (void)device;
+#endif
+}
+
 }  // namespace volt::compat

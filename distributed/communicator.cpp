@@ -27,6 +27,10 @@ void CommunicatorOptions::validate() const {
                             inline_all_reduce_max_bytes);
   check<ConfigurationError>(backend == "auto" || backend == "gloo" || backend == "nccl",
                             "Communicator: expected backend gloo, nccl or auto, got '", backend, "'");
+  check<ConfigurationError>(backend != "nccl" || (device.is_cuda() && device.has_index()),
+                            "Communicator: backend nccl binds its communicators to this rank's CUDA device, so it "
+                            "expects `device` to be one (cuda:<local rank>), got ", device.str(),
+                            "; pass the device this rank computes on");
 }
 
 Communicator::Communicator(int64_t rank, int64_t size, std::vector<int64_t> global_ranks,

@@ -46,6 +46,9 @@ struct CommunicatorOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
   // "gloo", "nccl" or "auto" (nccl when `device` is CUDA, else gloo). nccl needs a LibTorch with CUDA.
   std::string backend = "auto";
+  // The device this rank computes on. With nccl it must be a CUDA device with an index (the
+  // Trainer passes cuda:<local rank>): the NCCL communicators are bound to it (Note [NCCL and
+  // this rank's device] in process_group_communicator.cpp).
   torch::Device device = torch::kCPU;
   // The local address Gloo listens on. Empty: the GLOO_SOCKET_IFNAME interface when that variable
   // is set (PyTorch's rule), otherwise the local address of the route to master_addr (so that

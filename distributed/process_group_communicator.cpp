@@ -69,18 +69,33 @@ std::shared_ptr<gloo::transport::Device> make_gloo_device(const CommunicatorOpti
   }
 }
 
-// Builds the backend's process group over `store` (a rendezvous among `size` ranks).
+// Note [NCCL and this rank's device]
+// Every process of a node must drive its own GPU (cuda:<local rank>, trainer/device_choice.h).
+// An NCCL communicator lives on the device that is current when it is created, and c10d's NCCL
+// group creates it lazily, at the first collective, on the device of that collective's tensors;
+// a barrier has no tensor, so c10d guesses a device (rank % visible devices in 1.13), which is
+// the wrong GPU on a multi-node run with other device counts and creates a second communicator.
+// So: the Trainer makes the rank's device current before the group exists (make_current_device),
+// the group is bound to it where LibTorch can (compat::bind_to_device, 2.3+), and every barrier
+// names it (BarrierOptions::device_ids, 1.13 and 2.x). Tensors handed to NCCL collectives must be
+// on that device; a CUDA tensor elsewhere, or a CPU tensor, is refused by check_tensor.
+
+// Builds the backend's process group over `store` (a rendezvous among `size` ranks); an NCCL
+// group is bound to `compute_device`.
 c10::intrusive_ptr<compat::C10dBackend> make_process_group(const std::string& backend,
                                                            const c10::intrusive_ptr<c10d::Store>& store,
                                                            int64_t rank, int64_t size,
                                                            const std::shared_ptr<gloo::transport::Device>& device,
-                                                           std::chrono::milliseconds timeout) {
+                                                           std::chrono::milliseconds timeout,
+                                                           const torch::Device& compute_device) {
 #if defined(VOLT_WITH_CUDA)
   if (backend == "nccl") {
     auto options = c10d::ProcessGroupNCCL::Options::create();
     options->timeout = timeout;
-    return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, static_cast<int>(rank), static_cast<int>(size),
-                                                       options);
+    auto group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, static_cast<int>(rank), static_cast<int>(size),
+                                                             options);
+    compat::bind_to_device(*group, compute_device);
+    return group;
   }
 #endif
   auto options = c10d::ProcessGroupGloo::Options::create(timeout);
@@ -96,18 +111,19 @@ class ProcessGroupCommunicator : public Communicator {
   ProcessGroupCommunicator(int64_t rank, int64_t size, std::vector<int64_t> global_ranks,
                            std::chrono::milliseconds timeout, std::string backend,
                            c10::intrusive_ptr<c10d::Store> store,
-                           std::shared_ptr<gloo::transport::Device> device, std::shared_ptr<PeerMonitor> monitor,
-                           bool is_root, int64_t inline_max_bytes)
+                           std::shared_ptr<gloo::transport::Device> device, torch::Device compute_device,
+                           std::shared_ptr<PeerMonitor> monitor, bool is_root, int64_t inline_max_bytes)
       : Communicator(rank, size, std::move(global_ranks), timeout),
         backend_name_(std::move(backend)),
         store_(std::move(store)),
         device_(std::move(device)),
+        compute_device_(compute_device),
         monitor_(std::move(monitor)),
         is_root_(is_root),
         inline_max_bytes_(inline_max_bytes) {
     try {
       process_group_ = make_process_group(backend_name_, c10::make_intrusive<c10d::PrefixStore>("pg", store_),
-                                          rank, size, device_, timeout);
+                                          rank, size, device_, timeout, compute_device_);
       if (backend_name_ == "gloo" && size > 1 && inline_max_bytes_ > 0 && InlineGlooAllReduce::compiled_in()) {
         inline_ = std::make_unique<InlineGlooAllReduce>(c10::make_intrusive<c10d::PrefixStore>("inline", store_),
                                                         rank, size, device_, timeout, inline_max_bytes_);
@@ -256,6 +272,7 @@ class ProcessGroupCommunicator : public Communicator {
   CollectiveHandle barrier_async() override {
     c10d::BarrierOptions opts;
     opts.timeout = timeout();
+    if (backend_name_ == "nccl") opts.device_ids = {compute_device_.index()};  // Note [NCCL and this rank's device]
     return launch(CollectiveKind::Barrier, torch::Tensor(), "",
                   [&] { return process_group_->barrier(opts); }, [] { return torch::Tensor(); });
   }
@@ -278,7 +295,8 @@ class ProcessGroupCommunicator : public Communicator {
     auto store = c10::make_intrusive<c10d::PrefixStore>("group_" + std::to_string(index), store_);
     return std::make_shared<ProcessGroupCommunicator>(me - ranks.begin(), static_cast<int64_t>(ranks.size()),
                                                       std::move(global), timeout(), backend_name_,
-                                                      std::move(store), device_, monitor_, false, inline_max_bytes_);
+                                                      std::move(store), device_, compute_device_, monitor_, false,
+                                                      inline_max_bytes_);
   }
 
   void report_failure(const std::string& message) override {
@@ -458,8 +476,10 @@ class ProcessGroupCommunicator : public Communicator {
     check<ConfigurationError>(tensor.defined(), describe(), ": ", what, " expects a defined tensor, got an undefined one");
     check<ConfigurationError>(tensor.layout() == torch::kStrided, describe(), ": ", what,
                               " expects a dense tensor, got layout ", tensor.layout());
-    check<ConfigurationError>(backend_name_ != "nccl" || tensor.is_cuda(), describe(), ": ", what,
-                              " on the nccl backend expects a CUDA tensor, got one on ", tensor.device());
+    check<ConfigurationError>(backend_name_ != "nccl" || tensor.device() == compute_device_, describe(), ": ", what,
+                              " on the nccl backend expects a tensor on this rank's device ", compute_device_.str(),
+                              " (Note [NCCL and this rank's device]), got one on ", tensor.device().str(),
+                              "; move it there first");
   }
 
   void check_mean(const torch::Tensor& tensor, ReduceOp op, const char* what) const {
@@ -490,7 +510,8 @@ class ProcessGroupCommunicator : public Communicator {
 
   std::string backend_name_;
   c10::intrusive_ptr<c10d::Store> store_;
-  std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<gloo::transport::Device> device_;  // Gloo's network device (null for nccl)
+  torch::Device compute_device_;                     // this rank's device (Note [NCCL and this rank's device])
   std::shared_ptr<PeerMonitor> monitor_;  // shared by the root communicator and its sub-groups
   bool is_root_;
   int64_t inline_max_bytes_;
@@ -573,7 +594,8 @@ std::shared_ptr<Communicator> Communicator::connect(const CommunicatorOptions& o
   for (int64_t r = 0; r < options.world_size; ++r) global_ranks[static_cast<size_t>(r)] = r;
   return std::make_shared<ProcessGroupCommunicator>(options.rank, options.world_size, std::move(global_ranks),
                                                     options.timeout, backend, std::move(store), std::move(device),
-                                                    std::move(monitor), true, options.inline_all_reduce_max_bytes);
+                                                    options.device, std::move(monitor), true,
+                                                    options.inline_all_reduce_max_bytes);
 }
 
 }  // namespace volt

@@ -14,8 +14,10 @@ class ProcessLauncher;
 // Brings this process into the run's process group: when `cluster` says this process must start
 // the other local ranks itself (volt's launcher, more than one process per node), starts them
 // first through `launcher` (unless it already did), then joins the group through the cluster's
-// rendezvous. Returns the root communicator. Bounded by `timeout`. Throws ConfigurationError when
-// ranks must be started and `launcher` is null. [collective]
+// rendezvous. Returns the root communicator. Bounded by `timeout`. `device` is the device this
+// process computes on (cuda:<local rank> or the CPU); it picks the backend (nccl for CUDA, gloo
+// otherwise), and an NCCL group is bound to it. Throws ConfigurationError when ranks must be
+// started and `launcher` is null. [collective]
 std::shared_ptr<Communicator> start_process_group(const ClusterEnvironment& cluster,
                                                   std::chrono::milliseconds timeout, torch::Device device,
                                                   ProcessLauncher* launcher);

@@ -7,6 +7,7 @@
 #include "distributed/process_group_setup.h"
 #include "distributed/state_gather.h"
 #include "strategies/averaging/parameter_mean.h"
+#include "strategies/dense_gradients.h"
 #include "strategies/model_agreement.h"
 
 namespace volt {
@@ -139,8 +140,10 @@ void ParallelStrategy::synchronize_accumulated_gradients(torch::nn::Module& modu
   torch::NoGradGuard no_grad;
   auto& comm = gradient_group();
   std::vector<torch::Tensor> params;
-  for (const auto& p : module.parameters()) {
-    if (p.requires_grad()) params.push_back(p);
+  for (const auto& item : module.named_parameters()) {
+    if (!item.value().requires_grad()) continue;
+    check_dense_gradient(item.value(), item.key(), name());  // Note [Sparse gradients]
+    params.push_back(item.value());
   }
   auto has_grad = torch::zeros({static_cast<int64_t>(params.size())}, torch::kInt);
   for (size_t i = 0; i < params.size(); ++i) has_grad[static_cast<int64_t>(i)] = params[i].grad().defined() ? 1 : 0;

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "data/sampler.h"
+#include "strategies/dense_gradients.h"
 #include "strategies/sharded_optimizer.h"
 
 namespace volt {
@@ -11,6 +12,7 @@ void Strategy::setup_environment(const StrategyEnvironment& environment) {
 }
 
 void Strategy::setup_module(torch::nn::Module& module) {
+  if (is_distributed()) refuse_sparse_gradient_modules(module, name());  // Note [Sparse gradients]
   precision().convert_module(module);
   module.to(root_device());
   wrap_module(module);

@@ -62,9 +62,11 @@ po::options_description volt_flags(const TrainerOptions& d) {
       ("timeout", po::value<double>()->default_value(static_cast<double>(d.timeout.count()) / 1000.0),
        "seconds any collective may take before the run fails")
       ("max-epochs", po::value<int64_t>(), "epochs to train (default 1000 unless --max-steps; -1: no limit)")
-      ("min-epochs", po::value<int64_t>()->default_value(d.min_epochs), "epochs before early stopping may stop")
+      ("min-epochs", po::value<int64_t>()->default_value(d.min_epochs),
+       "epochs before early stopping or --max-time may stop")
       ("max-steps", po::value<int64_t>()->default_value(d.max_steps), "optimizer steps to train (-1: no limit)")
-      ("max-time", po::value<std::string>()->default_value(d.max_time), "wall-clock limit DD:HH:MM:SS")
+      ("max-time", po::value<std::string>()->default_value(d.max_time),
+       "wall-clock limit DD:HH:MM:SS (once --min-epochs are done)")
       ("accumulate-grad-batches", po::value<int64_t>()->default_value(d.accumulate_grad_batches),
        "micro-batches per optimizer step")
       ("gradient-clip-val", po::value<double>(), "clip gradients at this value (default: no clipping)")

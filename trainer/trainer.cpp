@@ -11,30 +11,18 @@
 #include "loggers/logger_registry.h"
 #include "strategies/strategy_registry.h"
 #include "trainer/checkpoint_connector.h"
+#include "trainer/device_choice.h"
 #include "checkpoint/last_checkpoint.h"
 #include "trainer/loops/evaluation_loop.h"
 #include "trainer/loops/fit_loop.h"
 #include "trainer/loops/loop_hooks.h"
 #include "distributed/process_launcher.h"
-#include "core/compat.h"
 #include "core/cpu_threads.h"
 #include "core/malloc_tuning.h"
 #include "core/reproducibility.h"
 
 namespace volt {
 namespace {
-
-torch::Device resolve_device(const TrainerOptions& options) {
-  const bool cuda = torch::cuda::is_available();
-  if (options.accelerator == "cuda") {
-    check<NotSupportedError>(cuda, "--accelerator cuda: LibTorch sees no CUDA device",
-                             compat::kBuiltWithCuda ? "" : " (this LibTorch is CPU-only)",
-                             "; use --accelerator cpu");
-    return torch::Device(torch::kCUDA, 0);
-  }
-  if (options.accelerator == "auto" && cuda) return torch::Device(torch::kCUDA, 0);
-  return torch::kCPU;
-}
 
 // fit(module, train_loader, val_loader) as a DataModule.
 class DataModuleOfLoaders : public DataModule {
@@ -84,6 +72,7 @@ Trainer::Trainer(TrainerOptions options, TrainerComponents components)
                              " cluster environment";
   if (!components.strategy) components.strategy = create_strategy(options_.strategy, topology.world_size, origin);
   check_strategy_fits(*components.strategy, topology.world_size, origin);
+  device_ = choose_device(options_.accelerator, topology, torch::cuda::device_count());
   launcher_ = components.launcher;
   if (launcher_ == nullptr && !cluster_->creates_processes_externally() && topology.local_world_size > 1) {
     owned_launcher_ = std::make_unique<ProcessLauncher>();
@@ -105,7 +94,7 @@ void Trainer::init(TrainerComponents components) {
                               "'; set options.precision to '", components.precision->name(), "'");
     precision_ = std::move(components.precision);
   } else {
-    precision_ = make_precision(options_.precision, resolve_device(options_));
+    precision_ = make_precision(options_.precision, device_);
   }
   strategy_->set_precision(precision_);
   // fast_dev_run is a smoke test: it must leave nothing behind (Lightning's rule).
@@ -157,7 +146,9 @@ void Trainer::setup(TrainerFn fn, const std::shared_ptr<Module>& module,
   module->loop_state_ = &state_;
   if (!environment_ready_) {
     StrategyEnvironment environment;
-    environment.device = resolve_device(options_);
+    // Before the process group exists: NCCL creates its communicator on the current device.
+    make_current_device(device_);
+    environment.device = device_;
     environment.devices = cluster_->topology().local_world_size;
     environment.num_nodes = cluster_->topology().num_nodes;
     environment.timeout = options_.timeout;

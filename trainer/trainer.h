@@ -129,6 +129,9 @@ class Trainer {
   // Who started the processes of this run and where they meet (torchelastic, slurm, mpi, volt).
   const ClusterEnvironment& cluster_environment() const { return *cluster_; }
   Precision& precision() const { return *precision_; }
+  // The device this process computes on: cuda:<local rank> with CUDA, else the CPU
+  // (trainer/device_choice.h); chosen at construction, the strategy's root_device() once set up.
+  torch::Device root_device() const { return device_; }
   const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers() const { return state_.optimizers; }
   const std::vector<SchedulerConfig>& lr_schedulers() const { return state_.schedulers; }
   bool is_global_zero() const { return strategy_->is_global_zero(); }
@@ -161,6 +164,8 @@ class Trainer {
 
   TrainerOptions options_;
   std::shared_ptr<const ClusterEnvironment> cluster_;  // resolved at construction
+  // This process's device: cuda:<local rank> or the CPU (device_choice.h), chosen at construction.
+  torch::Device device_ = torch::kCPU;
   // The launcher strategies start local ranks with: the caller's, or owned_launcher_.
   ProcessLauncher* launcher_ = nullptr;
   std::unique_ptr<ProcessLauncher> owned_launcher_;

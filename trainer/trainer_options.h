@@ -40,9 +40,11 @@ struct TrainerOptions {
 
   // ---- how long
   std::optional<int64_t> max_epochs;  // unset: 1000 unless max_steps is set; -1: no limit
-  int64_t min_epochs = 0;             // training does not stop early before this many epochs
+  // should_stop and max_time end the fit only after this many epochs (Lightning's rule);
+  // max_steps and max_epochs end it regardless.
+  int64_t min_epochs = 0;
   int64_t max_steps = -1;             // optimizer steps (accumulation windows); -1: no limit
-  std::string max_time;               // wall-clock limit "DD:HH:MM:SS"; empty: none
+  std::string max_time;               // training time limit "DD:HH:MM:SS" (from fit start); empty: none
 
   // ---- optimization
   int64_t accumulate_grad_batches = 1;             // micro-batches per optimizer step; >= 1

@@ -3,6 +3,7 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include "strategies/dense_gradients.h"
 #include "strategies/ddp/unused_parameters.h"
 #include "core/compat.h"
 #include "core/error.h"
@@ -220,6 +221,7 @@ void Reducer::on_gradient_ready(size_t index) {
 }
 
 void Reducer::mark_ready(size_t index) {
+  check_dense_gradient(parameters_[index], names_[index], "ddp");  // Note [Sparse gradients]
   if (!tracker_.mark_ready(index)) return;
   const auto [b, slot] = location_[index];
   buckets_[b].copy_in(slot, parameters_[index]);

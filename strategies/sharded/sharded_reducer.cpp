@@ -6,6 +6,7 @@
 
 #include "core/compat.h"
 #include "core/error.h"
+#include "strategies/dense_gradients.h"
 
 namespace volt {
 
@@ -109,6 +110,7 @@ void ShardedReducer::on_gradient_ready(size_t index) {
     check<ConfigurationError>(!ready_[index], "ddp_sharded: parameter '", names_[index],
                               "' received a second gradient in one backward (re-entrant backward); ddp_sharded "
                               "reduces each gradient once");
+    check_dense_gradient(parameters_[index], names_[index], "ddp_sharded");  // Note [Sparse gradients]
     ready_[index] = true;
     ++buckets_[bucket_of_[index]].ready;
     launch_ready();

@@ -36,11 +36,11 @@ TEST(Timer, AZeroBudgetStopsAfterTheFirstStepOrEpoch) {
 TEST(Timer, StopsOnceTheBudgetIsSpent) {
   auto timer = std::make_shared<Timer>("00:00:00:01");
   auto trainer = fit_with(timer, std::make_shared<SlowModule>(std::chrono::milliseconds(50)), 1000);
-  // At least 50 ms per step: no more than 21 steps fit in the first second.
+  // At least 50 ms per step: no more than 21 steps fit in the first second. Only lower bounds on
+  // time: a loaded machine makes steps slower (fewer of them), never faster.
   EXPECT_GE(timer->time_elapsed("train"), 1.0);
-  EXPECT_LT(timer->time_elapsed("train"), 3.0);
   EXPECT_LE(trainer->global_step(), 21);
-  EXPECT_GE(trainer->global_step(), 2);
+  EXPECT_GE(trainer->global_step(), 1);
   EXPECT_DOUBLE_EQ(timer->time_remaining(), 0.0);
   EXPECT_GT(timer->time_elapsed("validate"), 0.0) << "validation inside fit is timed too";
 }

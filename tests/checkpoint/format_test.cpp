@@ -83,16 +83,7 @@ bool same(const c10::IValue& a, const c10::IValue& b) {
   return a == b;
 }
 
-template <typename Body>
-std::string checkpoint_error(Body&& body) {
-  try {
-    body();
-  } catch (const CheckpointError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a CheckpointError";
-  return "";
-}
+std::string checkpoint_error(const std::function<void()>& body) { return error_message_of<CheckpointError>(body); }
 
 TEST(CheckpointFormat, EveryValueTypeSurvivesARoundTrip) {
   TemporaryDirectory dir;

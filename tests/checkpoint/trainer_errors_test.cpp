@@ -102,6 +102,49 @@ TEST(TrainerCheckpoint, ValidateLoadsTheCheckpointsWeights) {
   EXPECT_TRUE(torch::equal(model->linear->bias, expected.get_tensor("linear.bias")));
 }
 
+// The regression model with a test_step (its validation step), for Trainer::test.
+class TestableRegression : public RegressionModule {
+ public:
+  void test_step(const Batch& batch, int64_t batch_idx) override { validation_step(batch, batch_idx); }
+};
+
+// Issue 21.6: ckpt_path "last" with no checkpoint under the root: fit starts from scratch
+// (ResumeLast tests), validate/test/predict fail naming the root and what to pass (README
+// "Checkpoints"; Lightning warns and evaluates the weights in memory, which would report metrics
+// of an untrained model as a checkpoint's). With a last.ckpt there, all three load it.
+TEST(TrainerCheckpointErrors, CkptPathLastWithoutACheckpointFailsEvaluation) {
+  TemporaryDirectory dir;
+  const auto data = std::make_shared<RegressionData>(32, 8, false, 0, 16);
+  const std::vector<std::pair<std::string, std::function<void(Trainer&, std::shared_ptr<Module>)>>> evaluations{
+      {"validate", [&](Trainer& t, std::shared_ptr<Module> m) { t.validate(m, data, "last"); }},
+      {"test", [&](Trainer& t, std::shared_ptr<Module> m) { t.test(m, data, "last"); }},
+      {"predict", [&](Trainer& t, std::shared_ptr<Module> m) { t.predict(m, data, "last"); }}};
+  for (const auto& [name, evaluate] : evaluations) {
+    Trainer trainer(quiet_options(dir.path()));
+    try {
+      evaluate(trainer, std::make_shared<TestableRegression>());
+      ADD_FAILURE() << name << " ran without a checkpoint";
+    } catch (const CheckpointError& e) {
+      EXPECT_NE(std::string(e.what()).find("ckpt_path 'last': no checkpoint under '" + dir.path() + "'"),
+                std::string::npos) << name << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find("pass a checkpoint file"), std::string::npos) << name << ": " << e.what();
+    }
+  }
+
+  const auto path = regression_checkpoint(dir, /*weights_only=*/true);
+  std::filesystem::create_directories(dir.file("checkpoints"));
+  std::filesystem::copy_file(path, dir.file("checkpoints/last.ckpt"));
+  const auto saved = CheckpointIO().load(path).child("state_dict").get_tensor("linear.weight");
+  for (const auto& [name, evaluate] : evaluations) {
+    Trainer trainer(quiet_options(dir.path()));
+    torch::manual_seed(99);
+    auto model = std::make_shared<TestableRegression>();
+    ASSERT_FALSE(torch::equal(model->linear->weight, saved));
+    evaluate(trainer, model);
+    EXPECT_TRUE(torch::equal(model->linear->weight, saved)) << name << " did not load last.ckpt";
+  }
+}
+
 TEST(TrainerCheckpoint, CheckpointDirFollowsTheFirstLoggersVersionDirectory) {
   TemporaryDirectory dir;
   auto options = quiet_options(dir.path());

@@ -225,14 +225,15 @@ TEST(UnusedParametersTest, WithoutTheOptionEveryRankFailsNamingThemInsteadOfHang
   s.extras = true;  // branch and spare exist, the loss uses neither
   s.reducer = tiny_buckets();
   const auto steps = make_steps({8}, 1);
-  const auto started = std::chrono::steady_clock::now();
   const auto records = train_ddp(s, steps, reference_trajectory(s, steps));
   for (size_t r = 0; r < records.size(); ++r) {
     EXPECT_NE(records[r].error.find("'branch.weight'"), std::string::npos) << "rank " << r << ": " << records[r].error;
     EXPECT_NE(records[r].error.find("'spare.bias'"), std::string::npos) << records[r].error;
     EXPECT_NE(records[r].error.find("find_unused_parameters=true"), std::string::npos) << records[r].error;
+    // Instead of hanging: a rank that waited for the others would fail at the collective's
+    // timeout, with a message naming the timeout and no parameter (no wall-clock bound needed).
+    EXPECT_EQ(records[r].error.find("timeout"), std::string::npos) << records[r].error;
   }
-  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(20));
 }
 
 TEST(UnusedParametersTest, WithTheOptionParametersUsedOnSomeRanksAreAveragedAndUnusedOnesKeepNoGradient) {

@@ -78,7 +78,7 @@ TEST(ChainedCollectivesTest, ProcessGroupPathTwoRanks) { expect_chains_complete_
 // that fails would), and rank 1 leaves: rank 0, already waiting in that chain's second
 // all_reduce, must fail with a DistributedError naming it, long before the timeout.
 void expect_failure_inside_a_chain_fails_the_peer(int64_t numel, int64_t inline_max_bytes) {
-  const auto timeout = std::chrono::seconds(20);
+  const auto timeout = std::chrono::seconds(300);
   std::string rank0_error, rank1_error;
   double rank0_failed_after = -1;
   const auto errors = run_thread_ranks(2, [&](int64_t rank, int64_t port) {
@@ -111,7 +111,8 @@ void expect_failure_inside_a_chain_fails_the_peer(int64_t numel, int64_t inline_
   EXPECT_EQ(errors[1], "");
   EXPECT_EQ(rank1_error, "orthogonalization failed on rank 1");
   ASSERT_GE(rank0_failed_after, 0) << "rank 0's chained all_reduce did not fail";
-  EXPECT_LT(rank0_failed_after, 10.0) << "the peer's departure, not the 20 s timeout, ends it";
+  // Seconds, not the 300 s timeout: a bound far from both, so that load cannot cross it.
+  EXPECT_LT(rank0_failed_after, 60.0) << "the peer's departure, not the 300 s timeout, ends it";
   EXPECT_NE(rank0_error.find("Communicator (rank 0 of 2): all_reduce #"), std::string::npos) << rank0_error;
   EXPECT_NE(rank0_error.find("(started by a continuation of Communicator (rank 0 of 2): all_reduce #2"),
             std::string::npos)

@@ -2,6 +2,7 @@
 // that goes away fails the others at once, a mismatched world size or an absent rank 0 is named.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <latch>
 #include <thread>
 
@@ -28,11 +29,15 @@ void expect_stalled_peer_hits_the_timeout(int64_t numel) {
   const auto timeout = std::chrono::milliseconds(4000);
   double failed_after = -1;
   std::string message;
+  std::atomic<bool> rank0_done{false};
   const auto errors = run_thread_ranks(2, [&](int64_t rank, int64_t port) {
     auto c = Communicator::connect(loopback_options(rank, 2, port, timeout));
     if (rank == 1) {
-      // Alive but never joins the collective: stalls past rank 0's timeout, then leaves.
-      std::this_thread::sleep_for(std::chrono::milliseconds(9000));
+      // Alive but never joins the collective: stays until rank 0 has failed (at most a minute,
+      // far past its timeout), then leaves. Waiting for the event, not a fixed time, keeps a
+      // slow machine from seeing this rank leave before rank 0's diagnosis.
+      const auto until = Clock::now() + std::chrono::seconds(60);
+      while (!rank0_done && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(50));
       return;
     }
     auto t = torch::ones({numel});
@@ -43,12 +48,14 @@ void expect_stalled_peer_hits_the_timeout(int64_t numel) {
       failed_after = seconds_since(start);
       message = e.what();
     }
+    rank0_done = true;
   });
   EXPECT_EQ(errors[0], "");
   ASSERT_GE(failed_after, 0) << "rank 0's all_reduce did not fail";
-  // The timeout, then ~2 s of watching heartbeats to tell a stalled peer from a dead one.
+  // The timeout, then ~2 s of watching heartbeats to tell a stalled peer from a dead one. The
+  // upper bound only has to tell "at the timeout" from "when rank 1 leaves" (a minute later).
   EXPECT_GE(failed_after, 3.9);
-  EXPECT_LE(failed_after, 8.5);
+  EXPECT_LE(failed_after, 40.0);
   EXPECT_NE(message.find("rank 0 of 2"), std::string::npos) << message;
   EXPECT_NE(message.find("all_reduce #1"), std::string::npos) << message;
   EXPECT_NE(message.find("4000 ms"), std::string::npos) << message;
@@ -66,7 +73,7 @@ TEST(CommunicatorFailureTest, StalledPeerHitsTheTimeoutOnTheProcessGroupPath) {
 
 TEST(CommunicatorFailureTest, PeerThatLeavesFailsTheOthersQuickly) {
   // The timeout is long; the failure must come from the closed connection, not from it.
-  const auto timeout = std::chrono::seconds(60);
+  const auto timeout = std::chrono::seconds(300);
   double failed_after = -1;
   std::string message;
   const auto errors = run_thread_ranks(3, [&](int64_t rank, int64_t port) {
@@ -95,7 +102,9 @@ TEST(CommunicatorFailureTest, PeerThatLeavesFailsTheOthersQuickly) {
   EXPECT_EQ(errors[0], "");
   EXPECT_EQ(errors[1], "");
   ASSERT_GE(failed_after, 0);
-  EXPECT_LE(failed_after, 6.0) << message;
+  // Seconds (the closed connection, then ~2 s of heartbeat diagnosis), not the 300 s timeout: a
+  // bound far from both, so that a loaded machine cannot cross it.
+  EXPECT_LE(failed_after, 60.0) << message;
   EXPECT_NE(message.find("all_reduce #2"), std::string::npos) << message;
   EXPECT_NE(message.find("Rank 2 sent no heartbeat"), std::string::npos) << message;
 }
@@ -108,7 +117,7 @@ TEST(CommunicatorFailureTest, EverySurvivorOfALeaverFailsQuickly) {
     std::vector<double> failed_after(3, -1);
     const auto start = Clock::now();
     const auto errors = run_thread_ranks(3, [&](int64_t rank, int64_t port) {
-      auto c = Communicator::connect(loopback_options(rank, 3, port, std::chrono::seconds(60)));
+      auto c = Communicator::connect(loopback_options(rank, 3, port, std::chrono::seconds(300)));
       c->barrier();
       if (rank == 1) return;  // leaves: its connections close
       auto t = torch::ones({100000});
@@ -121,7 +130,8 @@ TEST(CommunicatorFailureTest, EverySurvivorOfALeaverFailsQuickly) {
     for (const size_t rank : {0, 2}) {
       EXPECT_EQ(errors[rank], "");
       EXPECT_GE(failed_after[rank], 0) << "round " << round << ": rank " << rank << " did not fail";
-      EXPECT_LE(failed_after[rank], 6.0) << "round " << round << ": rank " << rank;
+      // Seconds, not the 300 s timeout (the bound is far from both).
+      EXPECT_LE(failed_after[rank], 60.0) << "round " << round << ": rank " << rank;
     }
   }
 }
@@ -180,7 +190,7 @@ TEST(CommunicatorFailureTest, AbsentRankZeroIsATimeoutNamingTheStore) {
     EXPECT_NE(message.find("127.0.0.1:" + std::to_string(port)), std::string::npos) << message;
     EXPECT_NE(message.find("rank 0"), std::string::npos) << message;
   }
-  EXPECT_LE(seconds_since(start), 5.0);
+  EXPECT_LE(seconds_since(start), 30.0) << "the 1.5 s timeout bounds the connect; nothing waits for rank 0 forever";
 }
 
 TEST(CommunicatorFailureTest, PortInUseIsNamed) {

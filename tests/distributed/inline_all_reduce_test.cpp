@@ -20,22 +20,31 @@ using testing::with_communicators;
 constexpr int64_t kSmall = 256;        // 1 KiB of float: inline by default
 constexpr int64_t kLarge = 512 * 1024;  // 2 MiB of float: above the default 1 MiB
 
-// Rank 1 calls its all_reduce a second late; rank 0 records whether rank 1 had called by the time
-// rank 0's all_reduce_async returned. An inline all_reduce cannot return before its peer called.
-bool returned_after_the_peer_called(int64_t numel, int64_t inline_max_bytes) {
-  std::atomic<bool> peer_called{false}, after = false;
+// Rank 1 calls its all_reduce only once rank 0's all_reduce_async returned, or after `patience`
+// at the latest; rank 0 records whether rank 1 had called by the time its call returned. An
+// inline all_reduce cannot return before its peer called (whatever the patience); an
+// asynchronous one returns at once, so a long patience costs nothing and no load on the machine
+// can make rank 1 call first.
+bool returned_after_the_peer_called(int64_t numel, int64_t inline_max_bytes, std::chrono::seconds patience) {
+  std::atomic<bool> peer_called{false}, rank0_returned{false}, after{false};
   const auto errors = run_thread_ranks(2, [&](int64_t rank, int64_t port) {
-    auto options = loopback_options(rank, 2, port);
+    auto options = loopback_options(rank, 2, port, std::chrono::seconds(120));
     options.inline_all_reduce_max_bytes = inline_max_bytes;
     auto c = Communicator::connect(options);
     c->barrier();
     auto t = torch::full({numel}, static_cast<double>(rank + 1));
     if (rank == 1) {
-      std::this_thread::sleep_for(std::chrono::seconds(1));
+      const auto until = std::chrono::steady_clock::now() + patience;
+      while (!rank0_returned && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
       peer_called = true;
     }
     auto handle = c->all_reduce_async(t);
-    if (rank == 0) after = peer_called.load();
+    if (rank == 0) {
+      after = peer_called.load();
+      rank0_returned = true;
+    }
     EXPECT_TRUE(torch::equal(handle.wait(), torch::full({numel}, 3.0))) << "rank " << rank;
   });
   EXPECT_EQ(errors[0], "");
@@ -48,15 +57,15 @@ TEST(InlineAllReduceTest, SmallOnesRunOnTheCallingThread) {
   GTEST_SKIP() << "this LibTorch embeds its own Gloo: the inline path is compiled out "
                   "(cmake/torch_features.cmake)";
 #endif
-  EXPECT_TRUE(returned_after_the_peer_called(kSmall, 1 << 20));
+  EXPECT_TRUE(returned_after_the_peer_called(kSmall, 1 << 20, std::chrono::seconds(1)));
 }
 
 TEST(InlineAllReduceTest, LargeOnesAreAsynchronous) {
-  EXPECT_FALSE(returned_after_the_peer_called(kLarge, 1 << 20));
+  EXPECT_FALSE(returned_after_the_peer_called(kLarge, 1 << 20, std::chrono::seconds(60)));
 }
 
 TEST(InlineAllReduceTest, ZeroSendsEveryAllReduceThroughTheProcessGroup) {
-  EXPECT_FALSE(returned_after_the_peer_called(kSmall, 0));
+  EXPECT_FALSE(returned_after_the_peer_called(kSmall, 0, std::chrono::seconds(60)));
 }
 
 TEST(InlineAllReduceTest, BothPathsInterleavedGiveTheSameSums) {

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <map>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -22,17 +24,23 @@ struct Trained {
   int64_t restarts;
 };
 
+// "1.5,2,-3" → {1.5, 2, -3}: the worker prints parameters to 17 digits, comma-separated.
+inline std::vector<double> comma_separated(const std::string& text) {
+  std::vector<double> values;
+  std::stringstream in(text);
+  std::string value;
+  while (std::getline(in, value, ',')) values.push_back(std::stod(value));
+  return values;
+}
+
 // Every TRAINED line of `output`, by rank.
 inline std::vector<Trained> trained_lines(const std::string& output) {
   static const std::regex pattern(
       "TRAINED rank=(\\d+) params=(\\S+) val_samples=(\\S+) log_dir=(\\S+) env=(\\w+) restarts=(\\d+)");
   std::vector<Trained> out;
   for (std::sregex_iterator it(output.begin(), output.end(), pattern), end; it != end; ++it) {
-    Trained t{std::stoll((*it)[1]), {}, std::stod((*it)[3]), (*it)[4], (*it)[5], std::stoll((*it)[6])};
-    std::stringstream params((*it)[2]);
-    std::string value;
-    while (std::getline(params, value, ',')) t.params.push_back(std::stod(value));
-    out.push_back(t);
+    out.push_back({std::stoll((*it)[1]), comma_separated((*it)[2]), std::stod((*it)[3]), (*it)[4], (*it)[5],
+                   std::stoll((*it)[6])});
   }
   std::sort(out.begin(), out.end(), [](const Trained& a, const Trained& b) { return a.rank < b.rank; });
   return out;
@@ -54,6 +62,37 @@ inline std::vector<double> one_process_params(const std::string& extra = "") {
   const auto lines = trained_lines(result.output);
   EXPECT_EQ(lines.size(), 1u) << result.output;
   return lines.empty() ? std::vector<double>{} : lines[0].params;
+}
+
+// rank → step → parameters.
+using StepParameters = std::map<int64_t, std::map<int64_t, std::vector<double>>>;
+
+// The worker's --print-steps lines.
+inline StepParameters step_lines(const std::string& output) {
+  static const std::regex pattern("STEP rank=(\\d+) step=(\\d+) params=(\\S+)");
+  StepParameters steps;
+  for (std::sregex_iterator it(output.begin(), output.end(), pattern), end; it != end; ++it) {
+    steps[std::stoll((*it)[1])][std::stoll((*it)[2])] = comma_separated((*it)[3]);
+  }
+  return steps;
+}
+
+// Every rank's parameters after every step of `got` within `tolerance` (relative, absolute below
+// 1) of `expected`'s; `what` names the comparison, and a failure the rank, step and parameter.
+inline void expect_steps_close(const StepParameters& got, const StepParameters& expected, double tolerance,
+                               const std::string& what) {
+  ASSERT_EQ(got.size(), expected.size()) << what;
+  for (const auto& [rank, steps] : expected) {
+    ASSERT_EQ(got.at(rank).size(), steps.size()) << what << ", rank " << rank;
+    for (const auto& [step, want] : steps) {
+      const auto& have = got.at(rank).at(step);
+      ASSERT_EQ(have.size(), want.size()) << what;
+      for (size_t i = 0; i < want.size(); ++i) {
+        EXPECT_LE(std::abs(have[i] - want[i]), tolerance * std::max(1.0, std::abs(want[i])))
+            << what << ": rank " << rank << ", step " << step << ", parameter " << i;
+      }
+    }
+  }
 }
 
 }  // namespace volt::testing

@@ -63,6 +63,18 @@ TEST(FashionMnistCli, ASmallRunWritesMetricsCsvAndPrintsTestMetrics) {
   EXPECT_TRUE(std::filesystem::exists(dir.file("volt_logs/version_1/metrics.csv")));
 }
 
+// Issue 21.6: --fast-dev-run through the main job's command line: it trains, validates and tests a
+// couple of batches and leaves nothing behind (its default CSV logger and checkpoint callback
+// included, and those asked for on the command line).
+TEST(FashionMnistCli, FastDevRunWritesNothing) {
+  TemporaryDirectory dir;
+  const auto result = run_example(" --fast-dev-run 2 --batch-size 64 --enable-progress-bar=false --logger csv tensorboard"
+                                  " --callback model_checkpoint:save_last=true --default-root-dir " + dir.path());
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("Final test metrics:"), std::string::npos) << result.output;
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path())) << "fast_dev_run wrote into " << dir.path();
+}
+
 TEST(FashionMnistCli, AnUnknownFlagFailsNamingTheClosestOne) {
   const auto result = run_example(" --max-epoch 1");
   EXPECT_EQ(result.exit_code, 2) << result.output;

@@ -81,6 +81,38 @@ TEST(CSVLogger, MetricsOfAFitMatchWhatTheTrainerLogged) {
   EXPECT_TRUE(std::filesystem::exists(dir.file("volt_logs/version_1/hparams.yaml")));
 }
 
+// Issue 21.6: with --accumulate-grad-batches 3 the step column and --log-every-n-steps count
+// optimizer steps, not micro-batches (README "Training loop"): 12 batches an epoch are 4 steps;
+// every 2nd step is logged, with the loss of the micro-batch that closed its window.
+TEST(CSVLogger, UnderAccumulationStepsAndTheLoggingCadenceCountOptimizerSteps) {
+  TemporaryDirectory dir;
+  Trainer trainer(options_from_args({"--default-root-dir", dir.path(), "--accumulate-grad-batches", "3",
+                                     "--log-every-n-steps", "2", "--max-epochs", "2", "--logger", "csv",
+                                     "--enable-progress-bar=false", "--enable-model-summary=false",
+                                     "--enable-checkpointing=false", "--num-sanity-val-steps", "0"}));
+  // Records the loss of every micro-batch that closes a window, by the step it closes.
+  struct ClosingLosses : Callback {
+    std::map<int64_t, double> by_step;
+    int64_t last_step = 0;
+    void on_train_batch_end(Trainer& t, Module&, const torch::Tensor& loss, const Batch&, int64_t) override {
+      if (t.global_step() != last_step) by_step[last_step = t.global_step()] = loss.item<double>();
+    }
+  };
+  auto closing = std::make_shared<ClosingLosses>();
+  trainer.add_callback(closing);
+  trainer.fit(std::make_shared<RegressionModule>(), std::make_shared<RegressionData>(48, 4, false, 0, 8));
+  ASSERT_EQ(trainer.global_step(), 8);
+  const auto rows = read_csv(dir.file("volt_logs/version_0/metrics.csv"));
+  std::vector<std::string> steps;
+  for (const auto& row : rows) {
+    steps.push_back(row.at("step") + "/" + row.at("epoch") + (row.count("val_loss") ? "v" : ""));
+    if (!row.count("train_loss")) continue;
+    const int64_t step = std::stoll(row.at("step"));
+    EXPECT_NEAR(std::stod(row.at("train_loss")), closing->by_step.at(step), 1e-6) << "step " << step;
+  }
+  EXPECT_EQ(steps, (std::vector<std::string>{"2/0", "4/0", "4/0v", "6/1", "8/1", "8/1v"}));
+}
+
 TEST(HparamsYaml, ScalarsAreWrittenSoThatTheirTypeSurvives) {
   EXPECT_EQ(yaml_scalar(true), "true");
   EXPECT_EQ(yaml_scalar(int64_t{-3}), "-3");

@@ -24,20 +24,6 @@ namespace fs = std::filesystem;
 using testing::run_command;
 using testing::train_command;
 
-// rank → step → parameters, from the worker's --print-steps lines.
-std::map<int64_t, std::map<int64_t, std::vector<double>>> steps_of(const std::string& output) {
-  static const std::regex pattern("STEP rank=(\\d+) step=(\\d+) params=(\\S+)");
-  std::map<int64_t, std::map<int64_t, std::vector<double>>> steps;
-  for (std::sregex_iterator it(output.begin(), output.end(), pattern), end; it != end; ++it) {
-    std::vector<double> params;
-    std::stringstream in((*it)[3]);
-    std::string value;
-    while (std::getline(in, value, ',')) params.push_back(std::stod(value));
-    steps[std::stoll((*it)[1])][std::stoll((*it)[2])] = params;
-  }
-  return steps;
-}
-
 std::string run_steps(const std::string& strategy, int64_t ranks, const std::string& optimizer,
                       const std::string& extra = "") {
   testing::TemporaryDirectory dir;
@@ -49,36 +35,17 @@ std::string run_steps(const std::string& strategy, int64_t ranks, const std::str
   return result.output;
 }
 
-// Every rank's parameters after every step of `got` within `tolerance` (relative, absolute below
-// 1) of `expected`'s; `what` names the comparison, and a failure the rank, step and parameter.
-void expect_steps_close(const std::map<int64_t, std::map<int64_t, std::vector<double>>>& got,
-                        const std::map<int64_t, std::map<int64_t, std::vector<double>>>& expected, double tolerance,
-                        const std::string& what) {
-  ASSERT_EQ(got.size(), expected.size()) << what;
-  for (const auto& [rank, steps] : expected) {
-    ASSERT_EQ(got.at(rank).size(), steps.size()) << what << ", rank " << rank;
-    for (const auto& [step, want] : steps) {
-      const auto& have = got.at(rank).at(step);
-      ASSERT_EQ(have.size(), want.size()) << what;
-      for (size_t i = 0; i < want.size(); ++i) {
-        EXPECT_LE(std::abs(have[i] - want[i]), tolerance * std::max(1.0, std::abs(want[i])))
-            << what << ": rank " << rank << ", step " << step << ", parameter " << i;
-      }
-    }
-  }
-}
-
 class ShardingStrategies : public ::testing::TestWithParam<std::tuple<int64_t, std::string>> {};
 
 TEST_P(ShardingStrategies, TrainLikeDDPAfterEveryStep) {
   const auto& [ranks, optimizer] = GetParam();
-  const auto ddp = steps_of(run_steps("ddp", ranks, optimizer));
+  const auto ddp = testing::step_lines(run_steps("ddp", ranks, optimizer));
   ASSERT_EQ(ddp.size(), static_cast<size_t>(ranks));
   ASSERT_GE(ddp.at(0).size(), 4u);
   for (const auto& [strategy, tolerance] :
        std::vector<std::pair<std::string, double>>{{"ddp:shard_optimizer=true", 0.0}, {"ddp_sharded", 1e-6},
                                                    {"ddp_sharded:reduce_buffer_size=0", 1e-6}}) {
-    expect_steps_close(steps_of(run_steps(strategy, ranks, optimizer)), ddp, tolerance,
+    testing::expect_steps_close(testing::step_lines(run_steps(strategy, ranks, optimizer)), ddp, tolerance,
                        strategy + " vs ddp, " + optimizer + ", " + std::to_string(ranks) + " ranks");
   }
 }
@@ -94,7 +61,7 @@ INSTANTIATE_TEST_SUITE_P(RanksAndOptimizers, ShardingStrategies,
 // to DDP's summation difference.
 TEST(ShardingStrategyOptions, EachKeyAndAccumulationTrainLikeDDP) {
   for (const std::string extra : {"", "--accumulate-grad-batches 2"}) {
-    const auto ddp = steps_of(run_steps("ddp", 2, "momentum", extra));
+    const auto ddp = testing::step_lines(run_steps("ddp", 2, "momentum", extra));
     ASSERT_GE(ddp.at(0).size(), 3u) << extra;
     for (const auto& [strategy, tolerance] : std::vector<std::pair<std::string, double>>{
              {"ddp_sharded:reduce_fp16=true", 5e-3},
@@ -102,7 +69,7 @@ TEST(ShardingStrategyOptions, EachKeyAndAccumulationTrainLikeDDP) {
              {"ddp_sharded:broadcast_buffers=false,reduce_buffer_size=1", 1e-6},
              {"sharded", 1e-6},
              {"ddp:zero_optimizer=true,broadcast_buffers=false", 0.0}}) {
-      expect_steps_close(steps_of(run_steps(strategy, 2, "momentum", extra)), ddp, tolerance,
+      testing::expect_steps_close(testing::step_lines(run_steps(strategy, 2, "momentum", extra)), ddp, tolerance,
                          strategy + " vs ddp " + extra);
     }
   }

@@ -7,6 +7,18 @@ namespace volt::testing {
 RegressionModule::RegressionModule(RegressionOptions opts) : options(std::move(opts)) {
   linear = register_module("linear", torch::nn::Linear(options.features, 1));
   if (options.dropout > 0) dropout = register_module("dropout", torch::nn::Dropout(options.dropout));
+  if (options.batch_norm) batch_norm = register_module("batch_norm", torch::nn::BatchNorm1d(options.features));
+  if (options.use_branch) branch = register_module("branch", torch::nn::Linear(options.features, 1));
+  if (options.sparse_embedding) {
+    offset = register_module("offset", torch::nn::Embedding(torch::nn::EmbeddingOptions(1, options.features).sparse(true)));
+  }
+}
+
+torch::Tensor RegressionModule::output(torch::Tensor x, bool with_branch) {
+  if (offset) x = x + offset->forward(torch::zeros({x.size(0)}, torch::TensorOptions(torch::kLong).device(x.device())));
+  if (batch_norm) x = batch_norm->forward(x);
+  auto y = linear->forward(x);
+  return with_branch ? y + branch->forward(x) : y;
 }
 
 namespace {
@@ -24,7 +36,7 @@ torch::Tensor RegressionModule::training_step(const Batch& batch, int64_t batch_
   if (options.skip_batch && options.skip_batch(batch_idx)) return {};
   auto x = batch.input;
   if (dropout) x = dropout->forward(x);
-  auto loss = squared_error(linear->forward(x), batch.target);
+  auto loss = squared_error(output(x, options.use_branch && options.use_branch(batch_idx)), batch.target);
   if (options.loss_weight) loss = loss * options.loss_weight(batch_idx);
   log("train_loss", loss);
   return loss;
@@ -32,8 +44,10 @@ torch::Tensor RegressionModule::training_step(const Batch& batch, int64_t batch_
 
 void RegressionModule::validation_step(const Batch& batch, int64_t batch_idx) {
   ++validation_steps;
-  log("val_loss", squared_error(linear->forward(batch.input), batch.target));
+  log("val_loss", squared_error(output(batch.input, false), batch.target));
 }
+
+torch::Tensor RegressionModule::predict_step(const Batch& batch, int64_t) { return output(batch.input, false); }
 
 OptimizerConfig RegressionModule::configure_optimizers() {
   std::shared_ptr<torch::optim::Optimizer> optimizer;

@@ -25,6 +25,13 @@ struct RegressionOptions {
   std::function<bool(int64_t batch_idx)> skip_batch;
   // Multiplies the loss of a batch (unset: 1).
   std::function<double(int64_t batch_idx)> loss_weight;
+  bool batch_norm = false;       // a BatchNorm1d over the inputs first: buffers (running statistics)
+  // Adds a second linear layer's output on these training batches only (unset: never), so that
+  // its parameters take part in some steps and not in others.
+  std::function<bool(int64_t batch_idx)> use_branch;
+  // An Embedding(1, features) built with sparse=true whose row is added to every input: a
+  // parameter with a sparse gradient.
+  bool sparse_embedding = false;
 };
 
 class RegressionModule : public Module {
@@ -32,6 +39,7 @@ class RegressionModule : public Module {
   explicit RegressionModule(RegressionOptions options = {});
   torch::Tensor training_step(const Batch& batch, int64_t batch_idx) override;
   void validation_step(const Batch& batch, int64_t batch_idx) override;
+  torch::Tensor predict_step(const Batch& batch, int64_t batch_idx) override;  // the model's outputs
   OptimizerConfig configure_optimizers() override;
   void on_before_optimizer_step(torch::optim::Optimizer& optimizer) override { ++optimizer_steps; }
 
@@ -43,7 +51,13 @@ class RegressionModule : public Module {
   int64_t validation_steps = 0;
   torch::nn::Linear linear{nullptr};
   torch::nn::Dropout dropout{nullptr};
+  torch::nn::BatchNorm1d batch_norm{nullptr};  // with options.batch_norm
+  torch::nn::Linear branch{nullptr};           // with options.use_branch
+  torch::nn::Embedding offset{nullptr};        // with options.sparse_embedding
   RegressionOptions options;
+
+ private:
+  torch::Tensor output(torch::Tensor x, bool with_branch);
 };
 
 // `samples` rows of y = x·w + noise, fixed by `seed`.
@@ -58,6 +72,7 @@ class RegressionData : public DataModule {
   std::shared_ptr<DataLoader> train_dataloader() override { return train_; }
   std::shared_ptr<DataLoader> val_dataloader() override { return val_; }
   std::shared_ptr<DataLoader> test_dataloader() override { return val_; }
+  std::shared_ptr<DataLoader> predict_dataloader() override { return val_; }
 
  private:
   std::shared_ptr<DataLoader> train_;

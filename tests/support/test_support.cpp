@@ -75,13 +75,7 @@ std::vector<std::map<std::string, std::string>> read_csv(const std::string& path
 std::string built_binary(const std::string& relative) { return std::string(VOLT_BUILD_DIR) + "/" + relative; }
 
 std::string configuration_error_of(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const ConfigurationError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a ConfigurationError";
-  return "";
+  return error_message_of<ConfigurationError>(body);
 }
 
 }  // namespace volt::testing

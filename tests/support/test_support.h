@@ -1,5 +1,7 @@
 #pragma once
 // Helpers every test area shares.
+#include <gtest/gtest.h>
+
 #include <functional>
 #include <map>
 #include <string>
@@ -36,8 +38,20 @@ std::vector<std::map<std::string, std::string>> read_csv(const std::string& path
 // Path of a binary built by this project (e.g. "examples/fashion_mnist").
 std::string built_binary(const std::string& relative);
 
-// The message of the ConfigurationError that `body` throws; a test failure (and "") when it
-// throws none.
+// The message of the ErrorType that `body` throws; a test failure (and "") when it throws none
+// (another exception type propagates).
+template <typename ErrorType>
+std::string error_message_of(const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const ErrorType& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an exception of the type asked for; none was thrown";
+  return "";
+}
+
+// error_message_of<ConfigurationError>.
 std::string configuration_error_of(const std::function<void()>& body);
 
 }  // namespace volt::testing

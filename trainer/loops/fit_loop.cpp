@@ -106,12 +106,17 @@ bool FitLoop::time_exhausted() const {
   return state_.deadline && std::chrono::steady_clock::now() >= *state_.deadline;
 }
 
+// Note [Stopping before min_epochs]: Lightning's rule. should_stop (EarlyStopping, Timer, any
+// callback) and --max-time, which Lightning implements as a Timer that sets should_stop, end the
+// fit only once min_epochs epochs are done; --max-steps and --max-epochs end it regardless.
+bool FitLoop::stop_requested() const {
+  return (state_.should_stop || time_up_) && state_.progress.epoch >= trainer_.options().min_epochs;
+}
+
 bool FitLoop::done() const {
-  const auto& p = state_.progress;
   const int64_t max_epochs = trainer_.options().resolved_max_epochs();
-  if (max_epochs != -1 && p.epoch >= max_epochs) return true;
-  if (steps_exhausted() || time_up_) return true;
-  return state_.should_stop && p.epoch >= trainer_.options().min_epochs;
+  if (max_epochs != -1 && state_.progress.epoch >= max_epochs) return true;
+  return steps_exhausted() || stop_requested();
 }
 
 void FitLoop::agree_on_stopping() {
@@ -161,9 +166,7 @@ bool FitLoop::run_epoch() {
       if (p.next_batch > 0) {
         if (!p.validation_checked) validate_if_due(p.next_batch - 1);
         agree_on_stopping();
-        if (steps_exhausted() || time_up_) break;
-        // should_stop set by a callback mid-epoch ends the epoch once min_epochs are behind us.
-        if (state_.should_stop && p.epoch >= t.options().min_epochs) break;
+        if (steps_exhausted() || stop_requested()) break;
       }
       if (p.next_batch >= n) break;
       run_batch(p.next_batch);

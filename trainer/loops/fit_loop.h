@@ -28,8 +28,10 @@ class FitLoop {
   void step_schedulers(bool epoch_interval, const std::vector<bool>& stepped);
   void validate_if_due(int64_t batch_idx);
   void run_validation();
-  // Whether the loop must end now: limits reached, or should_stop with min_epochs satisfied.
+  // Whether the loop must end now: limits reached, or a stop requested with min_epochs satisfied.
   bool done() const;
+  // should_stop or --max-time, once min_epochs epochs are done (Note [Stopping before min_epochs]).
+  bool stop_requested() const;
   bool steps_exhausted() const;
   bool time_exhausted() const;
   // Makes every rank take global rank 0's stop decisions (should_stop, max_time), so that no rank

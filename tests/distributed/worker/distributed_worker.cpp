@@ -11,19 +11,29 @@
 //                       --optimizer sgd|momentum|adam picks the optimizer (Adam: state per
 //                       rank); --print-steps prints "STEP rank=.. step=.. params=.." after every
 //                       optimizer step; --skip-every N makes training_step return no loss for
-//                       batches N-1, 2N-1, ...;
+//                       batches N-1, 2N-1, ...; --model batch_norm puts a BatchNorm1d first
+//                       (buffers), --model branch adds a layer used on batches 0, 3, 6, ... only,
+//                       --model sparse_embedding an Embedding(sparse=true) (a sparse gradient);
+//                       --print-buffers prints "BUFFERS rank=.. epoch=.. batch=.. values=.." with
+//                       the module's buffers as each training_step starts (after the strategy's
+//                       pre-forward work, e.g. DDP's broadcast_buffers);
 //                       --checkpoint-every-epoch saves last.ckpt at every epoch end; with
 //                       --crash-rank R --crash-epoch E rank R throws at the start of epoch E on
 //                       the first attempt (TORCHELASTIC_RESTART_COUNT unset or 0), so that
 //                       torchrun --max_restarts 1 ... --ckpt-path last resumes the group
 //   --mode sampler      fit over a dataset whose inputs are the sample indices (10 samples,
 //                       batch 2, shuffled, 2 epochs); prints "SEEN rank=.. epoch=.. indices=.."
+// --report-signals (any mode): a process that SIGINT or SIGTERM ends prints "SIGNAL rank=..
+// signal=.." first (and then ends by it). Rank 0's launcher replaces the handler with its own
+// forwarding one, so it is the launched ranks that report what reached them.
 // Exit status 0 only when every check held.
 #include <signal.h>
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
 
+#include <cstdio>
+#include <cstdlib>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
@@ -100,8 +110,10 @@ void register_test_strategy() {
 // samples summed over ranks (each sample must count exactly once).
 class WorkerModule : public testing::RegressionModule {
  public:
-  explicit WorkerModule(testing::RegressionOptions options = {}) : RegressionModule(std::move(options)) {}
+  explicit WorkerModule(testing::RegressionOptions options = {}, bool print_buffers = false)
+      : RegressionModule(std::move(options)), print_buffers_(print_buffers) {}
   torch::Tensor training_step(const Batch& batch, int64_t batch_idx) override {
+    if (print_buffers_) print_buffers(batch_idx);
     auto loss = RegressionModule::training_step(batch, batch_idx);
     const auto rank = static_cast<double>(trainer().strategy().topology().global_rank);
     log("rank_plus_one", torch::tensor(rank + 1.0), {.sync_dist = true});
@@ -112,6 +124,22 @@ class WorkerModule : public testing::RegressionModule {
     RegressionModule::validation_step(batch, batch_idx);
     log("val_samples", static_cast<double>(batch.size()), {.reduce_fx = ReduceFx::Sum, .sync_dist = true});
   }
+
+ private:
+  void print_buffers(int64_t batch_idx) const {
+    std::ostringstream line;
+    line << std::setprecision(17) << "BUFFERS rank=" << trainer().strategy().topology().global_rank
+         << " epoch=" << current_epoch() << " batch=" << batch_idx << " values=";
+    bool first = true;
+    for (const auto& buffer : buffers()) {
+      const auto flat = buffer.detach().to(torch::kDouble).flatten();
+      for (int64_t i = 0; i < flat.numel(); ++i, first = false) line << (first ? "" : ",") << flat[i].item<double>();
+    }
+    line << "\n";
+    std::cout << line.str() << std::flush;
+  }
+
+  bool print_buffers_;
 };
 
 // Saves <checkpoint_dir>/last.ckpt at every epoch end, and makes one rank fail once.
@@ -155,8 +183,14 @@ class StepPrinter : public Callback {
   int64_t last_step_ = 0;
 };
 
-testing::RegressionOptions regression_options(const std::string& optimizer, int64_t skip_every) {
+testing::RegressionOptions regression_options(const std::string& optimizer, int64_t skip_every,
+                                              const std::string& model) {
   testing::RegressionOptions options;
+  check<ConfigurationError>(model == "linear" || model == "batch_norm" || model == "branch" || model == "sparse_embedding",
+                            "worker: --model expects linear, batch_norm, branch or sparse_embedding, got '", model, "'");
+  options.batch_norm = model == "batch_norm";
+  options.sparse_embedding = model == "sparse_embedding";
+  if (model == "branch") options.use_branch = [](int64_t i) { return i % 3 == 0; };
   if (skip_every > 0) options.skip_batch = [skip_every](int64_t i) { return i % skip_every == skip_every - 1; };
   check<ConfigurationError>(optimizer == "sgd" || optimizer == "momentum" || optimizer == "adam",
                             "worker: --optimizer expects sgd, momentum or adam, got '", optimizer, "'");
@@ -167,7 +201,7 @@ testing::RegressionOptions regression_options(const std::string& optimizer, int6
 }
 
 void train(const TrainerOptions& options, ProcessLauncher& launcher, int64_t batch_size, std::shared_ptr<Callback> extra,
-           const testing::RegressionOptions& model_options, bool print_steps) {
+           const testing::RegressionOptions& model_options, bool print_steps, bool print_buffers) {
   register_test_strategy();
   Trainer trainer(options, launcher);  // run_main's launcher: the children's exit statuses count
   trainer.add_callback(std::move(extra));
@@ -175,7 +209,7 @@ void train(const TrainerOptions& options, ProcessLauncher& launcher, int64_t bat
   // LibTorch seeds its default generator nondeterministically: seed before building the model,
   // so that the one-process reference starts from the same weights as the ranks.
   if (options.seed) seed_everything(*options.seed);
-  auto module = std::make_shared<WorkerModule>(model_options);
+  auto module = std::make_shared<WorkerModule>(model_options, print_buffers);
   trainer.fit(module, std::make_shared<testing::RegressionData>(64, batch_size, false, 7, 13));
   const auto params = module->flat_parameters();
   std::ostringstream text;
@@ -226,6 +260,32 @@ void record_sampler(const TrainerOptions& options) {
   std::cout << lines.str() << std::flush;
 }
 
+// What the signal handler writes: formatted before any signal can arrive (async-signal-safe).
+char g_signal_report[2][96];
+size_t g_signal_report_length[2];
+
+void report_signal_and_end(int signal_number) {
+  const int which = signal_number == SIGINT ? 0 : 1;
+  (void)!write(1, g_signal_report[which], g_signal_report_length[which]);
+  signal(signal_number, SIG_DFL);
+  raise(signal_number);
+}
+
+// --report-signals: installed before anything else runs.
+void report_signals() {
+  const char* rank = std::getenv("RANK");
+  for (const int signal_number : {SIGINT, SIGTERM}) {
+    const int which = signal_number == SIGINT ? 0 : 1;
+    const int n = std::snprintf(g_signal_report[which], sizeof g_signal_report[which], "SIGNAL rank=%s signal=%d\n",
+                                rank ? rank : "0", signal_number);
+    g_signal_report_length[which] = static_cast<size_t>(n);
+    struct sigaction action {};
+    action.sa_handler = report_signal_and_end;
+    sigemptyset(&action.sa_mask);
+    sigaction(signal_number, &action, nullptr);
+  }
+}
+
 void misbehave(const std::string& how) {
   std::cout << "WORKER failing rank misbehaves: " << how << std::endl;
   if (how == "throw") throw Error("worker: deliberate failure (--how throw)");
@@ -241,6 +301,9 @@ void misbehave(const std::string& how) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--report-signals") report_signals();
+  }
   return run_main([&](ProcessLauncher& launcher) {
     po::options_description own("distributed_worker");
     own.add_options()("mode", po::value<std::string>()->default_value("collectives"), "collectives | fail")
@@ -251,7 +314,11 @@ int main(int argc, char** argv) {
         ("crash-rank", po::value<int64_t>()->default_value(-1), "rank that throws once (--mode train)")
         ("crash-epoch", po::value<int64_t>()->default_value(-1), "epoch at whose start it throws")
         ("optimizer", po::value<std::string>()->default_value("sgd"), "sgd | momentum | adam (--mode train)")
+        ("report-signals", po::bool_switch(), "print SIGNAL lines when SIGINT/SIGTERM end this process")
         ("print-steps", po::bool_switch(), "print the parameters after every optimizer step (--mode train)")
+        ("print-buffers", po::bool_switch(), "print the buffers as every training_step starts (--mode train)")
+        ("model", po::value<std::string>()->default_value("linear"),
+         "linear | batch_norm | branch | sparse_embedding (--mode train)")
         ("skip-every", po::value<int64_t>()->default_value(0),
          "N > 0: training_step returns no loss for batches N-1, 2N-1, ... (--mode train)");
     po::variables_map vm;
@@ -262,8 +329,9 @@ int main(int argc, char** argv) {
                    std::make_shared<CheckpointAndCrash>(vm["checkpoint-every-epoch"].as<bool>(),
                                                         vm["crash-rank"].as<int64_t>(),
                                                         vm["crash-epoch"].as<int64_t>()),
-                   regression_options(vm["optimizer"].as<std::string>(), vm["skip-every"].as<int64_t>()),
-                   vm["print-steps"].as<bool>());
+                   regression_options(vm["optimizer"].as<std::string>(), vm["skip-every"].as<int64_t>(),
+                                      vm["model"].as<std::string>()),
+                   vm["print-steps"].as<bool>(), vm["print-buffers"].as<bool>());
     }
     if (mode == "sampler") return record_sampler(options);
     const auto cluster = cluster_of(options);
