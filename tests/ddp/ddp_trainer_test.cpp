@@ -4,7 +4,8 @@
 //  - no_sync under --accumulate-grad-batches equals one process on the full batch after every
 //    optimizer step, and the window's micro-batches reduce their gradients once (comm bytes);
 //  - broadcast_buffers: every rank starts each training forward with rank 0's buffers (batch
-//    norm statistics); without it each rank keeps its own;
+//    norm statistics); without it each rank keeps its own (ddp, and the strategies that take the
+//    same key: ddp_sharded, slowmo);
 //  - gradient_as_bucket_view with find_unused_parameters equals find_unused_parameters alone and
 //    one process, with a layer that takes part in some steps only (SGD with momentum: a zero
 //    gradient where one process has none would move it).
@@ -68,11 +69,14 @@ BufferLines buffer_lines(const std::string& output) {
   return lines;
 }
 
-TEST(DDPThroughTheTrainer, BroadcastBuffersGivesEveryForwardRankZerosBatchNormStatistics) {
+class BroadcastBuffersThroughTheTrainer : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BroadcastBuffersThroughTheTrainer, GivesEveryForwardRankZerosBatchNormStatistics) {
+  const std::string strategy = GetParam();
   const std::string flags = " --model batch_norm --print-buffers --devices 2 --batch-size 8";
   TemporaryDirectory with_dir, without_dir;
-  const auto with_run = run_worker(with_dir.path(), "--strategy ddp" + flags);
-  const auto without_run = run_worker(without_dir.path(), "--strategy ddp:broadcast_buffers=false" + flags);
+  const auto with_run = run_worker(with_dir.path(), "--strategy " + strategy + flags);
+  const auto without_run = run_worker(without_dir.path(), "--strategy " + strategy + ":broadcast_buffers=false" + flags);
   const auto with = buffer_lines(with_run.output), without = buffer_lines(without_run.output);
   ASSERT_EQ(with.size(), 2u) << with_run.output;
   ASSERT_EQ(without.size(), 2u) << without_run.output;
@@ -98,6 +102,11 @@ TEST(DDPThroughTheTrainer, BroadcastBuffersGivesEveryForwardRankZerosBatchNormSt
     EXPECT_EQ(trained[0].params, trained[1].params);
   }
 }
+
+// SlowMo on volt's launcher: both processes on one node, DDP within it (no slow momentum step in
+// these 8 steps); its buffers still come from rank 0 over the world, as fairscale's.
+INSTANTIATE_TEST_SUITE_P(Strategies, BroadcastBuffersThroughTheTrainer,
+                         ::testing::Values("ddp", "ddp_sharded", "slowmo"));
 
 TEST(DDPThroughTheTrainer, BucketViewsWithFindUnusedParametersEqualPlainDDPAndOneProcess) {
   // `branch` takes part in batches 0 and 3 of each epoch's 4 (the same indices on every rank).
