@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
         ("steps", po::value(&steps)->default_value(steps), "optimizer steps per fit")
         ("help", "this text");
     if (!volt::bench::parse_flags(argc, argv, flags)) return;
-    const int64_t threads = volt::configure_cpu_threads(1);
+    const int64_t threads = volt::configure_cpu_threads({}).intra_op;
     auto generator = at::detail::createCPUGenerator(0);
     auto data = std::make_shared<volt::DataLoader>(
         std::make_shared<volt::TensorDataset>(torch::randn({steps * kBatch, 784}, generator),

@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
     volt::check<volt::ConfigurationError>(steps > warmup && warmup >= 1,
                                           "precision_bench: expected --steps > --warmup >= 1, got steps ", steps,
                                           ", warmup ", warmup);
-    const int64_t threads = volt::configure_cpu_threads(1);
+    const int64_t threads = volt::configure_cpu_threads({}).intra_op;
 
     auto generator = at::detail::createCPUGenerator(0);
     auto x = torch::randn({steps * batch_size, 1, 28, 28}, generator);

@@ -92,8 +92,9 @@ std::shared_ptr<volt::DataLoader> make_loader(std::vector<int64_t> input_shape, 
 }
 
 Times time_volt(const std::shared_ptr<volt::Module>& model, const std::shared_ptr<volt::DataLoader>& data,
-                int64_t steps) {
+                int64_t steps, int64_t threads) {
   volt::TrainerOptions options;
+  options.threads = threads;
   options.max_epochs = 1;
   options.max_steps = steps;
   options.loggers.clear();
@@ -159,7 +160,7 @@ int main(int argc, char** argv) {
         ("mlp-steps", po::value(&mlp_steps)->default_value(mlp_steps), "steps per MLP run")
         ("cnn-steps", po::value(&cnn_steps)->default_value(cnn_steps), "steps per CNN run")
         ("threads", po::value(&threads_flag)->default_value(threads_flag),
-         "intra-op and BLAS threads for both sides (0: what the Trainer picks for one process)")
+         "intra-op threads for both sides (0: what the Trainer picks for one process)")
         ("help", "this text");
     if (!volt::bench::parse_flags(argc, argv, flags)) return;
     // The Trainer keeps freed memory in glibc's heap (malloc_tuning, on by default); this process
@@ -169,12 +170,8 @@ int main(int argc, char** argv) {
     volt::keep_freed_memory_in_heap();
 
     // Both sides run with the thread settings the Trainer picks for one process, or --threads
-    // (through OMP_NUM_THREADS, which the Trainer leaves alone as it would a user's setting).
-    if (threads_flag > 0) {
-      setenv("OMP_NUM_THREADS", std::to_string(threads_flag).c_str(), 1);
-      volt::set_cpu_threads(threads_flag);
-    }
-    const int64_t threads = volt::configure_cpu_threads(1);
+    // (handed to the Trainer as its own --threads).
+    const auto threads = volt::configure_cpu_threads({.threads = threads_flag});
 
     std::vector<Row> rows;
     {
@@ -182,7 +179,7 @@ int main(int argc, char** argv) {
       Samples samples;
       for (int64_t r = 0; r < repetitions; ++r) {
         torch::manual_seed(r);
-        const Times volt = time_volt(std::make_shared<Mlp>(), data, mlp_steps);
+        const Times volt = time_volt(std::make_shared<Mlp>(), data, mlp_steps, threads_flag);
         torch::manual_seed(r);
         Mlp raw;
         samples.add(volt, time_raw(
@@ -198,7 +195,7 @@ int main(int argc, char** argv) {
       fashion_mnist::ClassifierOptions options;
       for (int64_t r = 0; r < repetitions; ++r) {
         torch::manual_seed(r);
-        const Times volt = time_volt(std::make_shared<fashion_mnist::Classifier>(options), data, cnn_steps);
+        const Times volt = time_volt(std::make_shared<fashion_mnist::Classifier>(options), data, cnn_steps, threads_flag);
         torch::manual_seed(r);
         fashion_mnist::Classifier raw(options);
         samples.add(volt, time_raw(
@@ -219,8 +216,8 @@ int main(int argc, char** argv) {
       rows.push_back(samples.row("Example CNN (Fashion-MNIST), AdamW + cosine", cnn_steps));
     }
 
-    std::printf("trainer_overhead: batch %lld, %lld interleaved repetitions, %lld intra-op threads, medians\n\n",
-                static_cast<long long>(kBatch), static_cast<long long>(repetitions), static_cast<long long>(threads));
+    std::printf("trainer_overhead: batch %lld, %lld interleaved repetitions, %s, medians\n\n",
+                static_cast<long long>(kBatch), static_cast<long long>(repetitions), threads.describe().c_str());
     std::printf("| model | steps | volt wall (s) | raw wall (s) | volt/raw wall | volt CPU (s) | raw CPU (s) | volt/raw CPU |\n"
                 "|---|---:|---:|---:|---:|---:|---:|---:|\n");
     for (const auto& row : rows) {

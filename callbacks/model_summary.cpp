@@ -90,7 +90,9 @@ std::string ModelSummary::summarize(const torch::nn::Module& module, int64_t max
 }
 
 void ModelSummary::on_fit_start(Trainer& trainer, Module& module) {
-  if (trainer.is_global_zero()) std::cout << summarize(module, max_depth_) << std::flush;
+  if (!trainer.is_global_zero()) return;
+  // The threads the CPU computes with belong to the run's setup, like the parameter counts.
+  std::cout << summarize(module, max_depth_) << trainer.cpu_threads().describe() << "\n" << std::flush;
 }
 
 }  // namespace volt

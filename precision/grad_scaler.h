@@ -67,6 +67,8 @@ class GradScaler {
   // update()s that found inf/NaN in some optimizer's gradients: iterations whose step was skipped.
   int64_t skipped_steps() const { return skipped_steps_; }
   bool is_enabled() const { return options_.enabled; }
+  // Whether unscale_ ran for `optimizer` since the last update() and its step has not yet.
+  bool unscaled(const torch::optim::Optimizer& optimizer) const;
   const GradScalerOptions& options() const { return options_; }
 
   // Installs the cross-rank reduction of the found-inf flag; the identity when unset.

@@ -28,7 +28,8 @@ void MixedPrecision::backward(const torch::Tensor& loss) {
 }
 
 void MixedPrecision::unscale_gradients(torch::optim::Optimizer& optimizer) {
-  if (scaler_) scaler_->unscale_(optimizer);
+  // Once per step: manual optimization's clip_gradients may have unscaled already.
+  if (scaler_ && !scaler_->unscaled(optimizer)) scaler_->unscale_(optimizer);
 }
 
 bool MixedPrecision::optimizer_step(torch::optim::Optimizer& optimizer) {

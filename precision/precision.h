@@ -33,7 +33,8 @@ class Precision {
   // loss.backward(), scaled where the precision scales losses.
   virtual void backward(const torch::Tensor& loss) { loss.backward(); }
   // Leaves the optimizer's gradients at their true scale (before clipping and the
-  // on_before_optimizer_step hooks). At most once per optimizer per step.
+  // on_before_optimizer_step hooks). Unscales once per optimizer per step: a second call before
+  // the step (manual clipping, then the step) does nothing.
   virtual void unscale_gradients(torch::optim::Optimizer& optimizer) {}
   // Takes the optimizer step unless this precision decides to skip it; returns whether it stepped.
   virtual bool optimizer_step(torch::optim::Optimizer& optimizer) {

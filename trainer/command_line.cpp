@@ -46,6 +46,10 @@ po::options_description volt_flags(const TrainerOptions& d) {
       ("devices", po::value<int64_t>()->default_value(d.devices), "processes per node")
       ("malloc-tuning", po::value<bool>()->default_value(d.malloc_tuning),
        "keep freed memory in the heap (glibc) instead of re-faulting it every step")
+      ("threads", po::value<int64_t>()->default_value(d.threads),
+       "LibTorch intra-op threads per process (0: OMP_NUM_THREADS, else cores / processes per node)")
+      ("blas-threads", po::value<int64_t>()->default_value(d.blas_threads),
+       "OpenBLAS threads per process (0: OPENBLAS_NUM_THREADS, else 1: LibTorch's pool runs around BLAS)")
       ("num-nodes", po::value<int64_t>()->default_value(d.num_nodes), "number of nodes")
       ("strategy", po::value<std::string>()->default_value(d.strategy),
        "NAME[:key=value,...] (see --list-strategies)")
@@ -109,6 +113,8 @@ TrainerOptions options_from(const po::variables_map& vm) {
   o.accelerator = vm["accelerator"].as<std::string>();
   o.devices = vm["devices"].as<int64_t>();
   o.malloc_tuning = vm["malloc-tuning"].as<bool>();
+  o.threads = vm["threads"].as<int64_t>();
+  o.blas_threads = vm["blas-threads"].as<int64_t>();
   o.num_nodes = vm["num-nodes"].as<int64_t>();
   o.strategy = vm["strategy"].as<std::string>();
   o.precision = vm["precision"].as<std::string>();

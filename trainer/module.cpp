@@ -1,5 +1,6 @@
 #include "trainer/module.h"
 
+#include "trainer/loops/loop_hooks.h"
 #include "trainer/loops/loop_state.h"
 #include "trainer/trainer.h"
 
@@ -25,6 +26,52 @@ const Trainer& Module::trainer() const {
 
 int64_t Module::current_epoch() const { return trainer_ ? trainer_->current_epoch() : 0; }
 int64_t Module::global_step() const { return trainer_ ? trainer_->global_step() : 0; }
+
+void Module::manual_backward(const torch::Tensor& loss) {
+  require_manual_optimization(loop_state_, *this, "manual_backward");
+  check<ConfigurationError>(loss.defined() && loss.numel() == 1 && loss.requires_grad(),
+                            "manual_backward: expected a scalar loss computed from the module's parameters");
+  backward_with_hooks(*trainer_, *this, loss);
+}
+
+const std::vector<std::shared_ptr<ManualOptimizer>>& Module::optimizers() const {
+  check<ConfigurationError>(loop_state_ != nullptr && loop_state_->fn == TrainerFn::Fitting,
+                            "optimizers(): only while Trainer::fit runs this module");
+  return loop_state_->manual_optimizers;
+}
+
+ManualOptimizer& Module::optimizer(size_t index) const {
+  const auto& all = optimizers();
+  check<ConfigurationError>(index < all.size(), "optimizer(", index, "): configure_optimizers returned ",
+                            all.size(), " optimizer(s)");
+  return *all[index];
+}
+
+std::vector<std::shared_ptr<LRScheduler>> Module::lr_schedulers() const {
+  check<ConfigurationError>(loop_state_ != nullptr && loop_state_->fn == TrainerFn::Fitting,
+                            "lr_schedulers(): only while Trainer::fit runs this module");
+  std::vector<std::shared_ptr<LRScheduler>> schedulers;
+  for (const auto& config : loop_state_->schedulers) schedulers.push_back(config.scheduler);
+  return schedulers;
+}
+
+std::optional<double> Module::clip_gradients(ManualOptimizer& optimizer, double clip_val,
+                                             GradientClipAlgorithm algorithm) {
+  require_manual_optimization(loop_state_, *this, "clip_gradients");
+  check<ConfigurationError>(clip_val > 0, "clip_gradients: expected clip_val > 0, got ", clip_val);
+  Strategy& strategy = trainer_->strategy();
+  strategy.precision().unscale_gradients(optimizer.optimizer());
+  if (algorithm == GradientClipAlgorithm::Value) {
+    strategy.clip_gradients_value(optimizer.optimizer(), clip_val);
+    return std::nullopt;
+  }
+  return strategy.clip_gradients_norm(optimizer.optimizer(), clip_val);
+}
+
+ScopeGuard Module::no_sync() {
+  require_manual_optimization(loop_state_, *this, "no_sync");
+  return trainer_->strategy().no_sync();
+}
 
 void Module::log(const std::string& name, const torch::Tensor& value, const LogOptions& options) {
   check<ConfigurationError>(loop_state_ != nullptr, "log('", name,

@@ -3,13 +3,19 @@
 // the loop. Lightning's LightningModule, as a torch::nn::Module.
 #include <torch/torch.h>
 
+#include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
+#include "core/scope_guard.h"
 #include "data/batch.h"
 #include "core/error.h"
 #include "core/hyperparameters.h"
 #include "trainer/metrics/log_options.h"
+#include "trainer/optim/manual_optimizer.h"
 #include "trainer/optim/optimizer_config.h"
+#include "trainer/trainer_options.h"
 #include "core/state_dict.h"
 
 namespace volt {
@@ -50,6 +56,31 @@ class Module : public torch::nn::Module {
   // The checkpoint being written (add entries beside volt's) / read, before the weights load.
   virtual void on_save_checkpoint(StateDict& checkpoint) {}
   virtual void on_load_checkpoint(const StateDict& checkpoint) {}
+
+  // ---- manual optimization (Lightning's automatic_optimization = False)
+  // Returning false makes the Trainer call training_step and leave backward, stepping, zeroing,
+  // clipping and the schedulers to it (several optimizers, e.g. a GAN's; accumulation by hand):
+  //   auto& opt = optimizer();
+  //   { auto scope = opt.toggle_model(/*sync_grad=*/last_micro_batch); manual_backward(loss / k); }
+  //   if (last_micro_batch) { clip_gradients(opt, 1.0); opt.step(); opt.zero_grad(); }
+  // --accumulate-grad-batches and --gradient-clip-val are then refused (do them here instead);
+  // what training_step returns is not backpropagated.
+  virtual bool automatic_optimization() const { return true; }
+  // Backward of `loss` as the Trainer runs it: the backward hooks, the precision's loss scaling
+  // and the strategy's gradient synchronization (unless inside toggle_model(false) / no_sync()).
+  void manual_backward(const torch::Tensor& loss);
+  // The optimizers configure_optimizers returned, in its order, as the strategy set them up.
+  const std::vector<std::shared_ptr<ManualOptimizer>>& optimizers() const;
+  ManualOptimizer& optimizer(size_t index = 0) const;
+  // The schedulers configure_optimizers returned; in manual optimization the module steps them.
+  std::vector<std::shared_ptr<LRScheduler>> lr_schedulers() const;
+  // Clips `optimizer`'s gradients at their true scale (mixed precision unscales them first, once
+  // per step) the way the strategy computes norms (a sharded one over all shards). Returns the
+  // total norm before clipping (Norm) or nothing (Value).
+  std::optional<double> clip_gradients(ManualOptimizer& optimizer, double clip_val,
+                                       GradientClipAlgorithm algorithm = GradientClipAlgorithm::Norm);
+  // Backward passes inside this scope do not synchronize gradients (DDP's no_sync).
+  ScopeGuard no_sync();
 
   // Records a scalar for the loggers, the progress bar and callbacks (see LogOptions for the
   // defaults, which depend on the hook that logs). Valid only while a Trainer runs this module.

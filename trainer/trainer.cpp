@@ -154,7 +154,9 @@ void Trainer::setup(TrainerFn fn, const std::shared_ptr<Module>& module,
     environment.timeout = options_.timeout;
     environment.cluster = cluster_;
     environment.launcher = launcher_;
-    configure_cpu_threads(cluster_->topology().local_world_size);
+    cpu_threads_ = configure_cpu_threads({.processes_per_node = cluster_->topology().local_world_size,
+                                          .threads = options_.threads,
+                                          .blas_threads = options_.blas_threads});
     if (options_.malloc_tuning) keep_freed_memory_in_heap();
     strategy_->setup_environment(environment);
     environment_ready_ = true;
@@ -204,6 +206,14 @@ void Trainer::setup_optimizers() {
   VOLT_INTERNAL_ASSERT(state_.optimizers.size() == config.optimizers.size(),
                        "a strategy returns one optimizer for each it is given");
   state_.schedulers = config.schedulers;
+  state_.manual_optimizers.clear();
+  for (const auto& optimizer : state_.optimizers) {
+    state_.manual_optimizers.push_back(std::make_shared<ManualOptimizer>(*this, state_, optimizer));
+  }
+  check<ConfigurationError>(state_.module->automatic_optimization() || !options_.gradient_clip_val,
+                            "--gradient-clip-val: the Trainer clips only in automatic optimization; with "
+                            "automatic_optimization() false, call clip_gradients(optimizer, value) in "
+                            "training_step before the step");
   // A strategy may wrap an optimizer (a sharded one): its schedulers follow the wrapper, whose
   // param groups LearningRateMonitor and checkpoints see too.
   for (auto& config_entry : state_.schedulers) {

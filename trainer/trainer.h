@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "callbacks/callback.h"
+#include "core/cpu_threads.h"
 #include "loggers/logger.h"
 #include "core/run_stage.h"
 #include "data/data_module.h"
@@ -132,6 +133,9 @@ class Trainer {
   // The device this process computes on: cuda:<local rank> with CUDA, else the CPU
   // (trainer/device_choice.h); chosen at construction, the strategy's root_device() once set up.
   torch::Device root_device() const { return device_; }
+  // The CPU threads this process computes with (core/cpu_threads.h), set when the first run starts;
+  // ModelSummary prints them.
+  const CpuThreads& cpu_threads() const { return cpu_threads_; }
   const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers() const { return state_.optimizers; }
   const std::vector<SchedulerConfig>& lr_schedulers() const { return state_.schedulers; }
   bool is_global_zero() const { return strategy_->is_global_zero(); }
@@ -166,6 +170,7 @@ class Trainer {
   std::shared_ptr<const ClusterEnvironment> cluster_;  // resolved at construction
   // This process's device: cuda:<local rank> or the CPU (device_choice.h), chosen at construction.
   torch::Device device_ = torch::kCPU;
+  CpuThreads cpu_threads_;
   // The launcher strategies start local ranks with: the caller's, or owned_launcher_.
   ProcessLauncher* launcher_ = nullptr;
   std::unique_ptr<ProcessLauncher> owned_launcher_;

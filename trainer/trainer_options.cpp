@@ -25,6 +25,9 @@ void TrainerOptions::validate() const {
                             "--accelerator: expected cpu, cuda or auto, got '", accelerator, "'");
   check<ConfigurationError>(devices >= 1, "--devices: expected >= 1, got ", devices);
   check<ConfigurationError>(num_nodes >= 1, "--num-nodes: expected >= 1, got ", num_nodes);
+  check<ConfigurationError>(threads >= 0, "--threads: expected >= 1 (or 0: automatic), got ", threads);
+  check<ConfigurationError>(blas_threads >= 0, "--blas-threads: expected >= 1 (or 0: automatic), got ",
+                            blas_threads);
   const auto& environments = cluster_environment_names();
   if (std::find(environments.begin(), environments.end(), cluster_environment) == environments.end()) {
     make_cluster_environment(cluster_environment, {}, {});  // throws with the valid names and a suggestion

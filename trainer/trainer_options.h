@@ -31,6 +31,10 @@ struct TrainerOptions {
   std::string strategy = "auto";      // NAME[:key=value,...], a registered strategy (--list-strategies)
   std::string precision = "32-true";  // see precision_names()
   bool malloc_tuning = true;          // keep freed memory in the heap (glibc); see malloc_tuning.h
+  // CPU threads per process (core/cpu_threads.h): LibTorch's intra-op pool gets the core share,
+  // OpenBLAS one thread inside it. 0: automatic (OMP_NUM_THREADS / OPENBLAS_NUM_THREADS win).
+  int64_t threads = 0;                // intra-op threads; >= 0
+  int64_t blas_threads = 0;           // OpenBLAS threads; >= 0
   // Several processes (README "Distributed runtime"): who starts them and where they meet.
   std::string cluster_environment = "auto";  // auto | torchelastic | slurm | mpi | volt
   int64_t node_rank = -1;             // this machine's node with volt's launcher; -1: NODE_RANK or 0

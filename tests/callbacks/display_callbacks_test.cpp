@@ -91,6 +91,7 @@ TEST(ModelSummary, CountsTrainableAndFrozenParametersPerModule) {
 TEST(ModelSummary, PrintedAtFitStartOnRankZeroOnly) {
   const auto output = fit_output(nullptr, nullptr, /*summary=*/true);
   EXPECT_NE(output.find("| linear | Linear | 9"), std::string::npos) << output;
+  EXPECT_NE(output.find("CPU threads per process: "), std::string::npos) << output;
   EXPECT_EQ(fit_output(nullptr, std::make_shared<SecondRankStrategy>(), true), "");
 }
 

@@ -29,6 +29,24 @@ StepParameters for_both_ranks(const StepParameters& one_process) {
   return {{0, one_process.at(0)}, {1, one_process.at(0)}};
 }
 
+// What a step inside an epoch of a --devices 2 --batch-size 4 worker run with windows of 2
+// communicates: the window's gradients once (8 + 1 float32 = 36 bytes), plus for each of its 2
+// micro-batches the synced rank_plus_one (a float64, 8) and rank 0's stop decision (an int32, 4):
+// 60 bytes. Reducing every micro-batch would add 36. The first step of an epoch also carries setup
+// or the previous epoch's validation, and step 2 rank 0's bucket order (Note [Rebuilt buckets]):
+// steps 3, 4, 6, 7, 8 are one window each.
+void expect_one_reduction_per_window(const std::string& root, const std::string& strategy) {
+  const auto rows = read_csv(root + "/volt_logs/version_0/metrics.csv");
+  std::map<int64_t, double> step_bytes;
+  for (const auto& row : rows) {
+    if (row.count("comm/step_bytes")) step_bytes[std::stoll(row.at("step"))] = std::stod(row.at("comm/step_bytes"));
+  }
+  for (const int64_t step : {3, 4, 6, 7, 8}) {
+    ASSERT_TRUE(step_bytes.count(step)) << strategy << ": step " << step << " was not logged";
+    EXPECT_EQ(step_bytes.at(step), 60.0) << strategy << ": step " << step;
+  }
+}
+
 TEST(DDPThroughTheTrainer, NoSyncAccumulationEqualsOneProcessOnTheFullBatchAfterEveryStep) {
   const std::string windows = " --accumulate-grad-batches 2 --optimizer momentum --print-steps";
   TemporaryDirectory one_dir;
@@ -40,20 +58,34 @@ TEST(DDPThroughTheTrainer, NoSyncAccumulationEqualsOneProcessOnTheFullBatchAfter
     const auto run = run_worker(dir.path(), "--strategy " + strategy + " --devices 2 --batch-size 4" + windows);
     expect_steps_close(step_lines(run.output), for_both_ranks(reference), 1e-6,
                        strategy + ", 2 ranks × batch 4 vs 1 process × batch 8, windows of 2");
-    // What a step inside an epoch communicates: the window's gradients once (8 + 1 float32 = 36
-    // bytes), plus for each of its 2 micro-batches the synced rank_plus_one (a float64, 8) and
-    // rank 0's stop decision (an int32, 4): 60 bytes. Reducing every micro-batch would add 36.
-    // The first step of an epoch also carries setup or the previous epoch's validation, and step
-    // 2 rank 0's bucket order (Note [Rebuilt buckets]): steps 3, 4, 6, 7, 8 are one window each.
-    const auto rows = read_csv(dir.path() + "/volt_logs/version_0/metrics.csv");
-    std::map<int64_t, double> step_bytes;
-    for (const auto& row : rows) {
-      if (row.count("comm/step_bytes")) step_bytes[std::stoll(row.at("step"))] = std::stod(row.at("comm/step_bytes"));
-    }
-    for (const int64_t step : {3, 4, 6, 7, 8}) {
-      ASSERT_TRUE(step_bytes.count(step)) << strategy << ": step " << step << " was not logged";
-      EXPECT_EQ(step_bytes.at(step), 60.0) << strategy << ": step " << step;
-    }
+    expect_one_reduction_per_window(dir.path(), strategy);
+  }
+}
+
+// Issue 20: manual optimization accumulating by hand (toggle_model(false) on the micro-batches that
+// do not close a window, manual_backward, step) trains like automatic accumulation on one process,
+// after every step. static_graph=true included: its first iteration delays the reduction to the
+// end of backward, which a manual backward outside the Trainer's own call used to miss in
+// Lightning (#18086); here manual_backward is the Trainer's backward, so it cannot.
+TEST(DDPThroughTheTrainer, ManualOptimizationEqualsAutomaticAccumulationOnOneProcessAfterEveryStep) {
+  const std::string windows = " --optimizer momentum --print-steps";
+  TemporaryDirectory one_dir;
+  const auto reference = step_lines(
+      run_worker(one_dir.path(), "--strategy single_device --batch-size 8 --accumulate-grad-batches 2" + windows).output);
+  ASSERT_EQ(reference.size(), 1u);
+  ASSERT_EQ(reference.at(0).size(), 8u);
+  TemporaryDirectory manual_one_dir;
+  expect_steps_close(
+      step_lines(run_worker(manual_one_dir.path(), "--strategy single_device --batch-size 8 --manual-accumulate 2" +
+                                                       windows).output),
+      reference, 1e-6, "manual accumulation on one process vs automatic");
+  for (const std::string strategy : {"ddp", "ddp:static_graph=true", "ddp_sharded"}) {
+    TemporaryDirectory dir;
+    const auto run = run_worker(dir.path(), "--strategy " + strategy + " --devices 2 --batch-size 4 --manual-accumulate 2" + windows);
+    expect_steps_close(step_lines(run.output), for_both_ranks(reference), 1e-6,
+                       strategy + " with manual optimization, 2 ranks × batch 4 vs 1 process × batch 8, windows of 2");
+    // toggle_model(false) kept the first micro-batch of each window from synchronizing.
+    if (strategy != "ddp_sharded") expect_one_reduction_per_window(dir.path(), strategy);
   }
 }
 

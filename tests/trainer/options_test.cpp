@@ -56,7 +56,8 @@ TEST(Options, FlagsSetEveryField) {
                         "--enable-progress-bar=false", "--enable-model-summary=false", "--accelerator", "cpu",
                         "--devices", "3", "--num-nodes", "2", "--node-rank", "1", "--master-addr", "10.0.0.7",
                         "--master-port", "29123", "--timeout", "12.5", "--cluster-environment", "volt",
-                        "--strategy", "ddp", "--precision", "bf16-mixed", "--malloc-tuning=false", "--ckpt-path",
+                        "--strategy", "ddp", "--precision", "bf16-mixed", "--malloc-tuning=false", "--threads",
+                        "3", "--blas-threads", "2", "--ckpt-path",
                         "last", "--logger", "csv", "tensorboard", "--callback", "early_stopping:monitor=val_loss",
                         "--callback", "learning_rate_monitor"});
   EXPECT_EQ(o.resolved_max_epochs(), 3);
@@ -93,6 +94,8 @@ TEST(Options, FlagsSetEveryField) {
   EXPECT_EQ(o.strategy, "ddp");
   EXPECT_EQ(o.precision, "bf16-mixed");
   EXPECT_FALSE(o.malloc_tuning);
+  EXPECT_EQ(o.threads, 3);
+  EXPECT_EQ(o.blas_threads, 2);
   EXPECT_EQ(o.ckpt_path, "last");
   EXPECT_EQ(o.loggers, (std::vector<std::string>{"csv", "tensorboard"}));
   EXPECT_EQ(o.callbacks, (std::vector<std::string>{"early_stopping:monitor=val_loss", "learning_rate_monitor"}));
@@ -103,6 +106,8 @@ TEST(Options, FlagsSetEveryField) {
   EXPECT_EQ(parse({"--logger", "none"}).loggers, std::vector<std::string>{});
   // Each value above differs from the default, or the check could not fail.
   EXPECT_NE(defaults.devices, o.devices);
+  EXPECT_NE(defaults.threads, o.threads);
+  EXPECT_NE(defaults.blas_threads, o.blas_threads);
   EXPECT_NE(defaults.node_rank, o.node_rank);
   EXPECT_NE(defaults.master_port, o.master_port);
   EXPECT_NE(defaults.timeout, o.timeout);
@@ -134,6 +139,8 @@ TEST(Options, BadValuesNameTheFlagTheValueAndWhatIsAllowed) {
       {{"--limit-val-batches", "-2"}, {"--limit-val-batches", "-2"}},
       {{"--accelerator", "tpu"}, {"--accelerator", "tpu", "cpu"}},
       {{"--devices", "0"}, {"--devices", "0"}},
+      {{"--threads", "-1"}, {"--threads", ">= 1", "0: automatic", "-1"}},
+      {{"--blas-threads", "-2"}, {"--blas-threads", "-2"}},
       {{"--max-epochs", "2", "--min-epochs", "3"}, {"--min-epochs", "3"}},
       {{"--log-every-n-steps", "0"}, {"--log-every-n-steps"}},
       {{"--max-epochs", "three"}, {"three"}},

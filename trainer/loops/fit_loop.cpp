@@ -195,7 +195,16 @@ void FitLoop::run_batch(int64_t batch_idx) {
   Module& module = *state_.module;
   auto& p = state_.progress;
   const Batch batch = strategy.batch_to_device(train_->batch(batch_idx));
+  // Manual optimization: training_step runs backward and steps itself (ManualOptimizer), and
+  // accumulates by hand; the window is then always the one batch.
+  const bool manual = !module.automatic_optimization();
+  check<ConfigurationError>(!manual || state_.accumulate_grad_batches == 1,
+                            "accumulate_grad_batches=", state_.accumulate_grad_batches,
+                            ": the Trainer accumulates only in automatic optimization; with "
+                            "automatic_optimization() false, accumulate in training_step (toggle_model(false) "
+                            "on the micro-batches that should not synchronize, step every k batches)");
   const auto window = accumulation_window(batch_idx, state_.num_training_batches, state_.accumulate_grad_batches);
+  const int64_t steps_before = p.global_step;
   call_callbacks(t, module, &Callback::on_train_batch_start, batch, batch_idx);
   state_.train_collector.begin_batch();
   state_.train_collector.set_in_step(true, batch.size());
@@ -208,18 +217,14 @@ void FitLoop::run_batch(int64_t batch_idx) {
     loss = strategy.run_step(RunningStage::Training, module, batch,
                              [&](torch::nn::Module&, const Batch& b) { return module.training_step(b, batch_idx); });
     state_.train_collector.set_in_step(false);
-    if (loss.defined()) {
+    if (loss.defined() && !manual) {
       check<ConfigurationError>(loss.numel() == 1, "training_step: expected a scalar loss, got shape ",
                                 loss.sizes());
       check<ConfigurationError>(loss.requires_grad(),
                                 "training_step: the returned loss does not require grad; return a loss "
                                 "computed from the module's parameters (or an undefined tensor to skip)");
       const auto scaled = loss / static_cast<double>(window.size);
-      call_callbacks(t, module, &Callback::on_before_backward, scaled);
-      module.on_before_backward(scaled);
-      strategy.backward(scaled);
-      call_callbacks(t, module, &Callback::on_after_backward);
-      module.on_after_backward();
+      backward_with_hooks(t, module, scaled);
       p.window_has_backward = true;
       backward_ran = true;
     }
@@ -227,7 +232,9 @@ void FitLoop::run_batch(int64_t batch_idx) {
   }
 
   bool stepped = false;
-  if (window.closes()) {
+  if (manual) {
+    stepped = p.global_step != steps_before;
+  } else if (window.closes()) {
     // Note [A window that closes without backward]: the micro-batches before it accumulated
     // under no_sync, and the closing one, which would have synchronized, ran no backward. Every
     // rank sees the same (training_step decides per batch index, the same on every rank, or the
@@ -238,6 +245,8 @@ void FitLoop::run_batch(int64_t batch_idx) {
       step_optimizers();
       stepped = true;
     }
+  }
+  if (window.closes()) {
     p.window_micro_batches = 0;
     p.window_has_backward = false;
   }
@@ -248,7 +257,10 @@ void FitLoop::run_batch(int64_t batch_idx) {
   // cadence counts optimizer steps.
   const MetricValues step_values = state_.train_collector.step_values();
   publish_metrics(t, state_, step_values, false);
-  if (stepped && p.global_step % t.options().log_every_n_steps == 0) {
+  // A manual training_step may take several steps (one per optimizer): log when a multiple of
+  // log_every_n_steps was reached.
+  const int64_t every = t.options().log_every_n_steps;
+  if (stepped && p.global_step / every != steps_before / every) {
     auto metrics = step_values.logger;
     for (const auto& [name, value] : t.precision().metrics()) metrics[name] = value;
     for (const auto& [name, value] : strategy.metrics()) metrics[name] = value;
@@ -263,11 +275,8 @@ void FitLoop::step_optimizers() {
   Module& module = *state_.module;
   std::vector<bool> stepped;
   for (auto& optimizer : state_.optimizers) {
-    stepped.push_back(strategy.optimizer_step(*optimizer, [&](torch::optim::Optimizer& o) {
-      call_callbacks(t, module, &Callback::on_before_optimizer_step, o);
-      module.on_before_optimizer_step(o);
-      clip_gradients(o);
-    }));
+    stepped.push_back(
+        step_optimizer_with_hooks(t, module, *optimizer, [&](torch::optim::Optimizer& o) { clip_gradients(o); }));
   }
   ++state_.progress.global_step;
   strategy.after_optimizer_steps(state_.progress.global_step);
@@ -290,6 +299,8 @@ void FitLoop::clip_gradients(torch::optim::Optimizer& optimizer) {
 }
 
 void FitLoop::step_schedulers(bool epoch_interval, const std::vector<bool>& stepped) {
+  // In manual optimization the module steps its schedulers itself (Module::lr_schedulers()).
+  if (!state_.module->automatic_optimization()) return;
   const int64_t count = epoch_interval ? state_.progress.epoch + 1 : state_.progress.global_step;
   for (auto& config : state_.schedulers) {
     if ((config.interval == SchedulerInterval::Epoch) != epoch_interval) continue;

@@ -1,6 +1,7 @@
 #pragma once
 // What the loops and the checkpoint connector do through the Trainer's public side: call the
 // callbacks' hooks, and publish metrics to the Trainer's maps and its loggers (Note [Loop state]).
+#include <functional>
 #include <map>
 #include <string>
 
@@ -17,6 +18,17 @@ void call_callbacks(Trainer& trainer, Module& module, void (Callback::*hook)(Tra
                     Args&&... args) {
   for (const auto& callback : trainer.callbacks()) ((*callback).*hook)(trainer, module, args...);
 }
+
+// The strategy's backward of `loss` (the precision's scaling, the gradient reduction) between the
+// on_before_backward and on_after_backward hooks (callbacks, then the module). The automatic loop
+// and Module::manual_backward both run backward this way.
+void backward_with_hooks(Trainer& trainer, Module& module, const torch::Tensor& loss);
+
+// One optimizer step through the strategy, with the on_before_optimizer_step hooks (callbacks,
+// then the module) and then `clip` (may be empty) between the unscaling and the step; returns
+// whether the step was taken. The automatic loop and ManualOptimizer::step both step this way.
+bool step_optimizer_with_hooks(Trainer& trainer, Module& module, torch::optim::Optimizer& optimizer,
+                               const std::function<void(torch::optim::Optimizer&)>& clip);
 
 // Whether this process writes to the loggers: it has some, and it is global rank 0.
 bool loggers_active(const Trainer& trainer);

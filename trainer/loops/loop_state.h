@@ -18,6 +18,7 @@
 #include "data/data_loader.h"
 #include "data/data_module.h"
 #include "trainer/metrics/metric_collector.h"
+#include "trainer/optim/manual_optimizer.h"
 #include "trainer/optim/optimizer_config.h"
 
 namespace volt {
@@ -56,6 +57,8 @@ struct LoopState {
   std::shared_ptr<DataLoader> train_loader;  // the loader the fit loop draws from
   std::vector<std::shared_ptr<torch::optim::Optimizer>> optimizers;
   std::vector<SchedulerConfig> schedulers;
+  // The same optimizers for a module in manual optimization to step (Module::optimizers()).
+  std::vector<std::shared_ptr<ManualOptimizer>> manual_optimizers;
   // The checkpoint this fit resumed from ("" when none): never deleted by volt.
   std::string resumed_from;
 

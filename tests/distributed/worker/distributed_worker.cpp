@@ -110,11 +110,13 @@ void register_test_strategy() {
 // samples summed over ranks (each sample must count exactly once).
 class WorkerModule : public testing::RegressionModule {
  public:
-  explicit WorkerModule(testing::RegressionOptions options = {}, bool print_buffers = false)
-      : RegressionModule(std::move(options)), print_buffers_(print_buffers) {}
+  WorkerModule(testing::RegressionOptions options, bool print_buffers, int64_t manual_accumulate)
+      : RegressionModule(std::move(options)), print_buffers_(print_buffers), manual_accumulate_(manual_accumulate) {}
+  bool automatic_optimization() const override { return manual_accumulate_ == 0; }
   torch::Tensor training_step(const Batch& batch, int64_t batch_idx) override {
     if (print_buffers_) print_buffers(batch_idx);
     auto loss = RegressionModule::training_step(batch, batch_idx);
+    if (manual_accumulate_ > 0 && loss.defined()) accumulate_by_hand(loss, batch_idx);
     const auto rank = static_cast<double>(trainer().strategy().topology().global_rank);
     log("rank_plus_one", torch::tensor(rank + 1.0), {.sync_dist = true});
     log("rank_plus_one_local", torch::tensor(rank + 1.0));
@@ -139,7 +141,24 @@ class WorkerModule : public testing::RegressionModule {
     std::cout << line.str() << std::flush;
   }
 
+  // --manual-accumulate k: what --accumulate-grad-batches k does, written in training_step with
+  // manual optimization (the window's last micro-batch, or the epoch's last batch, synchronizes
+  // and steps).
+  void accumulate_by_hand(const torch::Tensor& loss, int64_t batch_idx) {
+    const bool closes = (batch_idx + 1) % manual_accumulate_ == 0 || batch_idx + 1 == trainer().num_training_batches();
+    auto& opt = optimizer();
+    {
+      auto scope = opt.toggle_model(/*sync_grad=*/closes);
+      manual_backward(loss / static_cast<double>(manual_accumulate_));
+    }
+    if (closes) {
+      opt.step();
+      opt.zero_grad();
+    }
+  }
+
   bool print_buffers_;
+  int64_t manual_accumulate_;
 };
 
 // Saves <checkpoint_dir>/last.ckpt at every epoch end, and makes one rank fail once.
@@ -201,7 +220,8 @@ testing::RegressionOptions regression_options(const std::string& optimizer, int6
 }
 
 void train(const TrainerOptions& options, ProcessLauncher& launcher, int64_t batch_size, std::shared_ptr<Callback> extra,
-           const testing::RegressionOptions& model_options, bool print_steps, bool print_buffers) {
+           const testing::RegressionOptions& model_options, bool print_steps, bool print_buffers,
+           int64_t manual_accumulate) {
   register_test_strategy();
   Trainer trainer(options, launcher);  // run_main's launcher: the children's exit statuses count
   trainer.add_callback(std::move(extra));
@@ -209,7 +229,7 @@ void train(const TrainerOptions& options, ProcessLauncher& launcher, int64_t bat
   // LibTorch seeds its default generator nondeterministically: seed before building the model,
   // so that the one-process reference starts from the same weights as the ranks.
   if (options.seed) seed_everything(*options.seed);
-  auto module = std::make_shared<WorkerModule>(model_options, print_buffers);
+  auto module = std::make_shared<WorkerModule>(model_options, print_buffers, manual_accumulate);
   trainer.fit(module, std::make_shared<testing::RegressionData>(64, batch_size, false, 7, 13));
   const auto params = module->flat_parameters();
   std::ostringstream text;
@@ -317,6 +337,8 @@ int main(int argc, char** argv) {
         ("report-signals", po::bool_switch(), "print SIGNAL lines when SIGINT/SIGTERM end this process")
         ("print-steps", po::bool_switch(), "print the parameters after every optimizer step (--mode train)")
         ("print-buffers", po::bool_switch(), "print the buffers as every training_step starts (--mode train)")
+        ("manual-accumulate", po::value<int64_t>()->default_value(0),
+         "k > 0: manual optimization, accumulating k micro-batches by hand (--mode train)")
         ("model", po::value<std::string>()->default_value("linear"),
          "linear | batch_norm | branch | sparse_embedding (--mode train)")
         ("skip-every", po::value<int64_t>()->default_value(0),
@@ -331,7 +353,8 @@ int main(int argc, char** argv) {
                                                         vm["crash-epoch"].as<int64_t>()),
                    regression_options(vm["optimizer"].as<std::string>(), vm["skip-every"].as<int64_t>(),
                                       vm["model"].as<std::string>()),
-                   vm["print-steps"].as<bool>(), vm["print-buffers"].as<bool>());
+                   vm["print-steps"].as<bool>(), vm["print-buffers"].as<bool>(),
+                   vm["manual-accumulate"].as<int64_t>());
     }
     if (mode == "sampler") return record_sampler(options);
     const auto cluster = cluster_of(options);
