@@ -87,6 +87,11 @@ void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
   state.stage = Stage::Unscaled;
 }
 
+bool GradScaler::unscaled(const torch::optim::Optimizer& optimizer) const {
+  const auto found = per_optimizer_.find(&optimizer);
+  return found != per_optimizer_.end() && found->second.stage == Stage::Unscaled;
+}
+
 bool GradScaler::step(torch::optim::Optimizer& optimizer) {
   if (!options_.enabled) {
     optimizer.step();

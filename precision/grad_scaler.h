@@ -52,6 +52,8 @@ class GradScaler {
   // any was inf/NaN. A second call for the same optimizer before update(), or a call after its
   // step(), throws ConfigurationError. [collective when a reducer talks to other ranks]
   void unscale_(torch::optim::Optimizer& optimizer);
+  // Whether unscale_ ran for `optimizer` since the last update() (its gradients are at their true scale).
+  bool unscaled(const torch::optim::Optimizer& optimizer) const;
   // Unscales (unless unscale_ already did) and calls optimizer.step() unless the gradients held
   // inf/NaN. Returns whether it stepped. A second step() before update() throws.
   bool step(torch::optim::Optimizer& optimizer);

@@ -28,7 +28,7 @@ void MixedPrecision::backward(const torch::Tensor& loss) {
 }
 
 void MixedPrecision::unscale_gradients(torch::optim::Optimizer& optimizer) {
-  if (scaler_) scaler_->unscale_(optimizer);
+  if (scaler_ && !scaler_->unscaled(optimizer)) scaler_->unscale_(optimizer);
 }
 
 bool MixedPrecision::optimizer_step(torch::optim::Optimizer& optimizer) {

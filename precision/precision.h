@@ -33,7 +33,8 @@ class Precision {
   // loss.backward(), scaled where the precision scales losses.
   virtual void backward(const torch::Tensor& loss) { loss.backward(); }
   // Leaves the optimizer's gradients at their true scale (before clipping and the
-  // on_before_optimizer_step hooks). At most once per optimizer per step.
+  // on_before_optimizer_step hooks). A second call for the same optimizer in the same step does
+  // nothing (the Fabric's clip_gradients unscales before the strategy's optimizer_step does).
   virtual void unscale_gradients(torch::optim::Optimizer& optimizer) {}
   // Takes the optimizer step unless this precision decides to skip it; returns whether it stepped.
   virtual bool optimizer_step(torch::optim::Optimizer& optimizer) {
