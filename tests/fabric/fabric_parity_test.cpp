@@ -46,6 +46,18 @@ TEST(FabricParity, DDPLastWindowClosedByTheLoadersLastBatchEqualsTheTrainer) {
   expect_fabric_equals_trainer("--strategy ddp --devices 2 --batch-size 3 --accumulate-grad-batches 4 --optimizer momentum", 6);
 }
 
+TEST(FabricParity, DDPUnderBF16MixedWithTheLossInAutocastEqualsTheTrainer) {
+  // The Trainer runs the whole training_step (forward and loss) in the precision's autocast; the
+  // loop does the same with fabric.autocast() around its loss.
+  TemporaryDirectory trainer_dir, fabric_dir;
+  const std::string flags = "--strategy ddp --devices 2 --batch-size 4 --accumulate-grad-batches 2 --precision bf16-mixed";
+  const auto trainer = step_lines(run_ok(train_command(trainer_dir.path(), flags + " --print-steps"), flags).output);
+  ASSERT_EQ(trainer.size(), 2u);
+  const auto fabric = step_lines(
+      run_ok(fabric_command(fabric_dir.path(), "--mode train --max-epochs 2 --loss-in-autocast " + flags), flags).output);
+  expect_steps_close(fabric, trainer, 0.0, "Fabric vs Trainer, " + flags);
+}
+
 TEST(FabricParity, DDPShardedEqualsTheTrainerAfterEveryStep) {
   // Adam: per-parameter state, kept by the rank that owns the parameter (OSS).
   expect_fabric_equals_trainer("--strategy ddp_sharded --devices 2 --batch-size 4 --accumulate-grad-batches 2 --optimizer adam", 8);

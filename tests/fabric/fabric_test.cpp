@@ -7,6 +7,7 @@
 #include <limits>
 #include <tuple>
 
+#include "distributed/network.h"
 #include "precision/mixed_precision.h"
 #include "strategies/single_device_strategy.h"
 #include "tests/support/regression_problem.h"
@@ -184,6 +185,51 @@ TEST(FabricCheckpoint, SaveAndLoadRestoreModelOptimizerValuesAndTheStepCount) {
   const auto missing = error_message_of<CheckpointError>([&] { second.fabric.load(path, {{"ema", second.model}}); });
   EXPECT_NE(missing.find("holds no item 'ema'"), std::string::npos) << missing;
   EXPECT_NE(missing.find("model, optimizer"), std::string::npos) << missing;
+}
+
+// The shape the issue asks a user to be able to write, on one process (ddp with static_graph and
+// bf16-mixed run there too).
+struct Net : torch::nn::Module {
+  Net() { linear = register_module("linear", torch::nn::Linear(8, 1)); }
+  torch::Tensor forward(const torch::Tensor& x) { return linear->forward(x); }
+  torch::nn::Linear linear{nullptr};
+};
+
+TEST(FabricShape, TheIssuesLoopTrainsOnDDPWithBF16MixedAndAccumulation) {
+  TemporaryDirectory dir;
+  volt::Fabric fabric({.strategy = "ddp:static_graph=true", .devices = 1, .precision = "bf16-mixed",
+                       .master_port = find_free_port(), .seed = 5});
+  fabric.launch();
+  auto model = std::make_shared<Net>();
+  auto [module, optimizer] = fabric.setup(model, std::make_shared<torch::optim::AdamW>(model->parameters()));
+  auto loader = fabric.setup_dataloader(loader_of(40, 4));  // 10 batches: windows 4, 4, 2
+  const auto initial = model->linear->weight.detach().clone();
+  int64_t steps = 0;
+  for (int64_t epoch = 0; epoch < 3; ++epoch) {
+    for (int64_t i = 0; i < loader->num_batches(); ++i) {
+      auto batch = loader->batch(i);
+      auto step = fabric.accumulate(4);
+      auto loss = squared_error(module->forward(batch.input).to(torch::kFloat), batch.target);
+      fabric.backward(loss / step.window_size());
+      if (step.syncing()) {
+        fabric.clip_gradients(*optimizer, 1.0);
+        EXPECT_TRUE(fabric.step(*optimizer));
+        optimizer->zero_grad();
+        ++steps;
+      }
+    }
+  }
+  EXPECT_EQ(steps, 9);
+  EXPECT_EQ(fabric.global_step(), 9);
+  EXPECT_FALSE(torch::equal(model->linear->weight, initial));
+  fabric.save(dir.file("run.ckpt"), {{"model", model}, {"optimizer", optimizer}});
+  // A full checkpoint loads into any strategy.
+  auto reloaded = std::make_shared<Net>();
+  Fabric other{FabricOptions{.strategy = "single_device", .precision = "bf16-mixed"}};
+  other.launch();
+  auto [other_module, other_optimizer] = other.setup(reloaded, std::make_shared<torch::optim::AdamW>(reloaded->parameters()));
+  other.load(dir.file("run.ckpt"), {{"model", other_module}, {"optimizer", other_optimizer}});
+  EXPECT_TRUE(torch::equal(reloaded->linear->weight, model->linear->weight));
 }
 
 TEST(FabricErrors, MisuseIsAConfigurationErrorThatSaysWhatToDo) {

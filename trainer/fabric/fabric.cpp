@@ -121,6 +121,11 @@ ScopeGuard Fabric::no_sync() {
   });
 }
 
+ScopeGuard Fabric::autocast() {
+  require_launched("autocast");
+  return precision().forward_context();
+}
+
 void Fabric::backward(const torch::Tensor& loss) {
   require_set_up("backward");
   check<ConfigurationError>(loss.defined() && loss.numel() == 1, "Fabric::backward: expected a scalar loss, got ",

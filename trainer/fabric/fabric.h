@@ -130,6 +130,10 @@ class Fabric {
   // The strategy's no_sync region, for loops that count windows themselves: backward inside it
   // accumulates locally; the first backward outside it synchronizes everything accumulated.
   ScopeGuard no_sync();
+  // The precision's autocast region (none for *-true), for code beyond the forward that should run
+  // as the Trainer runs training_step: e.g. the loss, so that a loop matches the Trainer bit for
+  // bit under *-mixed (module->forward enters it by itself; nesting is fine).
+  ScopeGuard autocast();
   // Strategy::backward: the precision's loss scaling (16-mixed) and the strategy's gradient
   // synchronization (DDP's reducer, ShardedDDP's reduce to owners). Divides nothing: the loop
   // decides what a micro-batch's loss is. [collective outside no_sync for distributed strategies]

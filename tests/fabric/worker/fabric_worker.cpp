@@ -9,6 +9,8 @@
 //                       "STEP rank=.. step=.. params=.." after every step (the distributed_worker's
 //                       --print-steps lines), "SKIPPED rank=.. count=.." at the end;
 //                       --optimizer sgd|momentum|adam as the distributed_worker's;
+//                       --loss-in-autocast computes the loss inside fabric.autocast(), as the
+//                       Trainer runs the whole training_step inside the precision's region;
 //                       --save PATH saves model and optimizer at the end, --load PATH restores
 //                       them at the start (and prints "LOADED rank=.. step=.. params=..")
 //   --mode collectives  all_reduce (sum, mean), broadcast of a tensor and of a decision, barrier
@@ -71,7 +73,11 @@ void train(Fabric& fabric, const TrainerOptions& options, const po::variables_ma
     for (int64_t i = 0; i < loader->num_batches(); ++i) {
       const Batch batch = loader->batch(i);
       auto step = fabric.accumulate(options.accumulate_grad_batches);
-      const auto loss = (module->forward(batch.input) - batch.target).square().mean();
+      torch::Tensor loss;
+      {
+        auto region = values["loss-in-autocast"].as<bool>() ? fabric.autocast() : ScopeGuard{};
+        loss = (module->forward(batch.input) - batch.target).square().mean();
+      }
       fabric.backward(loss / static_cast<double>(step.window_size()));
       if (!step.syncing()) continue;
       fabric.step(*optimizer);
@@ -110,6 +116,7 @@ int main(int argc, char** argv) {
     own.add_options()("mode", po::value<std::string>()->default_value("train"), "train | collectives")
         ("batch-size", po::value<int64_t>()->default_value(8), "training batch size per rank (--mode train)")
         ("optimizer", po::value<std::string>()->default_value("sgd"), "sgd | momentum | adam (--mode train)")
+        ("loss-in-autocast", po::bool_switch(), "compute the loss inside fabric.autocast() (--mode train)")
         ("save", po::value<std::string>()->default_value(""), "save model and optimizer here at the end")
         ("load", po::value<std::string>()->default_value(""), "restore model and optimizer from here first");
     po::variables_map values;
