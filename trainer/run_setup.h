@@ -30,14 +30,15 @@ struct TrainerComponents {
   ProcessLauncher* launcher = nullptr;
 };
 
-// The resolved pieces. Movable, not copyable (it may own the launcher).
+// The resolved pieces. Movable, not copyable (it may own the launcher, declared first so that it
+// outlives the strategy: its destructor waits for the ranks it started, as the Trainer's does).
 struct RunPlacement {
+  std::unique_ptr<ProcessLauncher> owned_launcher;
+  ProcessLauncher* launcher = nullptr;           // the caller's, or owned_launcher's
   std::shared_ptr<const ClusterEnvironment> cluster;
   torch::Device device = torch::kCPU;            // cuda:<local rank> or the CPU (device_choice.h)
   std::shared_ptr<Strategy> strategy;            // holding `precision`
   std::shared_ptr<Precision> precision;
-  ProcessLauncher* launcher = nullptr;           // the caller's, or owned_launcher's
-  std::unique_ptr<ProcessLauncher> owned_launcher;
 
   RunPlacement();
   RunPlacement(RunPlacement&&) noexcept;
