@@ -3,6 +3,8 @@
 #include <cxxabi.h>
 
 #include <cstring>
+#include <map>
+#include <memory>
 #include <sstream>
 
 #include "checkpoint/optimizer_state_codec.h"
@@ -165,6 +167,15 @@ void load_optimizer_state_dict(Optimizer& optimizer, const StateDict& state, con
       states[key] = codec->load_parameter(StateDict::from_ivalue(found->value(), context.where()), parameter, context);
     }
   }
+}
+
+ParameterNamer parameter_namer(const torch::nn::Module& module) {
+  auto names = std::make_shared<std::map<const void*, std::string>>();
+  for (const auto& p : module.named_parameters()) names->emplace(p.value().unsafeGetTensorImpl(), p.key());
+  return [names](const torch::Tensor& p) {
+    const auto found = names->find(p.unsafeGetTensorImpl());
+    return found == names->end() ? std::string() : found->second;
+  };
 }
 
 }  // namespace volt

@@ -23,6 +23,10 @@ StateDict optimizer_state_dict(const torch::optim::Optimizer& optimizer);
 // Names a parameter in error messages (e.g. by the module's parameter names); may be empty.
 using ParameterNamer = std::function<std::string(const torch::Tensor&)>;
 
+// Names each of `module`'s parameters by its name in the module (named_parameters()); "" for a
+// tensor that is not one of them. The names are taken now.
+ParameterNamer parameter_namer(const torch::nn::Module& module);
+
 // Replaces the optimizer's state and its groups' options (lr, betas, ...) with `state`, moving
 // tensors to each parameter's device and dtype. Throws CheckpointError when the optimizer type,
 // the number of groups or of parameters per group, or a state tensor's shape does not match.

@@ -52,6 +52,8 @@ class GradScaler {
   // any was inf/NaN. A second call for the same optimizer before update(), or a call after its
   // step(), throws ConfigurationError. [collective when a reducer talks to other ranks]
   void unscale_(torch::optim::Optimizer& optimizer);
+  // Whether unscale_ ran for `optimizer` since the last update() (its gradients are at their true scale).
+  bool unscaled(const torch::optim::Optimizer& optimizer) const;
   // Unscales (unless unscale_ already did) and calls optimizer.step() unless the gradients held
   // inf/NaN. Returns whether it stepped. A second step() before update() throws.
   bool step(torch::optim::Optimizer& optimizer);
@@ -67,8 +69,6 @@ class GradScaler {
   // update()s that found inf/NaN in some optimizer's gradients: iterations whose step was skipped.
   int64_t skipped_steps() const { return skipped_steps_; }
   bool is_enabled() const { return options_.enabled; }
-  // Whether unscale_ ran for `optimizer` since the last update() and its step has not yet.
-  bool unscaled(const torch::optim::Optimizer& optimizer) const;
   const GradScalerOptions& options() const { return options_; }
 
   // Installs the cross-rank reduction of the found-inf flag; the identity when unset.

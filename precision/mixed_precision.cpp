@@ -28,7 +28,7 @@ void MixedPrecision::backward(const torch::Tensor& loss) {
 }
 
 void MixedPrecision::unscale_gradients(torch::optim::Optimizer& optimizer) {
-  // Once per step: manual optimization's clip_gradients may have unscaled already.
+  // Once per step: clip_gradients (manual optimization, the Fabric) may have unscaled already.
   if (scaler_ && !scaler_->unscaled(optimizer)) scaler_->unscale_(optimizer);
 }
 

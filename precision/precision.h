@@ -34,7 +34,7 @@ class Precision {
   virtual void backward(const torch::Tensor& loss) { loss.backward(); }
   // Leaves the optimizer's gradients at their true scale (before clipping and the
   // on_before_optimizer_step hooks). Unscales once per optimizer per step: a second call before
-  // the step (manual clipping, then the step) does nothing.
+  // the step (clip_gradients in manual optimization or the Fabric, then the step) does nothing.
   virtual void unscale_gradients(torch::optim::Optimizer& optimizer) {}
   // Takes the optimizer step unless this precision decides to skip it; returns whether it stepped.
   virtual bool optimizer_step(torch::optim::Optimizer& optimizer) {

@@ -121,6 +121,10 @@ class Strategy : public StrategyCheckpointing {
   // forward_context(stage), and returns what the step returns.
   virtual torch::Tensor run_step(RunningStage stage, torch::nn::Module& module, const Batch& batch,
                                  const StepFunction& step);
+  // The region run_step runs a forward in, for loops that call the module's forward themselves
+  // (the Fabric's FabricModule): the precision's autocast plus the strategy's pre-forward work
+  // (DDP's buffer broadcast: a collective in training). Hold it for exactly one forward.
+  ScopeGuard forward_scope(RunningStage stage) { return forward_context(stage); }
   // pre_backward → precision().backward → post_backward.
   void backward(const torch::Tensor& loss);
   // Unscales, runs `before_step` (the Trainer's hooks and clipping), then steps through the

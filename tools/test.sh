@@ -22,3 +22,10 @@ grep -q "^starter: 2 process(es), 1 epoch(s)" build-consumer/starter.out
 cmake -S examples/subproject -B build-consumer/subproject -DCMAKE_BUILD_TYPE=Release > /dev/null
 cmake --build build-consumer/subproject -j2 --target subproject
 build-consumer/subproject/subproject --logger none --enable-progress-bar false --enable-checkpointing false
+# A loop of the user's own (issue 20, README "Your own loop"): the example CNN through volt::Fabric
+# with DDP on two processes and limits, a few seconds.
+rm -rf build-own-loop && mkdir -p build-own-loop
+build/examples/own_loop --strategy ddp --devices 2 --max-epochs 1 --limit-train-batches 20 --limit-val-batches 10 \
+  --batch-size 64 --accumulate-grad-batches 2 --default-root-dir build-own-loop | tee build-own-loop/own_loop.out
+grep -q "^own_loop: 2 process(es), 10 step(s)" build-own-loop/own_loop.out
+test -s build-own-loop/own_loop.ckpt

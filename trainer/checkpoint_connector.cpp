@@ -5,6 +5,7 @@
 #include "checkpoint/checkpoint_format.h"
 #include "checkpoint/rng_state.h"
 #include "core/warning.h"
+#include "strategies/checkpoint_header.h"
 #include "strategies/rank_gather.h"
 #include "trainer/trainer.h"
 #include "trainer/training_state.h"
@@ -22,21 +23,6 @@ c10::IValue to_ivalue(const HyperparameterValue& value) {
   return std::visit([](const auto& v) -> c10::IValue { return c10::IValue(v); }, value);
 }
 
-std::string layout_name(CheckpointLayout layout) { return layout == CheckpointLayout::Full ? "full" : "sharded"; }
-
-// The layout a checkpoint was written in (files without the key, e.g. edited in Python, are full).
-CheckpointLayout layout_of(const StateDict& checkpoint) {
-  return checkpoint.contains("layout") && checkpoint.get_string("layout") == "sharded" ? CheckpointLayout::Sharded
-                                                                                       : CheckpointLayout::Full;
-}
-
-// Names of the module's parameters by their TensorImpl, for optimizer messages and gradients.
-std::map<const void*, std::string> parameter_names(const Module& module) {
-  std::map<const void*, std::string> names;
-  for (const auto& p : module.named_parameters()) names.emplace(p.value().unsafeGetTensorImpl(), p.key());
-  return names;
-}
-
 }  // namespace
 
 StateDict CheckpointConnector::dump(bool weights_only) {
@@ -48,16 +34,7 @@ StateDict CheckpointConnector::dump(bool weights_only) {
   const auto layout = strategy.checkpoint_layout();
   const auto topology = strategy.topology();
 
-  StateDict checkpoint;
-  checkpoint.set("volt_version", std::string(VOLT_VERSION));
-  checkpoint.set("format_version", kCheckpointFormatVersion);
-  checkpoint.set("layout", layout_name(layout));
-  if (layout == CheckpointLayout::Sharded) {
-    StateDict shard;
-    shard.set("rank", topology.global_rank);
-    shard.set("world_size", topology.world_size);
-    checkpoint.set("shard", shard);
-  }
+  StateDict checkpoint = checkpoint_header(strategy, layout);
   checkpoint.set("weights_only", weights_only);
   checkpoint.set("epoch", state_.progress.epoch);
   checkpoint.set("global_step", state_.progress.global_step);
@@ -144,23 +121,7 @@ StateDict CheckpointConnector::dump_fit_loop() {
 
 void CheckpointConnector::restore(const StateDict& checkpoint, const std::string& source) {
   Trainer& t = trainer_;
-  if (checkpoint.contains("format_version")) {
-    const int64_t version = checkpoint.get_int("format_version");
-    check<CheckpointError>(version <= kCheckpointFormatVersion, source, ": written in checkpoint format version ",
-                           version, " by a newer volt; this build reads format versions up to ",
-                           kCheckpointFormatVersion, ". Load it with a newer volt");
-  }
-  if (layout_of(checkpoint) == CheckpointLayout::Sharded) {
-    const auto shard = checkpoint.child("shard");
-    const auto writer = checkpoint.child("strategy").get_string("name");
-    const auto topology = t.strategy().topology();
-    check<CheckpointError>(t.strategy().checkpoint_layout() == CheckpointLayout::Sharded &&
-                               writer == t.strategy().name() && shard.get_int("world_size") == topology.world_size,
-                           source, ": a sharded checkpoint written by strategy '", writer, "' with ",
-                           shard.get_int("world_size"), " ranks; this run uses '", t.strategy().name(), "' with ",
-                           topology.world_size, " ranks. Resume it with the same strategy and world size, or "
-                           "resume from a full checkpoint");
-  }
+  check_checkpoint_readable(checkpoint, t.strategy(), source);
   state_.module->on_load_checkpoint(checkpoint);
   restore_model(checkpoint, source);
   if (state_.fn != TrainerFn::Fitting) return;
@@ -177,7 +138,7 @@ void CheckpointConnector::restore(const StateDict& checkpoint, const std::string
 
 void CheckpointConnector::restore_model(const StateDict& checkpoint, const std::string& source) {
   Trainer& t = trainer_;
-  t.strategy().load_model_state_dict(*state_.module, checkpoint.child("state_dict"), layout_of(checkpoint), /*strict=*/true,
+  t.strategy().load_model_state_dict(*state_.module, checkpoint.child("state_dict"), checkpoint_layout_of(checkpoint), /*strict=*/true,
                                      source);
 }
 
@@ -206,7 +167,7 @@ void CheckpointConnector::restore_callbacks(const StateDict& checkpoint) {
 void CheckpointConnector::restore_training_state(const StateDict& checkpoint, const std::string& source) {
   Trainer& t = trainer_;
   Strategy& strategy = t.strategy();
-  const auto layout = layout_of(checkpoint);
+  const auto layout = checkpoint_layout_of(checkpoint);
 
   const auto precision = checkpoint.child("precision");
   if (precision.get_string("name") == t.precision().name()) {
@@ -221,11 +182,7 @@ void CheckpointConnector::restore_training_state(const StateDict& checkpoint, co
                          " holds the state of ", optimizers.isList() ? optimizers.toListRef().size() : 0,
                          " optimizers, configure_optimizers returned ", state_.optimizers.size(),
                          "; it must build the same optimizers as the run that wrote the checkpoint");
-  const auto names = parameter_names(*state_.module);
-  const ParameterNamer name_of = [&](const torch::Tensor& p) {
-    auto found = names.find(p.unsafeGetTensorImpl());
-    return found == names.end() ? std::string() : found->second;
-  };
+  const ParameterNamer name_of = parameter_namer(*state_.module);
   for (size_t i = 0; i < state_.optimizers.size(); ++i) {
     strategy.load_optimizer_state_dict(*state_.optimizers[i],
                                        StateDict::from_ivalue(optimizers.toListRef()[i], source + " optimizer " + std::to_string(i)),
@@ -278,7 +235,7 @@ StateDict CheckpointConnector::rng_state_for_this_rank(const StateDict& checkpoi
   const auto topology = trainer_.strategy().topology();
   StateDict states = checkpoint.child("rng_states");
   if (!checkpoint.contains("rng_states_per_rank")) {
-    if (topology.world_size > 1 && layout_of(checkpoint) == CheckpointLayout::Full) {
+    if (topology.world_size > 1 && checkpoint_layout_of(checkpoint) == CheckpointLayout::Full) {
       warn(trainer_, source + " holds one rank's random states; every one of the " + std::to_string(topology.world_size) +
                          " ranks continues from them");
     }

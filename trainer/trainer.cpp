@@ -9,16 +9,12 @@
 #include "callbacks/progress_bar.h"
 #include "loggers/console_logger.h"
 #include "loggers/logger_registry.h"
-#include "strategies/strategy_registry.h"
 #include "trainer/checkpoint_connector.h"
-#include "trainer/device_choice.h"
 #include "checkpoint/last_checkpoint.h"
 #include "trainer/loops/evaluation_loop.h"
 #include "trainer/loops/fit_loop.h"
 #include "trainer/loops/loop_hooks.h"
 #include "distributed/process_launcher.h"
-#include "core/cpu_threads.h"
-#include "core/malloc_tuning.h"
 #include "core/reproducibility.h"
 
 namespace volt {
@@ -65,38 +61,21 @@ Trainer::Trainer(TrainerOptions options, TrainerComponents components)
   // order LightningCLI uses: seed_everything, then the model) starts from weights the seed decides.
   if (options_.seed) seed_everything(*options_.seed);
   // Everything about processes is decided now, so that a mismatch fails here, not mid-run.
-  cluster_ = make_cluster_environment(options_.cluster_environment, current_environment(), options_.cluster_request());
-  const auto& topology = cluster_->topology();
-  const std::string origin = std::to_string(topology.local_world_size) + " per node × " +
-                             std::to_string(topology.num_nodes) + " node(s) from the " + cluster_->name() +
-                             " cluster environment";
-  if (!components.strategy) components.strategy = create_strategy(options_.strategy, topology.world_size, origin);
-  check_strategy_fits(*components.strategy, topology.world_size, origin);
-  device_ = choose_device(options_.accelerator, topology, torch::cuda::device_count());
-  launcher_ = components.launcher;
-  if (launcher_ == nullptr && !cluster_->creates_processes_externally() && topology.local_world_size > 1) {
-    owned_launcher_ = std::make_unique<ProcessLauncher>();
-    launcher_ = owned_launcher_.get();
-  }
-  init(std::move(components));
+  RunPlacement placement = resolve_run(options_, std::move(components), "Trainer");
+  cluster_ = std::move(placement.cluster);
+  device_ = placement.device;
+  launcher_ = placement.launcher;
+  owned_launcher_ = std::move(placement.owned_launcher);
+  strategy_ = std::move(placement.strategy);
+  precision_ = std::move(placement.precision);
+  init();
 }
 
 Trainer::~Trainer() {
   if (strategy_) strategy_->teardown();
 }
 
-void Trainer::init(TrainerComponents components) {
-  strategy_ = std::move(components.strategy);
-  if (components.precision) {
-    const auto asked = canonical_precision_name(options_.precision);
-    check<ConfigurationError>(components.precision->name() == asked, "Trainer: the Precision object given is '",
-                              components.precision->name(), "' but options.precision is '", options_.precision,
-                              "'; set options.precision to '", components.precision->name(), "'");
-    precision_ = std::move(components.precision);
-  } else {
-    precision_ = make_precision(options_.precision, device_);
-  }
-  strategy_->set_precision(precision_);
+void Trainer::init() {
   // fast_dev_run is a smoke test: it must leave nothing behind (Lightning's rule).
   if (options_.fast_dev_run == 0) {
     const std::map<std::string, std::string> context{{"save_dir", options_.default_root_dir}};
@@ -145,20 +124,7 @@ void Trainer::setup(TrainerFn fn, const std::shared_ptr<Module>& module,
   module->trainer_ = this;
   module->loop_state_ = &state_;
   if (!environment_ready_) {
-    StrategyEnvironment environment;
-    // Before the process group exists: NCCL creates its communicator on the current device.
-    make_current_device(device_);
-    environment.device = device_;
-    environment.devices = cluster_->topology().local_world_size;
-    environment.num_nodes = cluster_->topology().num_nodes;
-    environment.timeout = options_.timeout;
-    environment.cluster = cluster_;
-    environment.launcher = launcher_;
-    cpu_threads_ = configure_cpu_threads({.processes_per_node = cluster_->topology().local_world_size,
-                                          .threads = options_.threads,
-                                          .blas_threads = options_.blas_threads});
-    if (options_.malloc_tuning) keep_freed_memory_in_heap();
-    strategy_->setup_environment(environment);
+    cpu_threads_ = setup_run_environment(*strategy_, cluster_, device_, launcher_, options_);
     environment_ready_ = true;
     agree_on_logger_versions();
   }

@@ -24,22 +24,12 @@
 #include "strategies/strategy.h"
 #include "trainer/loops/loop_state.h"
 #include "trainer/module.h"
+#include "trainer/run_setup.h"
 #include "trainer/trainer_options.h"
 
 namespace volt {
 
 class ProcessLauncher;
-
-// What a Trainer is given in code instead of resolving it from TrainerOptions.
-struct TrainerComponents {
-  std::shared_ptr<Strategy> strategy;    // null: options.strategy, resolved through the registry
-  // Null: options.precision. Given, it must be the precision options.precision names (e.g. a
-  // MixedPrecision with its own GradScaler).
-  std::shared_ptr<Precision> precision;
-  // Starts the other local ranks when this process must (volt's launcher); owned by the caller,
-  // who keeps it alive as long as the Trainer (run_main's launcher). Null: the Trainer owns one.
-  ProcessLauncher* launcher = nullptr;
-};
 
 class Trainer {
  public:
@@ -146,7 +136,8 @@ class Trainer {
   void log_metrics(const std::map<std::string, double>& metrics);
 
  private:
-  void init(TrainerComponents components);
+  // Loggers and callbacks from the options.
+  void init();
   // Everything before a loop runs: environment (once), module attach, device, optimizers.
   void setup(TrainerFn fn, const std::shared_ptr<Module>& module, const std::shared_ptr<DataModule>& data);
   // configure_optimizers, through the strategy (fit only).

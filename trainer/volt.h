@@ -24,6 +24,7 @@
 #include "data/data_module.h"
 #include "data/dataset.h"
 #include "core/error.h"
+#include "trainer/fabric/fabric.h"
 #include "trainer/module.h"
 #include "trainer/optim/lr_scheduler.h"
 #include "trainer/optim/optimizer_config.h"

@@ -1,0 +1,33 @@
+#include "trainer/fabric/fabric_data_loader.h"
+
+#include "core/error.h"
+
+namespace volt {
+
+FabricDataLoader::FabricDataLoader(std::shared_ptr<DataLoader> loader, BatchLimit limit,
+                                   std::shared_ptr<Strategy> strategy, std::shared_ptr<LoaderPosition> position)
+    : loader_(std::move(loader)),
+      limit_(limit),
+      strategy_(std::move(strategy)),
+      position_(std::move(position)) {}
+
+int64_t FabricDataLoader::num_batches() const {
+  return limit_.resolve(loader_->num_batches());
+}
+
+Batch FabricDataLoader::batch(int64_t batch_idx) {
+  const int64_t n = num_batches();
+  check<ConfigurationError>(batch_idx >= 0 && batch_idx < n, "FabricDataLoader::batch: expected a batch index in [0, ",
+                            n, "), got ", batch_idx, "; loop over i < num_batches()");
+  if (batch_idx == 0 && drawn_in_epoch_) set_epoch(loader_->epoch() + 1);
+  drawn_in_epoch_ = true;
+  *position_ = {batch_idx, n};
+  return strategy_->batch_to_device(loader_->batch(batch_idx));
+}
+
+void FabricDataLoader::set_epoch(int64_t epoch) {
+  loader_->set_epoch(epoch);
+  drawn_in_epoch_ = false;
+}
+
+}  // namespace volt

@@ -1,0 +1,66 @@
+#include "trainer/run_setup.h"
+
+#include "core/cpu_threads.h"
+#include "core/malloc_tuning.h"
+#include "distributed/process_launcher.h"
+#include "strategies/strategy_registry.h"
+#include "trainer/device_choice.h"
+
+namespace volt {
+
+RunPlacement::RunPlacement() = default;
+RunPlacement::RunPlacement(RunPlacement&&) noexcept = default;
+RunPlacement& RunPlacement::operator=(RunPlacement&&) noexcept = default;
+RunPlacement::~RunPlacement() = default;
+
+RunPlacement resolve_run(const TrainerOptions& options, TrainerComponents components, const std::string& who) {
+  RunPlacement placement;
+  placement.cluster =
+      make_cluster_environment(options.cluster_environment, current_environment(), options.cluster_request());
+  const auto& topology = placement.cluster->topology();
+  const std::string origin = std::to_string(topology.local_world_size) + " per node × " +
+                             std::to_string(topology.num_nodes) + " node(s) from the " +
+                             placement.cluster->name() + " cluster environment";
+  if (!components.strategy) components.strategy = create_strategy(options.strategy, topology.world_size, origin);
+  check_strategy_fits(*components.strategy, topology.world_size, origin);
+  placement.device = choose_device(options.accelerator, topology, torch::cuda::device_count());
+  placement.launcher = components.launcher;
+  if (placement.launcher == nullptr && !placement.cluster->creates_processes_externally() &&
+      topology.local_world_size > 1) {
+    placement.owned_launcher = std::make_unique<ProcessLauncher>();
+    placement.launcher = placement.owned_launcher.get();
+  }
+  if (components.precision) {
+    const auto asked = canonical_precision_name(options.precision);
+    check<ConfigurationError>(components.precision->name() == asked, who, ": the Precision object given is '",
+                              components.precision->name(), "' but options.precision is '", options.precision,
+                              "'; set options.precision to '", components.precision->name(), "'");
+    placement.precision = std::move(components.precision);
+  } else {
+    placement.precision = make_precision(options.precision, placement.device);
+  }
+  placement.strategy = std::move(components.strategy);
+  placement.strategy->set_precision(placement.precision);
+  return placement;
+}
+
+CpuThreads setup_run_environment(Strategy& strategy, const std::shared_ptr<const ClusterEnvironment>& cluster,
+                           const torch::Device& device, ProcessLauncher* launcher, const TrainerOptions& options) {
+  StrategyEnvironment environment;
+  // Before the process group exists: NCCL creates its communicator on the current device.
+  make_current_device(device);
+  environment.device = device;
+  environment.devices = cluster->topology().local_world_size;
+  environment.num_nodes = cluster->topology().num_nodes;
+  environment.timeout = options.timeout;
+  environment.cluster = cluster;
+  environment.launcher = launcher;
+  const auto threads = configure_cpu_threads({.processes_per_node = cluster->topology().local_world_size,
+                                              .threads = options.threads,
+                                              .blas_threads = options.blas_threads});
+  if (options.malloc_tuning) keep_freed_memory_in_heap();
+  strategy.setup_environment(environment);
+  return threads;
+}
+
+}  // namespace volt
