@@ -100,12 +100,14 @@ void Strategy::zero_grad(torch::optim::Optimizer& optimizer) {
 
 double Strategy::clip_gradients_norm(torch::optim::Optimizer& optimizer, double max_norm,
                                      double norm_type) {
+  precision().unscale_gradients(optimizer);  // once per step: inside optimizer_step it already ran
   // Over every rank's shard, each parameter counted once.
   if (auto* sharded = dynamic_cast<ShardedOptimizer*>(&optimizer)) return sharded->clip_grad_norm(max_norm, norm_type);
   return torch::nn::utils::clip_grad_norm_(parameters_with_grad(optimizer), max_norm, norm_type);
 }
 
 void Strategy::clip_gradients_value(torch::optim::Optimizer& optimizer, double clip_value) {
+  precision().unscale_gradients(optimizer);
   torch::nn::utils::clip_grad_value_(parameters_with_grad(optimizer), clip_value);
 }
 

@@ -138,8 +138,10 @@ class Strategy : public StrategyCheckpointing {
   // zero_grad(set_to_none=True)); a strategy whose gradients are views into its own buffers
   // zeroes them in place instead.
   virtual void zero_grad(torch::optim::Optimizer& optimizer);
-  // Clips the gradients of `optimizer`'s parameters; a sharded strategy computes the global norm.
-  // Returns the total norm before clipping (clip_gradients_norm) or nothing (by value).
+  // Clips the gradients of `optimizer`'s parameters at their true scale: unscales them first (the
+  // precision does it once per step, so inside optimizer_step's before_step, where the Trainer
+  // clips, this is free; a manual or own loop clips before the step). A sharded strategy computes
+  // the global norm. Returns the total norm before clipping (clip_gradients_norm) or nothing (by value).
   virtual double clip_gradients_norm(torch::optim::Optimizer& optimizer, double max_norm,
                                      double norm_type = 2.0);
   virtual void clip_gradients_value(torch::optim::Optimizer& optimizer, double clip_value);

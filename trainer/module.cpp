@@ -59,13 +59,7 @@ std::optional<double> Module::clip_gradients(ManualOptimizer& optimizer, double 
                                              GradientClipAlgorithm algorithm) {
   require_manual_optimization(loop_state_, *this, "clip_gradients");
   check<ConfigurationError>(clip_val > 0, "clip_gradients: expected clip_val > 0, got ", clip_val);
-  Strategy& strategy = trainer_->strategy();
-  strategy.precision().unscale_gradients(optimizer.optimizer());
-  if (algorithm == GradientClipAlgorithm::Value) {
-    strategy.clip_gradients_value(optimizer.optimizer(), clip_val);
-    return std::nullopt;
-  }
-  return strategy.clip_gradients_norm(optimizer.optimizer(), clip_val);
+  return volt::clip_gradients(trainer_->strategy(), optimizer.optimizer(), clip_val, algorithm);
 }
 
 ScopeGuard Module::no_sync() {

@@ -152,14 +152,12 @@ torch::optim::Optimizer& Fabric::stepped_optimizer(torch::optim::Optimizer& opti
 double Fabric::clip_gradients(torch::optim::Optimizer& optimizer, double max_norm, double norm_type) {
   auto& stepped = stepped_optimizer(optimizer, "clip_gradients");
   check<ConfigurationError>(max_norm > 0, "Fabric::clip_gradients: expected max_norm > 0, got ", max_norm);
-  precision().unscale_gradients(stepped);
   return strategy_->clip_gradients_norm(stepped, max_norm, norm_type);
 }
 
 void Fabric::clip_gradients_value(torch::optim::Optimizer& optimizer, double clip_value) {
   auto& stepped = stepped_optimizer(optimizer, "clip_gradients_value");
   check<ConfigurationError>(clip_value > 0, "Fabric::clip_gradients_value: expected clip_value > 0, got ", clip_value);
-  precision().unscale_gradients(stepped);
   strategy_->clip_gradients_value(stepped, clip_value);
 }
 

@@ -291,11 +291,7 @@ void FitLoop::step_optimizers() {
 void FitLoop::clip_gradients(torch::optim::Optimizer& optimizer) {
   const auto& options = trainer_.options();
   if (!options.gradient_clip_val) return;
-  if (options.gradient_clip_algorithm == GradientClipAlgorithm::Norm) {
-    trainer_.strategy().clip_gradients_norm(optimizer, *options.gradient_clip_val);
-  } else {
-    trainer_.strategy().clip_gradients_value(optimizer, *options.gradient_clip_val);
-  }
+  volt::clip_gradients(trainer_.strategy(), optimizer, *options.gradient_clip_val, options.gradient_clip_algorithm);
 }
 
 void FitLoop::step_schedulers(bool epoch_interval, const std::vector<bool>& stepped) {

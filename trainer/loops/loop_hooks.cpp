@@ -21,6 +21,15 @@ bool step_optimizer_with_hooks(Trainer& trainer, Module& module, torch::optim::O
   });
 }
 
+std::optional<double> clip_gradients(Strategy& strategy, torch::optim::Optimizer& optimizer, double value,
+                                     GradientClipAlgorithm algorithm) {
+  if (algorithm == GradientClipAlgorithm::Value) {
+    strategy.clip_gradients_value(optimizer, value);
+    return std::nullopt;
+  }
+  return strategy.clip_gradients_norm(optimizer, value);
+}
+
 bool loggers_active(const Trainer& trainer) { return !trainer.loggers().empty() && trainer.is_global_zero(); }
 
 void publish_metrics(const Trainer& trainer, LoopState& state, const MetricValues& values, bool to_loggers) {

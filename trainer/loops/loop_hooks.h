@@ -3,6 +3,7 @@
 // callbacks' hooks, and publish metrics to the Trainer's maps and its loggers (Note [Loop state]).
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "callbacks/callback.h"
@@ -29,6 +30,12 @@ void backward_with_hooks(Trainer& trainer, Module& module, const torch::Tensor& 
 // whether the step was taken. The automatic loop and ManualOptimizer::step both step this way.
 bool step_optimizer_with_hooks(Trainer& trainer, Module& module, torch::optim::Optimizer& optimizer,
                                const std::function<void(torch::optim::Optimizer&)>& clip);
+
+// Clips `optimizer`'s gradients to `value` by `algorithm` through the strategy (at their true scale);
+// returns the total norm before clipping (Norm) or nothing (Value). --gradient-clip-val and
+// Module::clip_gradients both clip this way.
+std::optional<double> clip_gradients(Strategy& strategy, torch::optim::Optimizer& optimizer, double value,
+                                     GradientClipAlgorithm algorithm);
 
 // Whether this process writes to the loggers: it has some, and it is global rank 0.
 bool loggers_active(const Trainer& trainer);
