@@ -7,14 +7,18 @@
 #include <boost/program_options.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <chrono>
 #include <iostream>
 #include <map>
 #include <regex>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
+
+#include <torch/torch.h>
 
 #include "bench/run_ranks.h"
 #include "core/error.h"
@@ -85,5 +89,40 @@ inline double number_after(const std::string& output, const std::string& key, co
   check<Error>(std::regex_search(output, match, pattern), who, ": no '", key, "' in: ", output);
   return std::stod(match[1]);
 }
+
+// Bytes of the distinct storages behind `tensors` (undefined ones skipped): memory counted from
+// live tensors, views and shared storages once.
+inline int64_t storage_bytes(const std::vector<torch::Tensor>& tensors) {
+  std::unordered_set<const void*> seen;
+  int64_t bytes = 0;
+  for (const auto& t : tensors) {
+    if (t.defined() && seen.insert(t.storage().data()).second) bytes += static_cast<int64_t>(t.storage().nbytes());
+  }
+  return bytes;
+}
+
+// Runs `command` in a shell and returns its stdout and stderr; throws volt::Error naming `who`
+// with the output when it fails.
+inline std::string run_shell(const std::string& command, const std::string& who) {
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  check<Error>(pipe != nullptr, who, ": cannot run ", command);
+  std::string output;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) output.append(buffer, n);
+  const int status = pclose(pipe);
+  check<Error>(status == 0, who, ": '", command, "' failed (", status, "):\n", output);
+  return output;
+}
+
+// This program's path, for re-executing itself as a worker.
+inline std::string self_path(const std::string& who) {
+  char exe[4096];
+  const ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  check<Error>(len > 0, who, ": cannot read /proc/self/exe");
+  return std::string(exe, static_cast<size_t>(len));
+}
+
+inline double mib(double bytes) { return bytes / (1 << 20); }
 
 }  // namespace volt::bench

@@ -47,6 +47,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using volt::bench::median;
+using volt::bench::mib;
+using volt::bench::storage_bytes;
 
 // 12 equal hidden layers (10.0M parameters): OSS partitions whole parameters, so equal layers let
 // 2, 3, 4 or 6 ranks hold equal shares (an uneven model shifts the largest rank's share up).
@@ -57,16 +59,6 @@ int64_t parameter_count() {
   int64_t n = 0;
   for (size_t i = 0; i + 1 < kWidths.size(); ++i) n += kWidths[i] * kWidths[i + 1] + kWidths[i + 1];
   return n;
-}
-
-// Bytes of the distinct storages behind `tensors` (undefined ones skipped).
-int64_t storage_bytes(const std::vector<torch::Tensor>& tensors) {
-  std::unordered_set<const void*> seen;
-  int64_t bytes = 0;
-  for (const auto& t : tensors) {
-    if (t.defined() && seen.insert(t.storage().data()).second) bytes += static_cast<int64_t>(t.storage().nbytes());
-  }
-  return bytes;
 }
 
 class Mlp : public volt::Module {
@@ -195,27 +187,6 @@ RankNumbers parse_ranks(const std::string& output, int64_t ranks) {
   return most;
 }
 
-std::string run(const std::string& command) {
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  volt::check<volt::Error>(pipe != nullptr, "sharding_memory: cannot run ", command);
-  std::string output;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) output.append(buffer, n);
-  const int status = pclose(pipe);
-  volt::check<volt::Error>(status == 0, "sharding_memory: '", command, "' failed (", status, "):\n", output);
-  return output;
-}
-
-std::string self_path() {
-  char exe[4096];
-  const ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  volt::check<volt::Error>(len > 0, "sharding_memory: cannot read /proc/self/exe");
-  return std::string(exe, static_cast<size_t>(len));
-}
-
-double mib(double bytes) { return bytes / (1 << 20); }
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -238,7 +209,7 @@ int main(int argc, char** argv) {
       run_worker(launcher, worker_strategy, worker_ranks, steps, warmup);
       return;
     }
-    const std::string program = self_path();
+    const std::string program = volt::bench::self_path("sharding_memory");
     const std::string script = std::string(VOLT_SOURCE_DIR) + "/bench/sharding_memory_worker.py";
     const std::vector<std::string> strategies{"ddp", "ddp:shard_optimizer=true", "ddp_sharded", "torch ZeRO"};
     std::printf("Optimizer-state and gradient sharding, %lld-parameter MLP %s, Adam, batch %lld per rank, Gloo on\n"
@@ -262,7 +233,7 @@ int main(int argc, char** argv) {
                         std::to_string(volt::find_free_port()) + " " + std::to_string(steps) + " " +
                         std::to_string(warmup)
                   : program + " --worker " + strategy + " --worker-ranks " + std::to_string(ranks) + common;
-          const auto numbers = parse_ranks(run(command), ranks);
+          const auto numbers = parse_ranks(volt::bench::run_shell(command, "sharding_memory"), ranks);
           times[strategy].push_back(numbers.step_ms);
           memory[strategy] = numbers;
         }

@@ -89,10 +89,16 @@ std::string ModelSummary::summarize(const torch::nn::Module& module, int64_t max
   return out.str();
 }
 
+void ModelSummary::setup(Trainer& trainer, Module& module, const std::string&) {
+  if (trainer.is_global_zero()) table_ = summarize(module, max_depth_);
+}
+
 void ModelSummary::on_fit_start(Trainer& trainer, Module& module) {
   if (!trainer.is_global_zero()) return;
+  if (table_.empty()) table_ = summarize(module, max_depth_);  // a callback added after setup
   // The threads the CPU computes with belong to the run's setup, like the parameter counts.
-  std::cout << summarize(module, max_depth_) << trainer.cpu_threads().describe() << "\n" << std::flush;
+  std::cout << table_ << trainer.cpu_threads().describe() << "\n" << std::flush;
+  table_.clear();
 }
 
 }  // namespace volt

@@ -20,6 +20,10 @@ class ModelSummary : public Callback {
  public:
   explicit ModelSummary(ModelSummaryOptions options);
   explicit ModelSummary(int64_t max_depth = 1);
+  // The table is taken at setup, before the strategy prepares the module: a strategy that shards
+  // parameters (fsdp) leaves released ones empty during the run, and the summary is of the model
+  // as the user built it. Printed at fit start (rank 0).
+  void setup(Trainer& trainer, Module& module, const std::string& stage) override;
   void on_fit_start(Trainer& trainer, Module& module) override;
 
   // The table itself (exposed for tests and for printing elsewhere).
@@ -27,6 +31,7 @@ class ModelSummary : public Callback {
 
  private:
   int64_t max_depth_;
+  std::string table_;  // taken at setup
 };
 
 }  // namespace volt

@@ -44,6 +44,13 @@ class NotSupportedError : public Error {
   using Error::Error;
 };
 
+// An object used out of its order: a call its current state does not allow (an FSDP unit's
+// forward during its own backward, ...). Says which state it is in and what order is expected.
+class StateError : public Error {
+ public:
+  using Error::Error;
+};
+
 // A broken invariant inside volt: a bug to report, never the user's fault.
 class InternalError : public Error {
  public:

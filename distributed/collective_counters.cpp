@@ -34,6 +34,7 @@ std::map<std::string, double> CollectiveCounters::as_metrics(const std::string& 
     const auto name = prefix + to_string(static_cast<CollectiveKind>(i));
     metrics[name + "_calls"] = static_cast<double>(by_kind[i].calls);
     metrics[name + "_bytes"] = static_cast<double>(by_kind[i].bytes);
+    if (by_kind[i].sent_bytes > 0) metrics[name + "_sent_bytes"] = static_cast<double>(by_kind[i].sent_bytes);
   }
   metrics[prefix + "calls"] = static_cast<double>(total_calls());
   metrics[prefix + "bytes"] = static_cast<double>(total_bytes());
@@ -45,6 +46,7 @@ CollectiveCounters CollectiveCounters::operator-(const CollectiveCounters& earli
   for (size_t i = 0; i < kCollectiveKinds; ++i) {
     difference.by_kind[i].calls = by_kind[i].calls - earlier.by_kind[i].calls;
     difference.by_kind[i].bytes = by_kind[i].bytes - earlier.by_kind[i].bytes;
+    difference.by_kind[i].sent_bytes = by_kind[i].sent_bytes - earlier.by_kind[i].sent_bytes;
   }
   return difference;
 }

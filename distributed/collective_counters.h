@@ -23,6 +23,10 @@ struct CollectiveCount {
   // depends on the algorithm (a ring all_reduce sends ~2·(n-1)/n of it per rank); the payload is
   // the number that compares across algorithms and compression schemes.
   int64_t bytes = 0;
+  // Bytes this rank put on the wire, for the collectives whose algorithm volt runs or fixes:
+  // reduce_scatter (the ring, Note [Ring reduce_scatter]: (n-1)/n of the input) and all_gather
+  // (a ring: n-1 times the input). 0 for the others, whose algorithm is the backend's choice.
+  int64_t sent_bytes = 0;
 };
 
 struct CollectiveCounters {
@@ -33,7 +37,7 @@ struct CollectiveCounters {
   int64_t total_calls() const;
   int64_t total_bytes() const;
   // `<prefix><kind>_calls` and `<prefix><kind>_bytes` for every kind that was called, plus
-  // `<prefix>calls` and `<prefix>bytes` in total; e.g. {"comm/all_reduce_bytes": 4096, ...}.
+  // `<prefix><kind>_sent_bytes` where it is counted, and `<prefix>calls` and `<prefix>bytes` in total; e.g. {"comm/all_reduce_bytes": 4096, ...}.
   std::map<std::string, double> as_metrics(const std::string& prefix = "comm/") const;
   CollectiveCounters operator-(const CollectiveCounters& earlier) const;
 };

@@ -159,6 +159,11 @@ void Communicator::count(CollectiveKind kind, int64_t bytes) {
   c.bytes += bytes;
 }
 
+void Communicator::count_sent(CollectiveKind kind, int64_t bytes) {
+  std::lock_guard<std::mutex> lock(counters_mutex_);
+  counters_[kind].sent_bytes += bytes;
+}
+
 std::string Communicator::describe() const {
   std::string text = "Communicator (rank " + std::to_string(rank_) + " of " + std::to_string(size_);
   const int64_t global = global_ranks_.at(static_cast<size_t>(rank_));

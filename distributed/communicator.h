@@ -96,7 +96,7 @@ class Communicator {
   torch::Tensor all_gather(const torch::Tensor& tensor);
   virtual CollectiveHandle all_gather_async(const torch::Tensor& tensor) = 0;
   // `input`'s first dimension (a multiple of size()) is split into size() equal chunks; returns
-  // chunk rank() reduced over all ranks. See Note [Gloo reduce_scatter] for how Gloo does it.
+  // chunk rank() reduced over all ranks. Note [Gloo reduce_scatter] says how Gloo does it.
   torch::Tensor reduce_scatter(const torch::Tensor& input, ReduceOp op = ReduceOp::Sum);
   virtual CollectiveHandle reduce_scatter_async(const torch::Tensor& input, ReduceOp op = ReduceOp::Sum) = 0;
   // Reduces into `root`'s `tensor`, in place; other ranks' tensors are left unspecified.
@@ -168,6 +168,8 @@ class Communicator {
   Communicator(int64_t rank, int64_t size, std::vector<int64_t> global_ranks, std::chrono::milliseconds timeout);
   // Counts a collective about to start (thread-safe).
   void count(CollectiveKind kind, int64_t bytes);
+  // Adds to a collective's sent bytes (CollectiveCount::sent_bytes; thread-safe).
+  void count_sent(CollectiveKind kind, int64_t bytes);
   // "Communicator (rank 1 of 4)" and, in a sub-group, "(rank 1 of 2, global rank 3)".
   std::string describe() const;
 

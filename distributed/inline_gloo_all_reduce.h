@@ -9,8 +9,8 @@
 // sockets are in Gloo's sync mode (the caller reads them itself, so Gloo's event-loop thread is
 // not involved either); larger ones stay asynchronous on the process group, so that they overlap
 // with backward. Timeouts: Gloo sets the context's timeout on the sockets ("Read timeout").
-// reduce and Gloo's reduce_scatter (an all_reduce, Note [Gloo reduce_scatter]) take the same
-// path; bfloat16 reductions take it at any size (Note [bfloat16 over Gloo]).
+// reduce takes the same path; bfloat16 reductions take it at any size (Note [bfloat16 over
+// Gloo]). reduce_scatter does not: it is a ring of its own (Note [Ring reduce_scatter]).
 //
 // Both contexts see every rank's collectives in the same order (which path a call takes depends
 // only on its dtype, op and size, which match across ranks), and neither waits for the other, so

@@ -6,6 +6,7 @@
 #include "distributed/collective_handle_state.h"
 #include "distributed/communicator.h"
 #include "distributed/inline_gloo_all_reduce.h"
+#include "distributed/ring_reduce_scatter.h"
 #include "distributed/peer_monitor.h"
 #include "core/error.h"
 #include "distributed/network.h"
@@ -322,7 +323,8 @@ class ProcessGroupCommunicator : public Communicator {
   //  - data movement (broadcast, all_gather, all_gather_into, gather) hands Gloo the tensor
   //    reinterpreted as Half, the other 2-byte type it carries. Gloo only copies those bytes, so
   //    every bit pattern arrives intact (NaN payloads too), at 2 bytes an element.
-  //  - reductions (all_reduce, reduce, reduce_scatter) run on the inline Gloo context (Note
+  //  - reduce_scatter runs volt's ring (Note [Ring reduce_scatter]), which sums with LibTorch: natively.
+  //  - the other reductions (all_reduce, reduce) run on the inline Gloo context (Note
   //    [Inline all_reduce]) with a bfloat16 reduction function: each pairwise sum is computed in
   //    float and rounded to bfloat16 (c10::BFloat16's own operator+), and every rank ends with the
   //    same bits. At any size, not only below inline_all_reduce_max_bytes: a bfloat16 compression
@@ -342,10 +344,6 @@ class ProcessGroupCommunicator : public Communicator {
   at::Tensor movable(const torch::Tensor& tensor) const {
     return gloo_bf16(tensor) ? tensor.view(torch::kHalf) : tensor;
   }
-  bool reduces_via_float32(const torch::Tensor& tensor, ReduceOp op) const {
-    return gloo_bf16(tensor) && !(inline_ && inline_->accepts(tensor, op));
-  }
-
   // Reduces `buffer` (contiguous; reduced in place) as collective `kind`: on this thread when the
   // inline path takes it (Note [Inline all_reduce]; every bfloat16 CPU buffer), else on the
   // process group through `on_process_group` (in float32 for bfloat16, Note [bfloat16 over
@@ -369,6 +367,9 @@ class ProcessGroupCommunicator : public Communicator {
   CollectiveHandle start_all_gather(torch::Tensor output, torch::Tensor input) {
     c10d::AllgatherOptions opts;
     opts.timeout = timeout();
+    // Gloo's all_gather (and NCCL's) is a ring: this rank sends its input to one neighbour and
+    // forwards n-2 others' inputs, (n-1)/n of the output.
+    count_sent(CollectiveKind::AllGather, (size() - 1) * payload_bytes(input));
     auto wire_in = movable(input);
     auto wire_out = movable(output).view({-1});
 #if defined(VOLT_WITH_CUDA)
@@ -389,15 +390,14 @@ class ProcessGroupCommunicator : public Communicator {
                   [output] { return output; });
   }
 
-  // Note [Gloo reduce_scatter]: c10d's Gloo backend (1.13 and 2.x) has no reduce_scatter. volt
-  // builds it from all_reduce: reduce a copy of the whole input (inline when small, Note [Inline
-  // all_reduce]), keep this rank's chunk. The result is exact (the same sums as a native
-  // reduce_scatter, in the same order per element); the cost is an all_reduce's traffic,
-  // ~2·(n-1)/n of the input per rank instead of (n-1)/n, and the one copy of the input.
-  // NCCL uses its native reduce_scatter, straight from `input` into `output`.
+  // Note [Gloo reduce_scatter]: c10d's Gloo backend (1.13 and 2.x) has no reduce_scatter; volt
+  // runs the ring algorithm itself over the process group's send/recv (Note [Ring
+  // reduce_scatter]): each rank sends (n-1)/n of the input, half an all_reduce's traffic, counted
+  // as the collective's sent bytes. It completes on the calling thread (the handle it returns is
+  // done). NCCL uses its native reduce_scatter (the same ring), straight from `input` into `output`.
   CollectiveHandle start_reduce_scatter(torch::Tensor output, const torch::Tensor& input, ReduceOp op) {
     const std::string detail = std::string("(") + op_name(op) + ")";
-    const int64_t n = size(), m = output.numel();
+    const int64_t n = size();
 #if defined(VOLT_WITH_CUDA)
     if (backend_name_ == "nccl") {
       c10d::ReduceScatterOptions opts;
@@ -405,6 +405,7 @@ class ProcessGroupCommunicator : public Communicator {
       opts.timeout = timeout();
       auto wire_in = input.contiguous().view({-1});
       auto wire_out = output.view({-1});
+      count_sent(CollectiveKind::ReduceScatter, (n - 1) * payload_bytes(output));
       return launch(CollectiveKind::ReduceScatter, wire_in, detail,
                     [&] { return process_group_->_reduce_scatter_base(wire_out, wire_in, opts); },
                     [output, op, n]() mutable {
@@ -413,16 +414,14 @@ class ProcessGroupCommunicator : public Communicator {
                     });
     }
 #endif
-    // The reduction works in place: on a copy of the input, unless it makes one anyway (float32).
-    auto buffer = input.contiguous();
-    if (buffer.is_same(input) && !reduces_via_float32(buffer, op)) buffer = buffer.clone();
-    return start_reduction(CollectiveKind::ReduceScatter, buffer, op, detail, all_reduce_on_process_group(op),
-                           [output, op, n, m, me = rank()](torch::Tensor reduced) mutable {
-                             auto chunk = reduced.view({-1}).narrow(0, me * m, m);
-                             if (op == ReduceOp::Mean) chunk.div_(static_cast<double>(n));
-                             output.view({-1}).copy_(chunk);
-                             return output;
-                           });
+    const auto contiguous_input = input.contiguous();
+    return run_inline(
+        CollectiveKind::ReduceScatter, contiguous_input, detail,
+        [&] {
+          count_sent(CollectiveKind::ReduceScatter,
+                     ring_reduce_scatter(*process_group_, rank(), n, output, contiguous_input, op, timeout()));
+        },
+        [output] { return output; });
   }
 
   // A collective run to completion on this thread (Note [Inline all_reduce]): counted, numbered

@@ -18,6 +18,7 @@
 //   per micro-batch:     batch_to_device(); no_sync() scope unless it is the window's last
 //                        micro-batch; run_step() (the forward); backward()
 //   per window:          optimizer_step() for each optimizer, then after_optimizer_steps()
+//   restore_module()     after a run that ended without error                      [collective]
 //   teardown()
 // A Strategy is used by one Trainer on one thread; it is not thread-safe.
 #include <torch/torch.h>
@@ -87,6 +88,11 @@ class Strategy : public StrategyCheckpointing {
     return optimizers;
   }
   virtual void teardown() {}
+  // A run (fit, validate, test, predict) ended without error: the module goes back to the user
+  // whole, as they built it (a strategy that sharded its parameters gathers them into the
+  // module's own tensors), so that saving or using it after the run sees every weight. The next
+  // run's setup_module prepares it again. Nothing by default. [collective for strategies that shard]
+  virtual void restore_module(torch::nn::Module& module) {}
   // The run is failing with `error` on this rank (called by the Trainer before it rethrows).
   // Distributed strategies tell the other ranks why, so their errors can name this one.
   virtual void on_exception(const std::exception& error) {}

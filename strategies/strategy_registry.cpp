@@ -1,6 +1,7 @@
 #include "strategies/strategy_registry.h"
 
 #include "strategies/ddp/ddp_strategy.h"
+#include "strategies/fsdp/fsdp_strategy.h"
 #include "strategies/sharded/sharded_ddp_strategy.h"
 #include "strategies/single_device_strategy.h"
 #include "strategies/slowmo/slowmo_strategy.h"
@@ -17,6 +18,7 @@ void register_builtin_strategies(Registry<Strategy>& registry) {
                [](const OptionValues&) { return std::make_shared<SingleDeviceStrategy>(); });
   register_ddp_strategies(registry);
   register_sharded_strategies(registry);
+  register_fsdp_strategy(registry);
   register_slowmo_strategy(registry);
 }
 

@@ -160,9 +160,10 @@ void Trainer::setup(TrainerFn fn, const std::shared_ptr<Module>& module,
     callbacks_.push_back(std::make_shared<ProgressBar>());
   }
   data->setup(fn);
-  // Through the precision, to the device, then wrapped: the strategy owns the order.
-  strategy_->setup_module(*module);
+  // Callbacks' setup first (Lightning's order), while the module is as the user built it; then
+  // through the precision, to the device, and wrapped: the strategy owns that order.
   call_callbacks(*this, *module, &Callback::setup, to_string(fn));
+  strategy_->setup_module(*module);
 }
 
 void Trainer::setup_optimizers() {
@@ -207,6 +208,7 @@ void Trainer::run_guarded(TrainerFn fn, const std::shared_ptr<Module>& module,
   try {
     setup(fn, module, data);
     body();
+    strategy_->restore_module(*state_.module);
     state_.status = TrainerStatus::Finished;
     if (loggers_active(*this)) {
       for (auto& logger : loggers_) logger->finalize(state_.status);

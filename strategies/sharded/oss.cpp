@@ -6,6 +6,7 @@
 #include "checkpoint/state_dict_bytes.h"
 #include "core/error.h"
 #include "distributed/state_gather.h"
+#include "strategies/sharded_gradient_norm.h"
 
 namespace volt {
 
@@ -155,33 +156,15 @@ void OSS::broadcast_parameters() {
 }
 
 double OSS::clip_grad_norm(double max_norm, double norm_type) {
-  check<ConfigurationError>(max_norm > 0 && norm_type > 0, "OSS: expected max_norm and norm_type > 0, got ", max_norm,
-                            " and ", norm_type);
-  const bool infinity = std::isinf(norm_type);
-  double mine = 0;
+  std::vector<torch::Tensor> owned_parameters, all_parameters;
   const auto& owned = partition_.owned[static_cast<size_t>(communicator_.rank())];
   for (size_t g = 0; g < owned.size(); ++g) {
-    for (const size_t i : owned[g]) {
-      const auto& grad = param_groups_[g].params()[i].grad();
-      if (!grad.defined()) continue;
-      const double norm = torch::linalg::vector_norm(grad.detach(), norm_type, c10::nullopt, false, c10::nullopt)
-                              .item<double>();
-      mine = infinity ? std::max(mine, norm) : mine + std::pow(norm, norm_type);
-    }
+    for (const size_t i : owned[g]) owned_parameters.push_back(param_groups_[g].params()[i]);
   }
-  auto total = torch::tensor({mine}, torch::kDouble);
-  communicator_.all_reduce(total, infinity ? ReduceOp::Max : ReduceOp::Sum);
-  const double norm = infinity ? total.item<double>() : std::pow(total.item<double>(), 1.0 / norm_type);
-  const double coefficient = max_norm / (norm + 1e-6);
-  if (coefficient < 1.0) {
-    torch::NoGradGuard no_grad;
-    for (auto& group : param_groups_) {
-      for (auto& p : group.params()) {
-        if (p.grad().defined()) p.mutable_grad().mul_(coefficient);
-      }
-    }
+  for (auto& group : param_groups_) {
+    for (auto& p : group.params()) all_parameters.push_back(p);
   }
-  return norm;
+  return clip_sharded_grad_norm(owned_parameters, all_parameters, max_norm, norm_type, communicator_, "OSS");
 }
 
 // ---- checkpoints: PyTorch's layout with global parameter indices

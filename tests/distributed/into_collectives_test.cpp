@@ -45,7 +45,7 @@ TEST_P(IntoTest, AllGatherIntoPutsRankRAtItsOffset) {
 
 TEST_P(IntoTest, ReduceScatterIntoWritesThisRanksReducedChunk) {
   const int64_t n = GetParam();
-  for (const int64_t numel : {int64_t{4}, int64_t{300 * 1024}}) {  // inline and process-group paths
+  for (const int64_t numel : {int64_t{4}, int64_t{300 * 1024}}) {  // a small and a large ring
     with_communicators(n, [&](Communicator& c) {
       // input[j] = j + 1000·rank; chunk r summed over ranks: n·j + 1000·n(n-1)/2.
       const auto original = torch::arange(n * numel, torch::kDouble) + 1000.0 * static_cast<double>(c.rank());
@@ -89,24 +89,25 @@ TEST_P(IntoTest, GatherStacksOnTheRootOnly) {
 INSTANTIATE_TEST_SUITE_P(WorldSizes, IntoTest, ::testing::Values(2, 3, 4),
                          [](const auto& info) { return "world" + std::to_string(info.param); });
 
-TEST(IntoCollectivesTest, ReduceScatterIntoFromAProcessGroupAllReduceStaysAsynchronous) {
-  // 2 MiB of float: above the inline limit, so the handle returns before the peer has called.
-  std::atomic<bool> peer_called{false}, returned_after = true;
-  const auto errors = run_thread_ranks(2, [&](int64_t rank, int64_t port) {
-    auto c = Communicator::connect(loopback_options(rank, 2, port));
-    c->barrier();
-    if (rank == 1) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));
-      peer_called = true;
-    }
-    auto output = torch::empty({256 * 1024});
-    auto handle = c->reduce_scatter_into_async(output, torch::ones({512 * 1024}));
-    if (rank == 0) returned_after = peer_called.load();
-    EXPECT_TRUE(torch::equal(handle.wait(), torch::full({256 * 1024}, 2.0f))) << "rank " << rank;
+TEST_P(IntoTest, ReduceScatterIsARingThatSendsNMinusOneNthsOfTheInputAndAllGatherTheSame) {
+  // Note [Ring reduce_scatter]: half an all_reduce's traffic. Counted as sent bytes.
+  const int64_t n = GetParam(), numel = 3 * 1024;
+  with_communicators(n, [&](Communicator& c) {
+    c.reset_counters();
+    auto shard = torch::empty({numel});
+    c.reduce_scatter_into(shard, torch::ones({n * numel}));
+    EXPECT_TRUE(torch::equal(shard, torch::full({numel}, static_cast<float>(n))));
+    auto full = torch::empty({n * numel});
+    c.all_gather_into(full, shard);
+    const auto counters = c.counters();
+    const int64_t input_bytes = n * numel * 4;
+    EXPECT_EQ(counters[CollectiveKind::ReduceScatter].bytes, input_bytes) << "the payload: the whole input";
+    EXPECT_EQ(counters[CollectiveKind::ReduceScatter].sent_bytes, (n - 1) * input_bytes / n) << "rank " << c.rank();
+    EXPECT_EQ(counters[CollectiveKind::AllGather].sent_bytes, (n - 1) * numel * 4) << "rank " << c.rank();
+    const auto metrics = counters.as_metrics();
+    EXPECT_EQ(metrics.at("comm/reduce_scatter_sent_bytes"), static_cast<double>((n - 1) * input_bytes / n));
+    EXPECT_EQ(metrics.count("comm/all_reduce_sent_bytes"), 0u) << "not counted where the backend picks the algorithm";
   });
-  EXPECT_EQ(errors[0], "");
-  EXPECT_EQ(errors[1], "");
-  EXPECT_FALSE(returned_after);
 }
 
 TEST(IntoCollectivesTest, BadBuffersAreConfigurationErrorsBeforeAnythingIsSent) {

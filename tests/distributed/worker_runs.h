@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <regex>
 #include <sstream>
@@ -93,6 +94,26 @@ inline void expect_steps_close(const StepParameters& got, const StepParameters& 
       }
     }
   }
+}
+
+// The newest last.ckpt (a file, or a sharded directory) under `root`.
+inline std::filesystem::path newest_checkpoint(const std::filesystem::path& root) {
+  std::filesystem::path newest;
+  std::filesystem::file_time_type time;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(root)) {
+    if (entry.path().filename() != "last.ckpt") continue;
+    if (newest.empty() || entry.last_write_time() > time) newest = entry.path(), time = entry.last_write_time();
+  }
+  return newest;
+}
+
+// The worker's train mode (train_command) for `epochs` epochs; its TRAINED lines.
+inline std::vector<Trained> trained(const std::string& root, const std::string& flags, int64_t epochs = 2) {
+  std::string command = train_command(root, flags);
+  command.replace(command.find("--max-epochs 2"), 14, "--max-epochs " + std::to_string(epochs));
+  const auto result = run_command(command, 240);
+  EXPECT_EQ(result.exit_code, 0) << flags << ":\n" << result.output;
+  return trained_lines(result.output);
 }
 
 }  // namespace volt::testing

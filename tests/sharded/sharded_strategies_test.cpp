@@ -22,7 +22,9 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::run_command;
+using testing::newest_checkpoint;
 using testing::train_command;
+using testing::trained;
 
 std::string run_steps(const std::string& strategy, int64_t ranks, const std::string& optimizer,
                       const std::string& extra = "") {
@@ -75,25 +77,6 @@ TEST(ShardingStrategyOptions, EachKeyAndAccumulationTrainLikeDDP) {
   }
 }
 
-// The newest last.ckpt (a file, or a sharded directory) under `root`.
-fs::path newest_checkpoint(const fs::path& root) {
-  fs::path newest;
-  fs::file_time_type time;
-  for (const auto& entry : fs::recursive_directory_iterator(root)) {
-    if (entry.path().filename() != "last.ckpt") continue;
-    if (newest.empty() || entry.last_write_time() > time) newest = entry.path(), time = entry.last_write_time();
-  }
-  return newest;
-}
-
-// The worker's train mode for `epochs` epochs (its command says 2).
-std::vector<testing::Trained> trained(const std::string& root, const std::string& flags, int64_t epochs = 2) {
-  std::string command = train_command(root, flags);
-  command.replace(command.find("--max-epochs 2"), 14, "--max-epochs " + std::to_string(epochs));
-  const auto result = run_command(command, 240);
-  EXPECT_EQ(result.exit_code, 0) << flags << ":\n" << result.output;
-  return testing::trained_lines(result.output);
-}
 
 TEST(ShardedCheckpoints, AResumeAtTheSameWorldSizeIsBitwiseTheUninterruptedRun) {
   for (const auto& [strategy, ranks] : std::vector<std::pair<std::string, int64_t>>{

@@ -1,11 +1,22 @@
 #include "tests/support/regression_problem.h"
 
+#include "strategies/fsdp/fully_sharded_module.h"
 #include "tests/support/test_support.h"
 
 namespace volt::testing {
 
 RegressionModule::RegressionModule(RegressionOptions opts) : options(std::move(opts)) {
-  linear = register_module("linear", torch::nn::Linear(options.features, 1));
+  if (options.hidden > 0) {
+    body = register_module("body", torch::nn::Sequential(torch::nn::Linear(options.features, options.hidden),
+                                                         torch::nn::Tanh()));
+    if (options.wrap_by_hand) {
+      body->push_back(fsdp::wrap(torch::nn::Linear(options.hidden, options.hidden)));
+    } else {
+      body->push_back(torch::nn::Linear(options.hidden, options.hidden));
+    }
+    body->push_back(torch::nn::Tanh());
+  }
+  linear = register_module("linear", torch::nn::Linear(options.hidden > 0 ? options.hidden : options.features, 1));
   if (options.dropout > 0) dropout = register_module("dropout", torch::nn::Dropout(options.dropout));
   if (options.batch_norm) batch_norm = register_module("batch_norm", torch::nn::BatchNorm1d(options.features));
   if (options.use_branch) branch = register_module("branch", torch::nn::Linear(options.features, 1));
@@ -17,6 +28,7 @@ RegressionModule::RegressionModule(RegressionOptions opts) : options(std::move(o
 torch::Tensor RegressionModule::output(torch::Tensor x, bool with_branch) {
   if (offset) x = x + offset->forward(torch::zeros({x.size(0)}, torch::TensorOptions(torch::kLong).device(x.device())));
   if (batch_norm) x = batch_norm->forward(x);
+  if (body) x = body->forward(x);
   auto y = linear->forward(x);
   return with_branch ? y + branch->forward(x) : y;
 }

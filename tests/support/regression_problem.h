@@ -32,6 +32,11 @@ struct RegressionOptions {
   // An Embedding(1, features) built with sparse=true whose row is added to every input: a
   // parameter with a sparse gradient.
   bool sparse_embedding = false;
+  // > 0: an MLP body before the linear layer, Sequential(Linear(features, hidden), Tanh,
+  // Linear(hidden, hidden), Tanh): modules that FSDP's auto-wrap can reach.
+  int64_t hidden = 0;
+  // With hidden: the body's second Linear is wrapped by hand (fsdp::wrap), a unit of its own.
+  bool wrap_by_hand = false;
 };
 
 class RegressionModule : public Module {
@@ -49,6 +54,7 @@ class RegressionModule : public Module {
   int64_t optimizer_steps = 0;
   int64_t training_steps = 0;
   int64_t validation_steps = 0;
+  torch::nn::Sequential body{nullptr};          // with options.hidden
   torch::nn::Linear linear{nullptr};
   torch::nn::Dropout dropout{nullptr};
   torch::nn::BatchNorm1d batch_norm{nullptr};  // with options.batch_norm

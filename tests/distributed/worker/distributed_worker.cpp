@@ -182,6 +182,15 @@ class CheckpointAndCrash : public Callback {
   int64_t crash_rank_, crash_epoch_;
 };
 
+// The module's parameters flattened in registration order, unsharded: through the strategy's full
+// state dict, so that a strategy that shards parameters (fsdp) prints them whole. [collective]
+torch::Tensor full_parameters(Strategy& strategy, torch::nn::Module& module) {
+  const auto state = strategy.model_state_dict(module, CheckpointLayout::Full);
+  std::vector<torch::Tensor> flat;
+  for (const auto& item : module.named_parameters()) flat.push_back(state.get_tensor(item.key()).flatten());
+  return torch::cat(flat);
+}
+
 // --print-steps: "STEP rank=.. step=.. params=.." after every optimizer step, for tests that compare
 // strategies step by step.
 class StepPrinter : public Callback {
@@ -189,7 +198,7 @@ class StepPrinter : public Callback {
   void on_train_batch_end(Trainer& trainer, Module& module, const torch::Tensor&, const Batch&, int64_t) override {
     if (trainer.global_step() == last_step_) return;
     last_step_ = trainer.global_step();
-    const auto params = static_cast<testing::RegressionModule&>(module).flat_parameters();
+    const auto params = full_parameters(trainer.strategy(), module);
     std::ostringstream line;
     line << std::setprecision(17) << "STEP rank=" << trainer.strategy().topology().global_rank
          << " step=" << last_step_ << " params=";
@@ -205,8 +214,14 @@ class StepPrinter : public Callback {
 testing::RegressionOptions regression_options(const std::string& optimizer, int64_t skip_every,
                                               const std::string& model) {
   testing::RegressionOptions options;
-  check<ConfigurationError>(model == "linear" || model == "batch_norm" || model == "branch" || model == "sparse_embedding",
-                            "worker: --model expects linear, batch_norm, branch or sparse_embedding, got '", model, "'");
+  check<ConfigurationError>(model == "linear" || model == "batch_norm" || model == "branch" ||
+                                model == "sparse_embedding" || model == "mlp" || model == "mlp_wrapped",
+                            "worker: --model expects linear, batch_norm, branch, sparse_embedding, mlp or "
+                            "mlp_wrapped, got '", model, "'");
+  // Small enough that a STEP line (17 digits a parameter) stays below PIPE_BUF: the ranks' lines
+  // reach the test whole, not interleaved.
+  if (model == "mlp" || model == "mlp_wrapped") options.hidden = 4;
+  options.wrap_by_hand = model == "mlp_wrapped";
   options.batch_norm = model == "batch_norm";
   options.sparse_embedding = model == "sparse_embedding";
   if (model == "branch") options.use_branch = [](int64_t i) { return i % 3 == 0; };
@@ -231,7 +246,7 @@ void train(const TrainerOptions& options, ProcessLauncher& launcher, int64_t bat
   if (options.seed) seed_everything(*options.seed);
   auto module = std::make_shared<WorkerModule>(model_options, print_buffers, manual_accumulate);
   trainer.fit(module, std::make_shared<testing::RegressionData>(64, batch_size, false, 7, 13));
-  const auto params = module->flat_parameters();
+  const auto params = full_parameters(trainer.strategy(), *module);
   std::ostringstream text;
   text << std::setprecision(17);
   for (int64_t i = 0; i < params.numel(); ++i) text << (i ? "," : "") << params[i].item<double>();
@@ -340,7 +355,7 @@ int main(int argc, char** argv) {
         ("manual-accumulate", po::value<int64_t>()->default_value(0),
          "k > 0: manual optimization, accumulating k micro-batches by hand (--mode train)")
         ("model", po::value<std::string>()->default_value("linear"),
-         "linear | batch_norm | branch | sparse_embedding (--mode train)")
+         "linear | batch_norm | branch | sparse_embedding | mlp | mlp_wrapped (--mode train)")
         ("skip-every", po::value<int64_t>()->default_value(0),
          "N > 0: training_step returns no loss for batches N-1, 2N-1, ... (--mode train)");
     po::variables_map vm;

@@ -1,0 +1,28 @@
+#pragma once
+// Note [Ring reduce_scatter]: c10d's Gloo backend (1.13 and 2.x) has no reduce_scatter, and
+// building one from all_reduce (reduce everything, keep one chunk) puts an all_reduce's traffic,
+// ~2·(n−1)/n of the input per rank, on the wire. FSDP and ZeRO reduce-scatter every gradient,
+// so volt runs the ring algorithm itself over the process group's point-to-point send/recv:
+// n−1 steps; in step s rank r sends its running sum of chunk (r−s−1) mod n to rank r+1 and
+// receives the running sum of chunk (r−s−2) mod n from rank r−1, to which it adds its own part.
+// After the last step rank r holds chunk r summed over every rank, having sent exactly (n−1)/n of
+// the input. The sums are computed by LibTorch, so any dtype reduces natively (bfloat16 too,
+// each pairwise sum rounded to bfloat16). NCCL's reduce_scatter is the same ring on the GPU.
+//
+// It runs on the calling thread: send and receive of a step are posted together (Gloo's
+// unbound buffers, no size limit), then waited for under the timeout. Private to distributed/.
+#include <chrono>
+
+#include "distributed/c10d_compat.h"
+#include "distributed/reduce_op.h"
+
+namespace volt {
+
+// `input` (contiguous, size·m elements) reduced over the `size` ranks of `group`; `output`
+// (contiguous, m elements, input's dtype) gets chunk `rank` ([rank·m, (rank+1)·m)) of the
+// result. Mean divides by size at the end. Returns the bytes this rank sent. Throws what c10d
+// throws (a timeout, a lost peer).
+int64_t ring_reduce_scatter(compat::C10dBackend& group, int64_t rank, int64_t size, torch::Tensor& output,
+                            const torch::Tensor& input, ReduceOp op, std::chrono::milliseconds timeout);
+
+}  // namespace volt

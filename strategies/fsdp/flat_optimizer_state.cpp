@@ -1,0 +1,169 @@
+#include "strategies/fsdp/flat_optimizer_state.h"
+
+#include <map>
+
+#include "checkpoint/optimizer_state.h"
+#include "core/error.h"
+
+namespace volt::fsdp {
+
+namespace {
+
+using GenericDict = c10::impl::GenericDict;
+
+// {index: state} and {name: value}, typed as optimizer_state_dict builds them.
+GenericDict new_index_dict() { return GenericDict(c10::IntType::get(), c10::AnyType::get()); }
+GenericDict new_name_dict() { return GenericDict(c10::StringType::get(), c10::AnyType::get()); }
+
+// A state value that holds one value per element of `unit`'s shard (or, in PyTorch's layout, of
+// the parameter): the rest (Adam's step) is per parameter.
+bool per_element(const c10::IValue& value, int64_t numel) {
+  return value.isTensor() && value.toTensor().dim() >= 1 && value.toTensor().numel() == numel;
+}
+
+c10::optional<GenericDict> state_at(const GenericDict& states, int64_t index) {
+  for (const auto& item : states) {
+    if ((item.key().isInt() && item.key().toInt() == index) ||
+        (item.key().isString() && item.key().toStringRef() == std::to_string(index))) {
+      return item.value().toGenericDict();
+    }
+  }
+  return c10::nullopt;
+}
+
+// Every group's options, without "params".
+StateDict group_options(const c10::IValue& group, const std::string& what) {
+  const auto saved = StateDict::from_ivalue(group, what);
+  StateDict options;
+  for (const auto& key : saved.keys()) {
+    if (key != "params") options.set(key, saved.at(key));
+  }
+  return options;
+}
+
+}  // namespace
+
+StateDict consolidate_optimizer_state(torch::optim::Optimizer& optimizer, const std::vector<GroupLayout>& groups) {
+  const StateDict sharded = optimizer_state_dict(optimizer);
+  check<NotSupportedError>(sharded.contains("state"), "fsdp: the full optimizer state needs an optimizer state codec "
+                           "for this optimizer class (see optimizer_state_codec.h), or state_dict_type=sharded");
+  const auto states = sharded.at("state").toGenericDict();
+  const auto saved_groups = sharded.at("param_groups").toListRef();
+  VOLT_INTERNAL_ASSERT(saved_groups.size() == groups.size(), "one recorded layout per param group");
+  auto out_states = new_index_dict();
+  c10::impl::GenericList out_groups(c10::AnyType::get());
+  int64_t base = 0, original = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    // Each unit's per-element state, gathered once (every rank: the same units, keys in order).
+    std::map<size_t, std::map<std::string, torch::Tensor>> gathered;
+    for (const auto& p : groups[g]) {
+      if (p.unit == nullptr || gathered.count(p.stepped)) continue;
+      auto& per_key = gathered[p.stepped];
+      const auto state = state_at(states, base + static_cast<int64_t>(p.stepped));
+      if (!state) continue;
+      std::map<std::string, c10::IValue> sorted;
+      for (const auto& item : *state) sorted.emplace(item.key().toStringRef(), item.value());
+      for (const auto& [key, value] : sorted) {
+        if (per_element(value, p.unit->flat().shard_numel())) per_key[key] = p.unit->flat().gather_shards(value.toTensor());
+      }
+    }
+    c10::impl::GenericList indices(c10::IntType::get());
+    for (const auto& p : groups[g]) {
+      const int64_t index = original++;
+      indices.push_back(index);
+      const auto state = state_at(states, base + static_cast<int64_t>(p.stepped));
+      if (!state) continue;
+      if (p.unit == nullptr) {
+        out_states.insert(index, *state);
+        continue;
+      }
+      const auto& entry = p.unit->flat().entries()[p.entry];
+      auto entry_state = new_name_dict();
+      for (const auto& item : *state) {
+        const auto& key = item.key().toStringRef();
+        auto it = gathered.at(p.stepped).find(key);
+        entry_state.insert(key, it == gathered.at(p.stepped).end()
+                                    ? item.value()
+                                    : c10::IValue(it->second.narrow(0, entry.offset, entry.numel()).view(entry.shape).clone()));
+      }
+      out_states.insert(index, entry_state);
+    }
+    auto options = group_options(saved_groups[g], "fsdp: param group");
+    options.set("params", indices);
+    out_groups.push_back(options.to_ivalue());
+    base += static_cast<int64_t>(optimizer.param_groups()[g].params().size());
+  }
+  StateDict full = sharded;
+  full.set("state", out_states);
+  full.set("param_groups", out_groups);
+  return full;
+}
+
+void load_consolidated_optimizer_state(torch::optim::Optimizer& optimizer, const std::vector<GroupLayout>& groups,
+                                       const StateDict& state, const std::string& what) {
+  const auto states = state.at("state").toGenericDict();
+  const auto saved = state.at("param_groups");
+  check<CheckpointError>(saved.isList() && saved.toListRef().size() == groups.size(), what, ": expected ",
+                         groups.size(), " param groups, the checkpoint holds ",
+                         saved.isList() ? saved.toListRef().size() : 0,
+                         "; configure_optimizers must build the same parameter groups as the run that wrote it");
+  auto sharded_states = new_index_dict();
+  c10::impl::GenericList sharded_groups(c10::AnyType::get());
+  int64_t base = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const auto saved_group = StateDict::from_ivalue(saved.toListRef()[g], what + " param group");
+    const auto saved_indices = saved_group.get_ints("params");
+    check<CheckpointError>(saved_indices.size() == groups[g].size(), what, ": param group ", g, " has ",
+                           saved_indices.size(), " parameters in the checkpoint, ", groups[g].size(),
+                           " here; configure_optimizers must build the same parameter groups");
+    // The states of each stepped tensor's original parameters, in entry order.
+    std::map<size_t, std::vector<std::pair<const OriginalParameter*, GenericDict>>> by_stepped;
+    for (size_t i = 0; i < groups[g].size(); ++i) {
+      const auto entry_state = state_at(states, saved_indices[i]);
+      if (entry_state) by_stepped[groups[g][i].stepped].emplace_back(&groups[g][i], *entry_state);
+    }
+    for (const auto& [stepped, parts] : by_stepped) {
+      const auto* first = parts.front().first;
+      if (first->unit == nullptr) {
+        sharded_states.insert(base + static_cast<int64_t>(stepped), parts.front().second);
+        continue;
+      }
+      auto& flat = first->unit->flat();
+      check<CheckpointError>(parts.size() == flat.entries().size(), what, ": ", parts.size(), " of the ",
+                             flat.entries().size(), " parameters of ", first->unit->describe(),
+                             " have optimizer state in the checkpoint; a unit's parameters are stepped together");
+      auto shard_state = new_name_dict();
+      for (const auto& item : parts.front().second) {
+        const auto& key = item.key().toStringRef();
+        const auto& entry0 = flat.entries()[first->entry];
+        if (!per_element(item.value(), entry0.numel())) {
+          shard_state.insert(key, item.value());
+          continue;
+        }
+        std::vector<torch::Tensor> pieces(flat.entries().size());
+        for (const auto& [original, entry_state] : parts) {
+          const auto value = entry_state.at(key).toTensor();
+          check<CheckpointError>(value.numel() == flat.entries()[original->entry].numel(), what, ": '", key,
+                                 "' of parameter '", flat.entries()[original->entry].name, "' has ", value.numel(),
+                                 " elements, the parameter ", flat.entries()[original->entry].numel());
+          pieces[original->entry] = value.reshape({-1}).to(flat.shard().dtype());
+        }
+        shard_state.insert(key, flat.slice_of(torch::cat(pieces)));
+      }
+      sharded_states.insert(base + static_cast<int64_t>(stepped), shard_state);
+    }
+    const int64_t stepped_count = static_cast<int64_t>(optimizer.param_groups()[g].params().size());
+    c10::impl::GenericList indices(c10::IntType::get());
+    for (int64_t i = 0; i < stepped_count; ++i) indices.push_back(base + i);
+    auto options = group_options(saved.toListRef()[g], what + " param group");
+    options.set("params", indices);
+    sharded_groups.push_back(options.to_ivalue());
+    base += stepped_count;
+  }
+  StateDict sharded = state;
+  sharded.set("state", sharded_states);
+  sharded.set("param_groups", sharded_groups);
+  load_optimizer_state_dict(optimizer, sharded, what);
+}
+
+}  // namespace volt::fsdp

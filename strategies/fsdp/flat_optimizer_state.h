@@ -1,0 +1,39 @@
+#pragma once
+// An optimizer that steps FSDP's flat shards, converted to and from PyTorch's optimizer layout
+// over the model's own parameters (optimizer_state.h), so that a full checkpoint of an `fsdp` run
+// resumes under `ddp`, `single_device` or `fsdp` at another world size, and theirs under `fsdp`.
+//
+// The layout of each param group is recorded when fsdp replaces the user's parameters by shards
+// (setup_optimizers): the parameters as configure_optimizers gave them, each either an entry of a
+// unit (stepped through the unit's shard) or a parameter stepped as it is. Per-element state
+// (Adam's exp_avg, SGD's momentum_buffer: tensors of the shard's size) is all-gathered and cut
+// into each parameter's shape; anything else (Adam's step) is the same for every parameter of
+// the unit and copied. Loading takes each rank's slice of the concatenated per-parameter state.
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+#include "core/state_dict.h"
+#include "strategies/fsdp/fully_sharded_unit.h"
+
+namespace volt::fsdp {
+
+// One parameter of a param group as configure_optimizers gave it.
+struct OriginalParameter {
+  FullyShardedUnit* unit = nullptr;  // null: stepped as it is (not in a unit)
+  size_t entry = 0;                  // the unit's entry
+  size_t stepped = 0;                // its tensor in the group after setup: the unit's shard, or itself
+};
+using GroupLayout = std::vector<OriginalParameter>;
+
+// PyTorch's layout of `optimizer` (which steps shards) over the original parameters; the same on
+// every rank. [collective]
+StateDict consolidate_optimizer_state(torch::optim::Optimizer& optimizer, const std::vector<GroupLayout>& groups);
+
+// Loads PyTorch's layout over the original parameters into `optimizer` (which steps shards):
+// each rank takes its shard's slice. `what` names it in errors.
+void load_consolidated_optimizer_state(torch::optim::Optimizer& optimizer, const std::vector<GroupLayout>& groups,
+                                       const StateDict& state, const std::string& what);
+
+}  // namespace volt::fsdp

@@ -1,0 +1,165 @@
+#include "strategies/fsdp/flat_parameter.h"
+
+#include <numeric>
+
+#include "core/error.h"
+
+namespace volt::fsdp {
+
+namespace {
+
+// Frees a storage's bytes in place (Note [Freeing gathered parameters]); views keep the StorageImpl.
+void free_storage(const torch::Tensor& tensor) {
+  auto* storage = tensor.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(at::DataPtr(nullptr, tensor.device()));
+  storage->set_nbytes(0);
+}
+
+// Gives a freed storage `bytes` again, from its own allocator (CPU or CUDA alike).
+void allocate_storage(const torch::Tensor& tensor, size_t bytes) {
+  auto* storage = tensor.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
+  storage->set_nbytes(bytes);
+}
+
+size_t bytes_of(const torch::Tensor& tensor) { return static_cast<size_t>(tensor.numel()) * tensor.element_size(); }
+
+}  // namespace
+
+int64_t FlatParameter::Entry::numel() const {
+  return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
+}
+
+FlatParameter::FlatParameter(std::vector<std::pair<std::string, torch::Tensor>> parameters,
+                             Communicator& communicator, torch::Dtype compute_dtype,
+                             std::shared_ptr<GatheredBytes> gathered)
+    : communicator_(communicator),
+      rank_(communicator.rank()),
+      world_(communicator.size()),
+      compute_dtype_(compute_dtype),
+      gathered_bytes_(std::move(gathered)) {
+  std::vector<torch::Tensor> flat_pieces;
+  for (auto& [name, parameter] : parameters) {
+    const auto& first = parameters.front().second;
+    check<ConfigurationError>(parameter.scalar_type() == first.scalar_type() && parameter.device() == first.device(),
+                              "fsdp: the parameters of one unit must share a dtype and device; '", name, "' is ",
+                              c10::toString(parameter.scalar_type()), " on ", parameter.device().str(), ", '",
+                              parameters.front().first, "' ", c10::toString(first.scalar_type()), " on ",
+                              first.device().str(), ". Convert the module first, or wrap these in separate units");
+    check<ConfigurationError>(parameter.layout() == torch::kStrided && parameter.is_leaf(), "fsdp: parameter '",
+                              name, "' must be a dense leaf tensor");
+    entries_.push_back({name, parameter, numel_, parameter.sizes().vec()});
+    numel_ += parameter.numel();
+    flat_pieces.push_back(parameter.detach().reshape({-1}));
+  }
+  shard_numel_ = (numel_ + world_ - 1) / world_;
+  if (entries_.empty()) return;
+  const auto options = entries_.front().parameter.options();
+  auto flat = torch::zeros({shard_numel_ * world_}, options);
+  flat.narrow(0, 0, numel_).copy_(torch::cat(flat_pieces));
+  shard_ = flat.narrow(0, rank_ * shard_numel_, shard_numel_).clone().set_requires_grad(true);
+  full_ = flat.to(compute_dtype_);
+  point_parameters_at(full_);
+  gathered_ = true;
+  if (gathered_bytes_) gathered_bytes_->add(static_cast<int64_t>(bytes_of(full_)));
+}
+
+void FlatParameter::point_parameters_at(const torch::Tensor& flat) {
+  torch::NoGradGuard no_grad;
+  for (auto& entry : entries_) entry.parameter.set_data(flat.narrow(0, entry.offset, entry.numel()).view(entry.shape));
+}
+
+void FlatParameter::gather() {
+  if (gathered_ || entries_.empty()) return;
+  allocate_storage(full_, bytes_of(full_));
+  {
+    torch::NoGradGuard no_grad;
+    const auto source = shard_.detach().to(compute_dtype_);
+    communicator_.all_gather_into(full_, source);
+  }
+  point_parameters_at(full_);
+  gathered_ = true;
+  if (gathered_bytes_) gathered_bytes_->add(static_cast<int64_t>(bytes_of(full_)));
+}
+
+void FlatParameter::release() {
+  if (!gathered_ || entries_.empty()) return;
+  const auto empty = torch::empty({0}, full_.options());
+  for (auto& entry : entries_) entry.parameter.set_data(empty);
+  free_storage(full_);
+  gathered_ = false;
+  if (gathered_bytes_) gathered_bytes_->remove(static_cast<int64_t>(bytes_of(full_)));
+}
+
+int64_t FlatParameter::gathered_bytes() const {
+  return full_.defined() ? static_cast<int64_t>(full_.storage().nbytes()) : 0;
+}
+
+bool FlatParameter::has_gradients() const {
+  for (const auto& entry : entries_) {
+    if (entry.parameter.grad().defined()) return true;
+  }
+  return false;
+}
+
+void FlatParameter::reduce_gradients(torch::Dtype reduce_dtype, double pre_divide) {
+  if (entries_.empty()) return;
+  torch::NoGradGuard no_grad;
+  auto flat = torch::zeros({padded_numel()}, shard_.options().dtype(reduce_dtype));
+  for (auto& entry : entries_) {
+    auto& grad = entry.parameter.mutable_grad();
+    if (grad.defined()) flat.narrow(0, entry.offset, entry.numel()).copy_(grad.reshape({-1}));
+    grad = torch::Tensor();  // the full-size gradient is freed here
+  }
+  if (pre_divide != 1.0) flat.div_(pre_divide);
+  auto reduced = torch::empty({shard_numel_}, flat.options());
+  communicator_.reduce_scatter_into(reduced, flat);
+  const double post_divide = static_cast<double>(world_) / pre_divide;
+  if (post_divide != 1.0) reduced.div_(post_divide);
+  auto& shard_grad = shard_.mutable_grad();
+  if (shard_grad.defined()) {
+    shard_grad.add_(reduced.to(shard_.scalar_type()));
+  } else {
+    shard_grad = reduced.to(shard_.scalar_type());
+  }
+}
+
+void FlatParameter::restore_parameters() {
+  if (entries_.empty()) return;
+  const auto values = full_values();
+  release();
+  torch::NoGradGuard no_grad;
+  for (auto& entry : entries_) {
+    entry.parameter.set_data(values.narrow(0, entry.offset, entry.numel()).view(entry.shape).clone());
+  }
+}
+
+torch::Tensor FlatParameter::full_values() const { return gather_shards(shard_.detach()); }
+
+void FlatParameter::load_full_values(const torch::Tensor& flat) {
+  torch::NoGradGuard no_grad;
+  shard_.copy_(slice_of(flat));
+}
+
+torch::Tensor FlatParameter::gather_shards(const torch::Tensor& shard_like) const {
+  if (entries_.empty()) return torch::empty({0}, shard_like.options());
+  VOLT_INTERNAL_ASSERT(shard_like.numel() == shard_numel_, "gather_shards: a tensor of the shard's size");
+  auto flat = torch::empty({padded_numel()}, shard_like.options().requires_grad(false));
+  communicator_.all_gather_into(flat, shard_like.detach().contiguous());
+  return flat.narrow(0, 0, numel_);
+}
+
+torch::Tensor FlatParameter::slice_of(const torch::Tensor& flat) const {
+  VOLT_INTERNAL_ASSERT(flat.numel() == numel_, "slice_of: one value per parameter element");
+  auto padded = torch::zeros({padded_numel()}, flat.options().requires_grad(false));
+  padded.narrow(0, 0, numel_).copy_(flat.reshape({-1}));
+  return padded.narrow(0, rank_ * shard_numel_, shard_numel_).clone();
+}
+
+double gradient_pre_divide_factor(int64_t world) {
+  int64_t factor = 1;
+  while (world % factor == 0 && world / factor > factor) factor *= 2;
+  return static_cast<double>(factor);
+}
+
+}  // namespace volt::fsdp

@@ -1,0 +1,120 @@
+#pragma once
+// One FSDP unit's parameters as one flat tensor sharded over the ranks (ZeRO stage 3; fairscale's
+// FlatParameter). Each rank keeps shard_: its 1/N slice of the flattened parameters (padded to a
+// multiple of N), in their own dtype (float32: the master weights), a leaf that requires grad;
+// the optimizer steps these shards. The module's parameters are views into full_, the gathered
+// flat tensor in the compute dtype (float32, or bfloat16/float16 with mixed precision), which
+// exists only between gather() and release().
+//
+// Note [Freeing gathered parameters]: release() frees full_'s storage in place (its bytes go back
+// to the allocator; the StorageImpl stays), and the parameters become empty tensors; gather()
+// refills that same storage and points the parameters at it again. Autograd may have saved views
+// of a parameter during forward (Linear saves weight.t()); those views share full_'s storage, so
+// they see the gathered values again in backward, and the memory is really free in between.
+// The parameters keep their TensorImpl (set_data), so module members, optimizers' references and
+// the gradient accumulators stay valid; a released parameter reads as an empty tensor, never as
+// freed memory.
+//
+// Not thread-safe; every [collective] method must be called by every rank in the same order.
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "distributed/communicator.h"
+
+namespace volt::fsdp {
+
+// Bytes of gathered parameters alive at once, over every FlatParameter that shares it (a
+// strategy's units): counted at each gather and release, so that memory is measured, not
+// estimated.
+struct GatheredBytes {
+  int64_t now = 0;
+  int64_t peak = 0;  // the most alive at once since the last reset_peak()
+  void add(int64_t bytes) { peak = std::max(peak, now += bytes); }
+  void remove(int64_t bytes) { now -= bytes; }
+  void reset_peak() { peak = now; }
+};
+
+class FlatParameter {
+ public:
+  struct Entry {
+    std::string name;          // the parameter's name in the root module
+    torch::Tensor parameter;   // the module's parameter (its data becomes a view into full_)
+    int64_t offset = 0;        // where it starts in the flat tensor
+    std::vector<int64_t> shape;
+    int64_t numel() const;
+  };
+
+  // Flattens `parameters` (same dtype and device, each requiring grad; may be empty) and keeps
+  // this rank's shard; the parameters are left gathered (views of full_, in the compute dtype). `compute_dtype`: the dtype parameters are gathered
+  // and computed in.
+  // `gathered`: where its gathers and releases are counted (none: null).
+  FlatParameter(std::vector<std::pair<std::string, torch::Tensor>> parameters, Communicator& communicator,
+                torch::Dtype compute_dtype, std::shared_ptr<GatheredBytes> gathered = nullptr);
+
+  const std::vector<Entry>& entries() const { return entries_; }
+  bool empty() const { return entries_.empty(); }
+  int64_t numel() const { return numel_; }                 // without padding
+  int64_t padded_numel() const { return shard_numel_ * world_; }
+  int64_t shard_numel() const { return shard_numel_; }
+  // This rank's slice, [rank·shard_numel, (rank+1)·shard_numel) of the padded flat tensor.
+  torch::Tensor& shard() { return shard_; }
+  const torch::Tensor& shard() const { return shard_; }
+  torch::Dtype compute_dtype() const { return compute_dtype_; }
+
+  bool gathered() const { return gathered_; }
+  // All-gathers the shards (cast to the compute dtype) into full_ and points the parameters at
+  // it. [collective]
+  void gather();
+  // Frees full_'s storage; the parameters become empty (Note [Freeing gathered parameters]).
+  void release();
+  // Bytes full_ holds now (0 when released).
+  int64_t gathered_bytes() const;
+
+  // Whether any parameter holds a gradient.
+  bool has_gradients() const;
+  // Flattens the parameters' gradients (zeros where a parameter has none) and reduce-scatters
+  // their mean over the ranks into the shard's gradient (added to one already there), in
+  // `reduce_dtype`; the parameters' gradients are dropped. Divides by pre_divide before the sum
+  // and by world/pre_divide after it (PyTorch's split of the average, so that float16 sums do
+  // not overflow). [collective]
+  void reduce_gradients(torch::Dtype reduce_dtype, double pre_divide);
+
+  // Gives the parameters back whole: tensors of their own (the shards' dtype) holding the
+  // unsharded values; the flat parameter is not used after it. [collective]
+  void restore_parameters();
+
+  // The unsharded parameters in the shards' dtype, flat and unpadded. [collective]
+  torch::Tensor full_values() const;
+  // Takes this rank's slice of `flat` (numel() values) into the shard.
+  void load_full_values(const torch::Tensor& flat);
+  // Every rank's `shard_like` (shard_numel() elements: e.g. an optimizer state tensor of the
+  // shard), concatenated without the padding: numel() elements. [collective]
+  torch::Tensor gather_shards(const torch::Tensor& shard_like) const;
+  // This rank's shard_numel() elements of `flat` (numel() elements, padded with zeros), a copy.
+  torch::Tensor slice_of(const torch::Tensor& flat) const;
+
+ private:
+  void point_parameters_at(const torch::Tensor& flat);
+
+  Communicator& communicator_;
+  int64_t rank_, world_;
+  torch::Dtype compute_dtype_;
+  std::vector<Entry> entries_;
+  int64_t numel_ = 0, shard_numel_ = 0;
+  torch::Tensor shard_;
+  torch::Tensor full_;  // [padded_numel] in compute_dtype_; storage freed while released
+  bool gathered_ = false;
+  std::shared_ptr<GatheredBytes> gathered_bytes_;
+};
+
+// PyTorch FSDP's split of the average over `world` ranks: gradients are divided by this factor
+// before the sum and by world / factor after it, so that a float16 sum neither overflows nor
+// underflows. Starting at 1, the factor doubles while world is divisible by it and world / factor
+// exceeds it (2 ranks: 2, then 1; 3: 2, then 1.5; 8: 4, then 2).
+double gradient_pre_divide_factor(int64_t world);
+
+}  // namespace volt::fsdp

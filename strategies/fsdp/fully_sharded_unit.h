@@ -1,0 +1,92 @@
+#pragma once
+// One FSDP unit at run time: its FlatParameter and the lifecycle around the wrapped module's
+// forward and backward (fairscale's TrainingState), checked at every transition:
+//
+//   Idle ──before_forward──► Forward ──after_forward──► Idle ──start_backward──► Backward
+//    ▲                                                                              │
+//    └──────── all gradients arrived (reduce-scatter, release) / finish_backward ───┘
+//
+// Forward: the shards are all-gathered before the wrapped module runs; after it, a non-root unit
+// releases the gathered parameters (reshard_after_forward, or always outside training) and hooks
+// its outputs, so that the first gradient to reach them gathers the parameters again before the
+// unit's own backward runs. Backward: a post hook on each parameter's gradient accumulator counts
+// the gradients; when all have arrived the unit reduce-scatters them into the shard's gradient
+// (unless under no_sync, which keeps the full gradients to accumulate) and releases the
+// parameters. The strategy's finish_backward() does the same for a unit some of whose parameters
+// got no gradient (zeros are reduced for them), in unit order on every rank.
+//
+// Every transition that gathers or reduces is a collective: every rank's model must run the same
+// units in the same order (as for PyTorch's FSDP). Not thread-safe.
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "strategies/fsdp/flat_parameter.h"
+
+namespace volt::fsdp {
+
+enum class TrainingState { Idle, Forward, Backward };
+std::string to_string(TrainingState state);
+
+struct UnitSettings {
+  bool is_root = false;
+  bool reshard_after_forward = true;      // free gathered parameters between forward and backward
+  torch::Dtype reduce_dtype = torch::kFloat;  // the dtype gradients are reduce-scattered in
+  double pre_divide = 1.0;                // gradient_pre_divide_factor(world)
+};
+
+class FullyShardedUnit : public std::enable_shared_from_this<FullyShardedUnit> {
+ public:
+  // `name`: the unit's module path in the root ("" for the root), for errors. `flat` (gathered,
+  // as constructed) is released once the unit hooked its parameters.
+  FullyShardedUnit(std::string name, std::unique_ptr<FlatParameter> flat, UnitSettings settings);
+  ~FullyShardedUnit();
+  FullyShardedUnit(const FullyShardedUnit&) = delete;
+  FullyShardedUnit& operator=(const FullyShardedUnit&) = delete;
+
+  const std::string& name() const { return name_; }
+  std::string describe() const;  // "fsdp unit 'head.1'" or "fsdp root unit"
+  FlatParameter& flat() { return *flat_; }
+  const FlatParameter& flat() const { return *flat_; }
+  TrainingState state() const { return state_; }
+  const UnitSettings& settings() const { return settings_; }
+
+  // Idle → Forward: gathers the parameters. [collective]
+  void before_forward();
+  // Forward → Idle: releases the parameters (non-root units, when resharding after forward or
+  // when no gradient will follow) and hooks `output` when it requires grad.
+  void after_forward(const torch::Tensor& output);
+  // Back to Idle after a forward that threw (the exception goes on).
+  void abort_forward();
+
+  // Idle → Backward, before the strategy's backward: gradients are expected; `synchronize`:
+  // false under no_sync (keep full gradients, reduce nothing).
+  void start_backward(bool synchronize);
+  // Backward → Idle: reduces (when synchronizing) and releases a unit whose gradients did not all
+  // arrive during backward. [collective]
+  void finish_backward();
+  // Reduce-scatters whatever gradients the parameters hold (a window that closed without
+  // backward). [collective]
+  void reduce_held_gradients();
+
+ private:
+  void on_output_gradient();           // the first gradient reached an output: gather again
+  void on_parameter_gradient(size_t index);
+  void complete_backward();            // reduce (when synchronizing) and release
+  void expect(TrainingState state, const char* what) const;
+
+  std::string name_;
+  std::unique_ptr<FlatParameter> flat_;
+  UnitSettings settings_;
+  TrainingState state_ = TrainingState::Idle;
+  bool synchronize_ = true;
+  bool backward_done_ = false;
+  std::vector<bool> arrived_;
+  size_t arrived_count_ = 0;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  std::vector<uintptr_t> hook_keys_;
+};
+
+}  // namespace volt::fsdp

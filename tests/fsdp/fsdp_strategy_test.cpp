@@ -1,0 +1,198 @@
+// `--strategy fsdp` end to end through volt's launcher (the distributed_worker program): the
+// parameters (gathered through the strategy's full state dict) equal ddp's after every step
+// within 1e-6 relative (ring reduce-scatter and ring all-reduce sum in other orders), for
+// SGD + momentum and Adam, 2 and 3 ranks, with auto-wrapped nested units, with a unit wrapped by
+// hand, with the root unit only, resharding after forward or not, and with gradient accumulation
+// (no_sync) and gradient clipping; mixed precision like DDP under the same autocast (bitwise with
+// bfloat16 gradient travel on both sides); memory counted per rank; full checkpoints between fsdp,
+// ddp and world sizes; a resume at the same world size bitwise in both layouts; bad settings fail
+// at construction.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <tuple>
+
+#include "tests/distributed/worker_runs.h"
+#include "tests/support/regression_problem.h"
+
+namespace volt {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::run_command;
+using testing::newest_checkpoint;
+using testing::train_command;
+using testing::trained;
+
+std::string run_steps(const std::string& strategy, int64_t ranks, const std::string& optimizer,
+                      const std::string& extra) {
+  testing::TemporaryDirectory dir;
+  const auto result = run_command(train_command(dir.path(), "--strategy \"" + strategy + "\" --devices " +
+                                                                 std::to_string(ranks) + " --optimizer " + optimizer +
+                                                                 " --print-steps --batch-size 4 " + extra),
+                                  240);
+  EXPECT_EQ(result.exit_code, 0) << strategy << " " << extra << ":\n" << result.output;
+  return result.output;
+}
+
+class FSDPLikeDDP : public ::testing::TestWithParam<std::tuple<int64_t, std::string>> {};
+
+TEST_P(FSDPLikeDDP, AfterEveryStepForNestedHandWrappedAndRootOnlyUnits) {
+  const auto& [ranks, optimizer] = GetParam();
+  for (const std::string model : {"mlp", "mlp_wrapped"}) {
+    const std::string extra = "--model " + model;
+    const auto ddp = testing::step_lines(run_steps("ddp", ranks, optimizer, extra));
+    ASSERT_GE(ddp.at(0).size(), 3u);
+    std::vector<std::string> variants = {"fsdp:min_num_params=20", "fsdp:min_num_params=20,reshard_after_forward=false"};
+    if (model == "mlp_wrapped") variants = {"fsdp:min_num_params=0", "fsdp:sharding_strategy=SHARD_GRAD_OP"};
+    for (const auto& fsdp : variants) {
+      testing::expect_steps_close(testing::step_lines(run_steps(fsdp, ranks, optimizer, extra)), ddp, 1e-6,
+                                  fsdp + " vs ddp, " + model + ", " + optimizer + ", " + std::to_string(ranks) +
+                                      " ranks");
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(RanksAndOptimizers, FSDPLikeDDP,
+                         ::testing::Combine(::testing::Values(2, 3), ::testing::Values("momentum", "adam")),
+                         [](const auto& info) {
+                           return std::to_string(std::get<0>(info.param)) + "ranks_" + std::get<1>(info.param);
+                         });
+
+TEST(FSDPOptions, GradientAccumulationWithNoSyncAndClippingTrainLikeDDP) {
+  for (const std::string extra : {"--model mlp --accumulate-grad-batches 2", "--model mlp --gradient-clip-val 0.05"}) {
+    const auto ddp = testing::step_lines(run_steps("ddp", 2, "momentum", extra));
+    ASSERT_GE(ddp.at(0).size(), 3u) << extra;
+    testing::expect_steps_close(testing::step_lines(run_steps("fsdp:min_num_params=20", 2, "momentum", extra)), ddp,
+                                1e-6, "fsdp vs ddp, " + extra);
+  }
+}
+
+TEST(FSDPOptions, MixedPrecisionTrainsLikeDDPUnderTheSameAutocastAndGradientDtype) {
+  // FSDP's bfloat16 parameters are what bf16-mixed autocast makes of DDP's float32 ones. A float32
+  // reduce-scatter averages the same bfloat16 gradients as DDP's float32 all-reduce; a bfloat16
+  // one does what DDP's bf16_compress hook does (halve in bfloat16, sum in bfloat16): on 2 ranks
+  // the same arithmetic, bit for bit.
+  const std::string flags = "--model mlp --precision bf16-mixed";
+  for (const auto& [fsdp, ddp, tolerance] : std::vector<std::tuple<std::string, std::string, double>>{
+           {"fsdp:min_num_params=20,mixed_precision=true,fp32_reduce_scatter=true", "ddp", 1e-6},
+           {"fsdp:min_num_params=20,mixed_precision=true", "ddp:comm_hook=bf16_compress", 0.0}}) {
+    const auto reference = testing::step_lines(run_steps(ddp, 2, "momentum", flags));
+    ASSERT_GE(reference.at(0).size(), 3u);
+    testing::expect_steps_close(testing::step_lines(run_steps(fsdp, 2, "momentum", flags)), reference, tolerance,
+                                fsdp + " vs " + ddp + ", both bf16-mixed");
+  }
+}
+
+// Memory, counted from the units' live tensors (the strategy's fsdp/* metrics, logged every
+// step): each rank keeps 1/N of every unit (padded), nothing stays gathered after a step, and
+// the most gathered at once is the root plus the largest other unit when resharding after
+// forward, every unit without it. The MLP's units on 2 ranks: the root (linear, 5 elements,
+// padded to 6), body.0 (36) and body.2 (20), float32.
+TEST(FSDPMemory, EachRankKeepsItsShareAndGathersOneUnitAtATime) {
+  for (const auto& [strategy, peak] : std::vector<std::pair<std::string, double>>{
+           {"fsdp:min_num_params=20", (6 + 36) * 4.0}, {"fsdp:min_num_params=20,reshard_after_forward=false", 62 * 4.0}}) {
+    testing::TemporaryDirectory dir;
+    const auto result = run_command(train_command(dir.path(), "--strategy \"" + strategy +
+                                                                  "\" --devices 2 --model mlp --batch-size 4"),
+                                    240);
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+    const auto rows = testing::read_csv(dir.path() + "/volt_logs/version_0/metrics.csv");
+    int64_t checked = 0;
+    for (const auto& row : rows) {
+      if (!row.count("fsdp/units") || row.at("fsdp/units").empty() || std::stoll(row.at("step")) < 2) continue;
+      EXPECT_EQ(std::stod(row.at("fsdp/units")), 3.0) << strategy;
+      EXPECT_EQ(std::stod(row.at("fsdp/shard_bytes")), (3 + 18 + 10) * 4.0) << strategy << ": 1/2 of each unit";
+      EXPECT_EQ(std::stod(row.at("fsdp/full_bytes")), 62 * 4.0) << strategy;
+      EXPECT_EQ(std::stod(row.at("fsdp/gathered_bytes")), 0.0) << strategy << ": released after the step";
+      EXPECT_EQ(std::stod(row.at("fsdp/peak_gathered_bytes")), peak) << strategy << ", step " << row.at("step");
+      ++checked;
+    }
+    EXPECT_GE(checked, 10) << strategy << ": steps logged with the fsdp metrics";
+  }
+}
+
+
+TEST(FSDPCheckpoints, AResumeAtTheSameWorldSizeIsBitwiseTheUninterruptedRunInBothLayouts) {
+  for (const auto& [strategy, ranks] : std::vector<std::pair<std::string, int64_t>>{
+           {"fsdp:min_num_params=20", 2},
+           {"fsdp:min_num_params=20,state_dict_type=sharded", 2},
+           {"fsdp:min_num_params=20,state_dict_type=sharded", 3}}) {
+    testing::TemporaryDirectory first, whole;
+    const std::string flags = "--strategy \"" + strategy + "\" --model mlp --devices " + std::to_string(ranks) +
+                              " --optimizer adam --batch-size 4 --checkpoint-every-epoch";
+    trained(first.path(), flags, 1);
+    const auto checkpoint = newest_checkpoint(first.path());
+    ASSERT_FALSE(checkpoint.empty()) << strategy;
+    EXPECT_EQ(fs::is_directory(checkpoint), strategy.find("=sharded") != std::string::npos)
+        << strategy << ": a directory of per-rank files when sharded, one file when full; " << checkpoint;
+    const auto resumed = trained(first.path(), flags + " --ckpt-path " + checkpoint.string(), 2);
+    const auto uninterrupted = trained(whole.path(), flags, 2);
+    ASSERT_EQ(resumed.size(), static_cast<size_t>(ranks));
+    ASSERT_EQ(uninterrupted.size(), static_cast<size_t>(ranks));
+    for (int64_t r = 0; r < ranks; ++r) {
+      EXPECT_EQ(resumed[static_cast<size_t>(r)].params, uninterrupted[static_cast<size_t>(r)].params)
+          << strategy << ", " << ranks << " ranks, rank " << r;
+    }
+  }
+}
+
+void expect_params_close(const std::vector<double>& got, const std::vector<double>& want, double tolerance,
+                         const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_LE(std::abs(got[i] - want[i]), tolerance * std::max(1.0, std::abs(want[i]))) << what << ", parameter " << i;
+  }
+}
+
+// A full checkpoint is PyTorch's layout over the model's own parameters and optimizer state:
+// written by fsdp, another strategy or world size resumes from it with the Adam state, and fsdp
+// resumes from ddp's. Each resumed run ends like its reference: the uninterrupted run of the
+// reader, or (another world size, other batches) ddp doing the same move; within DDP vs FSDP's
+// summation difference. A lost or misplaced optimizer state would be far off.
+TEST(FSDPCheckpoints, AFullCheckpointMovesBetweenFSDPAndDDPAndWorldSizesWithItsOptimizerState) {
+  const std::string common = " --model mlp --optimizer adam --batch-size 4 --checkpoint-every-epoch";
+  const std::string fsdp2 = "--strategy fsdp:min_num_params=20 --devices 2", ddp2 = "--strategy ddp --devices 2";
+  // Trains epoch 1 under `writer`, epoch 2 under `reader` from its full checkpoint.
+  auto moved = [&](const std::string& writer, const std::string& reader) {
+    testing::TemporaryDirectory dir;
+    trained(dir.path(), writer + common, 1);
+    const auto checkpoint = newest_checkpoint(dir.path());
+    EXPECT_FALSE(checkpoint.empty() || fs::is_directory(checkpoint)) << writer << ": " << checkpoint;
+    const auto resumed = trained(dir.path(), reader + common + " --ckpt-path " + checkpoint.string(), 2);
+    return resumed.empty() ? std::vector<double>{} : resumed[0].params;
+  };
+  auto whole = [&](const std::string& flags) {
+    testing::TemporaryDirectory dir;
+    const auto run = trained(dir.path(), flags + common, 2);
+    return run.empty() ? std::vector<double>{} : run[0].params;
+  };
+  expect_params_close(moved(fsdp2, ddp2), whole(ddp2), 1e-5, "fsdp (2) -> ddp (2)");
+  expect_params_close(moved(ddp2, fsdp2), whole(fsdp2), 1e-5, "ddp (2) -> fsdp (2)");
+  expect_params_close(moved(fsdp2, "--strategy fsdp:min_num_params=20 --devices 3"),
+                      moved(ddp2, "--strategy ddp --devices 3"), 1e-5, "fsdp (2) -> fsdp (3) vs ddp (2) -> ddp (3)");
+}
+
+std::string construction_error(const std::string& strategy, const std::string& precision = "32-true") {
+  try {
+    testing::construct_quiet_trainer(strategy, 2, precision);
+  } catch (const ConfigurationError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(FSDPOptions, BadSettingsFailAtConstructionSayingWhatToDo) {
+  EXPECT_NE(construction_error("fsdp:fp32_reduce_scatter=true").find("needs mixed_precision=true"), std::string::npos);
+  EXPECT_NE(construction_error("fsdp:sharding_strategy=SHARD_GRAD_OP,reshard_after_forward=true")
+                .find("give one of the two"),
+            std::string::npos);
+  EXPECT_NE(construction_error("fsdp:mixed_precision=true").find("needs a mixed precision"), std::string::npos);
+  EXPECT_NE(construction_error("fsdp:sharding_strategy=NO_SHARD").find("sharding_strategy"), std::string::npos);
+  EXPECT_NE(construction_error("fsdp:min_num_params=-1").find("min_num_params"), std::string::npos);
+  EXPECT_EQ(construction_error("fsdp:mixed_precision=true", "bf16-mixed"), "");
+  EXPECT_EQ(construction_error("fsdp:sharding_strategy=FULL_SHARD,reshard_after_forward=true,min_num_params=1e5"), "");
+}
+
+}  // namespace
+}  // namespace volt
