@@ -102,25 +102,30 @@ bool FlatParameter::has_gradients() const {
   return false;
 }
 
-void FlatParameter::reduce_gradients(torch::Dtype reduce_dtype, double pre_divide) {
-  if (entries_.empty()) return;
+torch::Tensor FlatParameter::take_flat_gradient(torch::Dtype reduce_dtype, double pre_divide) {
   torch::NoGradGuard no_grad;
-  auto flat = torch::zeros({padded_numel()}, shard_.options().dtype(reduce_dtype));
+  auto flat = torch::zeros({padded_numel()}, shard_.options().dtype(reduce_dtype).requires_grad(false));
   for (auto& entry : entries_) {
     auto& grad = entry.parameter.mutable_grad();
     if (grad.defined()) flat.narrow(0, entry.offset, entry.numel()).copy_(grad.reshape({-1}));
-    grad = torch::Tensor();  // the full-size gradient is freed here
+    grad = torch::Tensor();
   }
   if (pre_divide != 1.0) flat.div_(pre_divide);
-  auto reduced = torch::empty({shard_numel_}, flat.options());
-  communicator_.reduce_scatter_into(reduced, flat);
+  return flat;
+}
+
+void FlatParameter::accumulate_reduced(const torch::Tensor& reduced, double pre_divide) {
+  torch::NoGradGuard no_grad;
+  // Divided in the reduce dtype, then converted (PyTorch's order).
+  auto mean = reduced.clone();
   const double post_divide = static_cast<double>(world_) / pre_divide;
-  if (post_divide != 1.0) reduced.div_(post_divide);
+  if (post_divide != 1.0) mean.div_(post_divide);
+  mean = mean.to(shard_.scalar_type());
   auto& shard_grad = shard_.mutable_grad();
   if (shard_grad.defined()) {
-    shard_grad.add_(reduced.to(shard_.scalar_type()));
+    shard_grad.add_(mean);
   } else {
-    shard_grad = reduced.to(shard_.scalar_type());
+    shard_grad = mean;
   }
 }
 

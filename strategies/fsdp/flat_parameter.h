@@ -76,12 +76,16 @@ class FlatParameter {
 
   // Whether any parameter holds a gradient.
   bool has_gradients() const;
-  // Flattens the parameters' gradients (zeros where a parameter has none) and reduce-scatters
-  // their mean over the ranks into the shard's gradient (added to one already there), in
-  // `reduce_dtype`; the parameters' gradients are dropped. Divides by pre_divide before the sum
-  // and by world/pre_divide after it (PyTorch's split of the average, so that float16 sums do
-  // not overflow). [collective]
-  void reduce_gradients(torch::Dtype reduce_dtype, double pre_divide);
+  // The first half of reducing the gradients: the parameters' gradients flattened (zeros where a
+  // parameter has none, and in the padding) into padded_numel() elements of `reduce_dtype`,
+  // divided by `pre_divide`; the parameters' gradients are dropped (the full-size gradient is
+  // freed here). To be reduce-scattered (summed over the ranks) into accumulate_reduced.
+  torch::Tensor take_flat_gradient(torch::Dtype reduce_dtype, double pre_divide);
+  // The second half: this rank's reduce-scattered shard_numel() elements, divided by
+  // world / pre_divide in their dtype (so that the two divisions make the mean: PyTorch's split,
+  // which keeps a float16 sum from overflowing), converted to the shard's dtype and added to its
+  // gradient (or become it).
+  void accumulate_reduced(const torch::Tensor& reduced, double pre_divide);
 
   // Gives the parameters back whole: tensors of their own (the shards' dtype) holding the
   // unsharded values; the flat parameter is not used after it. [collective]

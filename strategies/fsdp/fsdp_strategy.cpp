@@ -27,6 +27,10 @@ const OptionSchema<FSDPOptions>& FSDPOptions::schema() {
                   "--precision bf16-mixed on CPU, 16-mixed or bf16-mixed on CUDA); shards stay float32")
           .option("fp32_reduce_scatter", &FSDPOptions::fp32_reduce_scatter,
                   "with mixed_precision: reduce-scatter gradients in float32")
+          .option("bucket_cap_mb", &FSDPOptions::bucket_cap_mb,
+                  "MiB of a bucket in which units' smaller flat gradients wait to be reduce-scattered together "
+                  "(fairscale's; the result is bit for bit the same); 0: each unit's alone, at once",
+                  at_least(0.0), at_most(1024.0 * 1024.0))
           .choice("state_dict_type", &FSDPOptions::state_dict_type,
                   {{"full", CheckpointLayout::Full}, {"sharded", CheckpointLayout::Sharded}},
                   "checkpoint layout: full (PyTorch's names and optimizer layout, gathered; any strategy and world "
@@ -65,7 +69,9 @@ void FSDPStrategy::unbind_units() {
   for (const auto& item : auto_wrapped_) fsdp::unwrap(item);
   auto_wrapped_.clear();
   layouts_.clear();
+  if (bucket_) bucket_->discard();
   units_.clear();
+  bucket_.reset();
   module_ = nullptr;
 }
 
@@ -129,10 +135,13 @@ void FSDPStrategy::build_units(torch::nn::Module& root) {
   };
   walk(root, "", 0);
   const auto dtype = compute_dtype();
+  bucket_ = std::make_unique<fsdp::ReduceScatterBucket>(
+      communicator(), static_cast<int64_t>(options_.bucket_cap_mb * 1024.0 * 1024.0));
   for (size_t i = 0; i < pending.size(); ++i) {
     auto flat =
         std::make_unique<fsdp::FlatParameter>(std::move(pending[i].parameters), communicator(), dtype, gathered_);
-    auto unit = std::make_shared<fsdp::FullyShardedUnit>(pending[i].name, std::move(flat), unit_settings(i == 0));
+    auto unit =
+        std::make_shared<fsdp::FullyShardedUnit>(pending[i].name, std::move(flat), unit_settings(i == 0), *bucket_);
     if (pending[i].wrapper != nullptr) {
       pending[i].wrapper->bind(unit);
       bound_.push_back(pending[i].wrapper);
@@ -230,10 +239,12 @@ void FSDPStrategy::pre_backward(const torch::Tensor&) {
 
 void FSDPStrategy::post_backward(const torch::Tensor&) {
   for (auto& unit : units_) unit->finish_backward();
+  if (bucket_) bucket_->flush();  // before the step reads the shards' gradients
 }
 
 void FSDPStrategy::synchronize_accumulated_gradients(torch::nn::Module&) {
   for (auto& unit : units_) unit->reduce_held_gradients();
+  if (bucket_) bucket_->flush();
 }
 
 double FSDPStrategy::clip_gradients_norm(torch::optim::Optimizer& optimizer, double max_norm, double norm_type) {

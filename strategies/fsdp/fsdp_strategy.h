@@ -38,6 +38,7 @@ struct FSDPOptions {
   std::optional<ShardingStrategy> sharding_strategy;
   bool mixed_precision = false;        // gather, compute and reduce in the precision's 16-bit dtype
   bool fp32_reduce_scatter = false;    // with mixed_precision: reduce-scatter gradients in float32
+  double bucket_cap_mb = 25;           // units' gradients below it share reduce-scatters; 0: each alone
   CheckpointLayout state_dict_type = CheckpointLayout::Full;
 
   static const OptionSchema<FSDPOptions>& schema();
@@ -114,6 +115,7 @@ class FSDPStrategy : public ParallelStrategy {
   std::map<const torch::optim::Optimizer*, std::vector<fsdp::GroupLayout>> layouts_;
   bool synchronize_ = true;
   std::shared_ptr<fsdp::GatheredBytes> gathered_ = std::make_shared<fsdp::GatheredBytes>();
+  std::unique_ptr<fsdp::ReduceScatterBucket> bucket_;  // shared by the units; built with them
   int64_t last_step_peak_ = 0;
 };
 

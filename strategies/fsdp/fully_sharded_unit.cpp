@@ -14,8 +14,9 @@ std::string to_string(TrainingState state) {
   return "?";
 }
 
-FullyShardedUnit::FullyShardedUnit(std::string name, std::unique_ptr<FlatParameter> flat, UnitSettings settings)
-    : name_(std::move(name)), flat_(std::move(flat)), settings_(settings) {
+FullyShardedUnit::FullyShardedUnit(std::string name, std::unique_ptr<FlatParameter> flat, UnitSettings settings,
+                                   ReduceScatterBucket& bucket)
+    : name_(std::move(name)), flat_(std::move(flat)), settings_(settings), bucket_(bucket) {
   const auto& entries = flat_->entries();
   arrived_.assign(entries.size(), false);
   // An accumulator records its parameter's shape when it is made, and autograd checks every
@@ -98,8 +99,17 @@ void FullyShardedUnit::on_parameter_gradient(size_t index) {
   if (++arrived_count_ == arrived_.size()) complete_backward();
 }
 
+void FullyShardedUnit::reduce_gradients() {
+  if (flat_->empty()) return;
+  const double pre_divide = settings_.pre_divide;
+  bucket_.reduce(flat_->take_flat_gradient(settings_.reduce_dtype, pre_divide),
+                 [flat = flat_.get(), pre_divide](const torch::Tensor& reduced) {
+                   flat->accumulate_reduced(reduced, pre_divide);
+                 });
+}
+
 void FullyShardedUnit::complete_backward() {
-  if (synchronize_) flat_->reduce_gradients(settings_.reduce_dtype, settings_.pre_divide);
+  if (synchronize_) reduce_gradients();
   flat_->release();
   backward_done_ = true;
 }
@@ -112,7 +122,7 @@ void FullyShardedUnit::finish_backward() {
 
 void FullyShardedUnit::reduce_held_gradients() {
   expect(TrainingState::Idle, "held gradients were reduced");
-  flat_->reduce_gradients(settings_.reduce_dtype, settings_.pre_divide);
+  reduce_gradients();
 }
 
 }  // namespace volt::fsdp

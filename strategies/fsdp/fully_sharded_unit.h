@@ -13,7 +13,9 @@
 // the gradients; when all have arrived the unit reduce-scatters them into the shard's gradient
 // (unless under no_sync, which keeps the full gradients to accumulate) and releases the
 // parameters. The strategy's finish_backward() does the same for a unit some of whose parameters
-// got no gradient (zeros are reduced for them), in unit order on every rank.
+// got no gradient (zeros are reduced for them), in unit order on every rank. Gradients travel
+// through the strategy's ReduceScatterBucket: a small unit's may wait there until the strategy
+// flushes it at the end of backward.
 //
 // Every transition that gathers or reduces is a collective: every rank's model must run the same
 // units in the same order (as for PyTorch's FSDP). Not thread-safe.
@@ -24,6 +26,7 @@
 #include <vector>
 
 #include "strategies/fsdp/flat_parameter.h"
+#include "strategies/fsdp/reduce_scatter_bucket.h"
 
 namespace volt::fsdp {
 
@@ -40,8 +43,10 @@ struct UnitSettings {
 class FullyShardedUnit : public std::enable_shared_from_this<FullyShardedUnit> {
  public:
   // `name`: the unit's module path in the root ("" for the root), for errors. `flat` (gathered,
-  // as constructed) is released once the unit hooked its parameters.
-  FullyShardedUnit(std::string name, std::unique_ptr<FlatParameter> flat, UnitSettings settings);
+  // as constructed) is released once the unit hooked its parameters. `bucket`: where its
+  // gradients are reduce-scattered (shared by a strategy's units; it must outlive the unit).
+  FullyShardedUnit(std::string name, std::unique_ptr<FlatParameter> flat, UnitSettings settings,
+                   ReduceScatterBucket& bucket);
   ~FullyShardedUnit();
   FullyShardedUnit(const FullyShardedUnit&) = delete;
   FullyShardedUnit& operator=(const FullyShardedUnit&) = delete;
@@ -68,18 +73,20 @@ class FullyShardedUnit : public std::enable_shared_from_this<FullyShardedUnit> {
   // arrive during backward. [collective]
   void finish_backward();
   // Reduce-scatters whatever gradients the parameters hold (a window that closed without
-  // backward). [collective]
+  // backward), through the bucket (flush it after). [collective]
   void reduce_held_gradients();
 
  private:
   void on_output_gradient();           // the first gradient reached an output: gather again
   void on_parameter_gradient(size_t index);
   void complete_backward();            // reduce (when synchronizing) and release
+  void reduce_gradients();             // through the bucket: the shard's gradient is set when it is reduced
   void expect(TrainingState state, const char* what) const;
 
   std::string name_;
   std::unique_ptr<FlatParameter> flat_;
   UnitSettings settings_;
+  ReduceScatterBucket& bucket_;
   TrainingState state_ = TrainingState::Idle;
   bool synchronize_ = true;
   bool backward_done_ = false;

@@ -59,6 +59,14 @@ INSTANTIATE_TEST_SUITE_P(RanksAndOptimizers, FSDPLikeDDP,
                            return std::to_string(std::get<0>(info.param)) + "ranks_" + std::get<1>(info.param);
                          });
 
+TEST(FSDPOptions, BucketingReduceScattersChangeNoBit) {
+  // The MLP's three units (all far below 25 MiB) share one reduce-scatter per backward by default.
+  const auto alone = testing::step_lines(run_steps("fsdp:min_num_params=20,bucket_cap_mb=0", 3, "momentum", "--model mlp"));
+  ASSERT_GE(alone.at(0).size(), 3u);
+  testing::expect_steps_close(testing::step_lines(run_steps("fsdp:min_num_params=20", 3, "momentum", "--model mlp")),
+                              alone, 0.0, "fsdp bucketed vs each unit alone");
+}
+
 TEST(FSDPOptions, GradientAccumulationWithNoSyncAndClippingTrainLikeDDP) {
   for (const std::string extra : {"--model mlp --accumulate-grad-batches 2", "--model mlp --gradient-clip-val 0.05"}) {
     const auto ddp = testing::step_lines(run_steps("ddp", 2, "momentum", extra));
@@ -190,6 +198,8 @@ TEST(FSDPOptions, BadSettingsFailAtConstructionSayingWhatToDo) {
   EXPECT_NE(construction_error("fsdp:mixed_precision=true").find("needs a mixed precision"), std::string::npos);
   EXPECT_NE(construction_error("fsdp:sharding_strategy=NO_SHARD").find("sharding_strategy"), std::string::npos);
   EXPECT_NE(construction_error("fsdp:min_num_params=-1").find("min_num_params"), std::string::npos);
+  EXPECT_NE(construction_error("fsdp:bucket_cap_mb=-1").find("bucket_cap_mb"), std::string::npos);
+  EXPECT_NE(construction_error("fsdp:cpu_offload=true").find("cpu_offload"), std::string::npos) << "not a key";
   EXPECT_EQ(construction_error("fsdp:mixed_precision=true", "bf16-mixed"), "");
   EXPECT_EQ(construction_error("fsdp:sharding_strategy=FULL_SHARD,reshard_after_forward=true,min_num_params=1e5"), "");
 }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "distributed/collective_counters.h"
 #include "strategies/fsdp/fully_sharded_module.h"
 #include "tests/distributed/thread_ranks.h"
 
@@ -73,7 +74,8 @@ TEST_P(FlatParameterTest, AUnitsBackwardLeavesTheMeanGradientOfTheShardAndFreesT
     }
     UnitSettings settings;
     settings.pre_divide = gradient_pre_divide_factor(n);
-    auto unit = std::make_shared<FullyShardedUnit>("fc", flatten(linear, c), settings);
+    ReduceScatterBucket bucket(c, 0);  // no bucket: reduced when its gradients are complete
+    auto unit = std::make_shared<FullyShardedUnit>("fc", flatten(linear, c), settings, bucket);
     auto module = wrap(linear);
     module->bind(unit);
     auto output = module->forward(torch::full({1, 3}, static_cast<double>(c.rank() + 1)));
@@ -93,6 +95,37 @@ TEST_P(FlatParameterTest, AUnitsBackwardLeavesTheMeanGradientOfTheShardAndFreesT
   });
 }
 
+TEST_P(FlatParameterTest, ABucketReducesSmallGradientsTogetherToTheSameBits) {
+  // Gradients of 3, 5 and 40 chunks' worth (per rank, of float32), each rank's values its own; a
+  // 1 KiB bucket takes the first two together and sends the large one alone.
+  const int64_t n = GetParam();
+  with_communicators(n, [&](Communicator& c) {
+    std::vector<torch::Tensor> flats;
+    for (const int64_t m : {3, 5, 400}) {
+      flats.push_back(torch::linspace(-1.0, 1.0, n * m) * static_cast<double>(c.rank() + 1) / 3.0);
+    }
+    auto run = [&](int64_t cap_bytes) {
+      ReduceScatterBucket bucket(c, cap_bytes);
+      std::vector<torch::Tensor> results(flats.size());
+      c.reset_counters();
+      for (size_t i = 0; i < flats.size(); ++i) {
+        bucket.reduce(flats[i].clone(), [&results, i](const torch::Tensor& r) { results[i] = r.clone(); });
+      }
+      bucket.flush();
+      EXPECT_TRUE(bucket.empty());
+      return std::make_pair(results, c.counters()[CollectiveKind::ReduceScatter].calls);
+    };
+    const auto [alone, alone_calls] = run(0);
+    const auto [bucketed, bucketed_calls] = run(1024);
+    EXPECT_EQ(alone_calls, 3);
+    EXPECT_EQ(bucketed_calls, 2) << "the two small ones together, the large one alone";
+    for (size_t i = 0; i < flats.size(); ++i) {
+      ASSERT_TRUE(alone[i].defined() && bucketed[i].defined()) << i;
+      EXPECT_TRUE(torch::equal(alone[i], bucketed[i])) << "rank " << c.rank() << ", gradient " << i;
+    }
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(WorldSizes, FlatParameterTest, ::testing::Values(1, 2, 3),
                          [](const auto& info) { return "world" + std::to_string(info.param); });
 
@@ -108,7 +141,8 @@ std::string state_error(const std::function<void()>& call) {
 TEST(UnitLifecycle, CallsOutOfOrderAreStateErrorsNamingTheUnitAndItsState) {
   with_communicators(1, [&](Communicator& c) {
     auto linear = same_linear();
-    auto unit = std::make_shared<FullyShardedUnit>("head.fc", flatten(linear, c), UnitSettings{});
+    ReduceScatterBucket bucket(c, 0);
+    auto unit = std::make_shared<FullyShardedUnit>("head.fc", flatten(linear, c), UnitSettings{}, bucket);
     unit->before_forward();
     const auto again = state_error([&] { unit->before_forward(); });
     EXPECT_NE(again.find("fsdp unit 'head.fc': forward entered again"), std::string::npos) << again;
