@@ -19,27 +19,13 @@
 // rank; rounds interleave the runs and the table shows the median over rounds.
 //
 //   build/bench/fsdp_memory [--rounds 2] [--steps 8] [--warmup 2] [--ranks 2,4]
-#include <sys/resource.h>
-
-#include <boost/program_options.hpp>
-
-#include <chrono>
 #include <cstdio>
-#include <map>
-#include <regex>
-#include <sstream>
 
-#include "bench/bench_support.h"
-#include "strategies/sharded/oss.h"
+#include "bench/ranked_runs.h"
 #include "trainer/run_main.h"
-#include "trainer/volt.h"
-
-namespace po = boost::program_options;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-using volt::bench::median;
 using volt::bench::mib;
 using volt::bench::storage_bytes;
 
@@ -71,22 +57,22 @@ std::vector<torch::Tensor> kept_parameters(volt::Module& module, torch::optim::O
   return tensors;
 }
 
-class MemoryProbe : public volt::Callback {
+// Counts what the table reports, on every rank; RankReporter prints it at the end of training.
+class MemoryProbe : public volt::bench::RankReporter {
  public:
-  explicit MemoryProbe(int warmup) : warmup_(warmup) {}
+  using RankReporter::RankReporter;
 
   void on_before_optimizer_step(volt::Trainer&, volt::Module& module, torch::optim::Optimizer& optimizer) override {
+    const auto kept = kept_parameters(module, optimizer);
     std::vector<torch::Tensor> grads;
-    for (const auto& p : kept_parameters(module, optimizer)) grads.push_back(p.grad());
+    for (const auto& p : kept) grads.push_back(p.grad());
     grad_bytes_ = std::max(grad_bytes_, storage_bytes(grads));
-    param_bytes_ = std::max(param_bytes_, storage_bytes(kept_parameters(module, optimizer)));
+    param_bytes_ = std::max(param_bytes_, storage_bytes(kept));
   }
 
-  void on_train_batch_end(volt::Trainer& trainer, volt::Module&, const torch::Tensor&, const volt::Batch&,
-                          int64_t) override {
-    const auto now = Clock::now();
-    if (++batches_ > warmup_) times_.push_back(std::chrono::duration<double, std::milli>(now - last_).count());
-    last_ = now;
+  void on_train_batch_end(volt::Trainer& trainer, volt::Module& module, const torch::Tensor& loss,
+                          const volt::Batch& batch, int64_t batch_idx) override {
+    RankReporter::on_train_batch_end(trainer, module, loss, batch, batch_idx);
     const auto metrics = trainer.strategy().metrics();
     if (auto it = metrics.find("fsdp/peak_gathered_bytes"); it != metrics.end()) {
       gathered_bytes_ = std::max(gathered_bytes_, static_cast<int64_t>(it->second));
@@ -94,102 +80,44 @@ class MemoryProbe : public volt::Callback {
     state_bytes_ = std::max(state_bytes_, adam_state_bytes(*trainer.optimizers().at(0)));
   }
 
-  void on_train_end(volt::Trainer& trainer, volt::Module&) override {
-    rusage usage{};
-    getrusage(RUSAGE_SELF, &usage);
-    std::ostringstream line;
-    line << "RANK " << trainer.strategy().topology().global_rank << " step_ms " << median(times_) << " params "
-         << param_bytes_ << " gathered " << gathered_bytes_ << " grads " << grad_bytes_ << " state " << state_bytes_
-         << " rss " << usage.ru_maxrss * 1024 << "\n";
-    std::cout << line.str() << std::flush;
+ protected:
+  std::vector<std::pair<std::string, int64_t>> memory(volt::Trainer&, volt::Module&) override {
+    return {{"params", param_bytes_}, {"gathered", gathered_bytes_}, {"grads", grad_bytes_}, {"state", state_bytes_}};
   }
 
  private:
-  static int64_t adam_state_bytes(torch::optim::Optimizer& optimizer) {
-    auto* oss = dynamic_cast<volt::OSS*>(&optimizer);
-    auto& stepping = oss ? oss->local() : optimizer;
-    std::vector<torch::Tensor> tensors;
-    for (const auto& [key, state] : stepping.state()) {
-      const auto& adam = static_cast<const torch::optim::AdamParamState&>(*state);
-      tensors.push_back(adam.exp_avg());
-      tensors.push_back(adam.exp_avg_sq());
-      tensors.push_back(adam.max_exp_avg_sq());
-    }
-    return storage_bytes(tensors);
-  }
-
-  int warmup_;
-  int batches_ = 0;
-  Clock::time_point last_ = Clock::now();
-  std::vector<double> times_;
   int64_t param_bytes_ = 0, gathered_bytes_ = 0, grad_bytes_ = 0, state_bytes_ = 0;
 };
 
-void run_worker(volt::ProcessLauncher& launcher, const std::string& strategy, int64_t ranks, int steps, int warmup) {
-  volt::TrainerOptions options;
-  options.strategy = strategy;
-  options.devices = ranks;
-  options.accelerator = "cpu";
-  options.max_steps = steps + warmup;
-  options.loggers.clear();
-  options.enable_checkpointing = false;
-  options.enable_progress_bar = false;
-  options.enable_model_summary = false;
-  options.num_sanity_val_steps = 0;
+void run_worker(volt::ProcessLauncher& launcher, const volt::bench::RankedFlags& flags) {
+  auto options = volt::bench::worker_trainer_options(flags, "/tmp/volt_fsdp_memory");
   options.threads = 1;
-  options.default_root_dir = "/tmp/volt_fsdp_memory";
   volt::Trainer trainer(options, launcher);
-  trainer.add_callback(std::make_shared<MemoryProbe>(warmup));
+  trainer.add_callback(std::make_shared<MemoryProbe>(flags.warmup));
   torch::manual_seed(0);
   auto module = std::make_shared<BlockMlp>();
-  const int64_t samples = ranks * kBatch * (steps + warmup);
+  const int64_t samples = flags.worker_ranks * kBatch * (flags.steps + flags.warmup);
   auto data = std::make_shared<volt::TensorDataset>(torch::randn({samples, kWidth}), torch::randn({samples, kWidth}));
   volt::DataLoaderOptions loader;
   loader.batch_size = kBatch;
   trainer.fit(module, std::make_shared<volt::DataLoader>(data, loader));
 }
 
-struct RankNumbers {
-  double step_ms = 0, params = 0, gathered = 0, grads = 0, state = 0, rss = 0;
-  double model() const { return params + gathered + grads + state; }
-};
-
-RankNumbers parse_ranks(const std::string& output, int64_t ranks) {
-  static const std::regex pattern(
-      "RANK (\\d+) step_ms (\\S+) params (\\d+) gathered (\\d+) grads (\\d+) state (\\d+) rss (\\d+)");
-  RankNumbers most;
-  std::vector<double> step_ms;
-  for (std::sregex_iterator it(output.begin(), output.end(), pattern), end; it != end; ++it) {
-    step_ms.push_back(std::stod((*it)[2]));
-    most.params = std::max(most.params, std::stod((*it)[3]));
-    most.gathered = std::max(most.gathered, std::stod((*it)[4]));
-    most.grads = std::max(most.grads, std::stod((*it)[5]));
-    most.state = std::max(most.state, std::stod((*it)[6]));
-    most.rss = std::max(most.rss, std::stod((*it)[7]));
-  }
-  volt::check<volt::Error>(static_cast<int64_t>(step_ms.size()) == ranks, "fsdp_memory: expected ", ranks,
-                           " RANK lines, got ", step_ms.size(), "; output:\n", output);
-  most.step_ms = median(step_ms);
-  return most;
+// params + gathered + grads + state: the model state a rank holds at its peak.
+double model_state(const volt::bench::RankReport& m) {
+  return m.at("params") + m.at("gathered") + m.at("grads") + m.at("state");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   return volt::run_main([&](volt::ProcessLauncher& launcher) {
-    std::string worker_strategy, ranks_text;
-    int rounds = 2, steps = 8, warmup = 2;
-    int64_t worker_ranks = 0;
-    po::options_description flags("fsdp_memory");
-    flags.add_options()("help", "this text")("rounds", po::value(&rounds)->default_value(2), "interleaved rounds")(
-        "steps", po::value(&steps)->default_value(8), "timed steps per run")(
-        "warmup", po::value(&warmup)->default_value(2), "untimed steps per run")(
-        "ranks", po::value(&ranks_text)->default_value("2,4"), "world sizes, comma-separated")(
-        "worker", po::value(&worker_strategy), "internal: train with this strategy")(
-        "worker-ranks", po::value(&worker_ranks), "internal: on this many ranks");
-    if (!volt::bench::parse_flags(argc, argv, flags)) return;
-    if (!worker_strategy.empty()) {
-      run_worker(launcher, worker_strategy, worker_ranks, steps, warmup);
+    volt::bench::RankedFlags flags;
+    flags.steps = 8;
+    flags.warmup = 2;
+    if (!volt::bench::parse_ranked_flags(argc, argv, "fsdp_memory", flags)) return;
+    if (!flags.worker_strategy.empty()) {
+      run_worker(launcher, flags);
       return;
     }
     const std::string program = volt::bench::self_path("fsdp_memory");
@@ -200,39 +128,27 @@ int main(int argc, char** argv) {
                 "per rank, Gloo on 127.0.0.1, 1 thread per rank, %d rounds interleaved, %d timed steps (+%d warm-up).\n"
                 "MiB per rank (the largest rank) counted from live tensors; step time: median ms per step.\n\n",
                 static_cast<long long>(kBlocks * (kWidth * kWidth + kWidth)), static_cast<long long>(kBlocks),
-                static_cast<long long>(kWidth), static_cast<long long>(kWidth), static_cast<long long>(kBatch), rounds,
-                steps, warmup);
+                static_cast<long long>(kWidth), static_cast<long long>(kWidth), static_cast<long long>(kBatch),
+                flags.rounds, flags.steps, flags.warmup);
     std::printf("| ranks | strategy | params | gathered | grads | Adam state | model state | goal | peak RSS | ms/step "
                 "| vs ddp |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
-    std::stringstream ranks_in(ranks_text);
-    for (std::string r; std::getline(ranks_in, r, ',');) {
-      const int64_t ranks = std::stoll(r);
-      std::map<std::string, std::vector<double>> times;
-      std::map<std::string, RankNumbers> memory;
-      const std::string common = " --steps " + std::to_string(steps) + " --warmup " + std::to_string(warmup);
-      for (int round = 0; round < rounds; ++round) {
-        for (const auto& strategy : strategies) {
-          const std::string command =
-              program + " --worker \"" + strategy + "\" --worker-ranks " + std::to_string(ranks) + common;
-          const auto numbers = parse_ranks(volt::bench::run_shell(command, "fsdp_memory"), ranks);
-          times[strategy].push_back(numbers.step_ms);
-          memory[strategy] = numbers;
-        }
-      }
-      const double ddp_ms = median(times["ddp"]);
+    for (const int64_t ranks : flags.world_sizes()) {
+      std::vector<std::pair<std::string, std::string>> commands;
+      for (const auto& strategy : strategies) commands.emplace_back(strategy, flags.worker_command(program, strategy, ranks));
+      const auto runs = volt::bench::run_interleaved(commands, flags.rounds, ranks, "fsdp_memory");
+      const double ddp_ms = runs.median_ms("ddp");
       // Issue 18's goal for FSDP: 1/N of DDP's model state + the largest unit + 5%.
-      const double goal = (memory["ddp"].model() / static_cast<double>(ranks) + unit_bytes) * 1.05;
+      const double goal = (model_state(runs.report.at("ddp")) / static_cast<double>(ranks) + unit_bytes) * 1.05;
+      const std::string goal_text = std::to_string(static_cast<int>(mib(goal)));
       for (const auto& strategy : strategies) {
-        const auto& m = memory[strategy];
-        const double ms = median(times[strategy]);
+        const auto& m = runs.report.at(strategy);
+        const double ms = runs.median_ms(strategy);
         const bool fsdp = strategy.rfind("fsdp", 0) == 0;
+        const std::string verdict = !fsdp ? "" : model_state(m) <= goal ? "<= " + goal_text : "> " + goal_text;
         std::printf("| %lld | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %s | %.0f | %.1f | %.2fx |\n",
-                    static_cast<long long>(ranks), strategy.c_str(), mib(m.params), mib(m.gathered), mib(m.grads),
-                    mib(m.state), mib(m.model()),
-                    fsdp ? (m.model() <= goal ? ("<= " + std::to_string(static_cast<int>(mib(goal)))).c_str()
-                                              : ("> " + std::to_string(static_cast<int>(mib(goal)))).c_str())
-                         : "",
-                    mib(m.rss), ms, ms / ddp_ms);
+                    static_cast<long long>(ranks), strategy.c_str(), mib(m.at("params")), mib(m.at("gathered")),
+                    mib(m.at("grads")), mib(m.at("state")), mib(model_state(m)), verdict.c_str(), mib(m.at("rss")), ms,
+                    ms / ddp_ms);
       }
       std::fflush(stdout);
     }

@@ -20,33 +20,16 @@
 //
 //   build/bench/sharding_memory [--rounds 2] [--steps 12] [--warmup 3] [--ranks 2,4]
 // A volt row's ranks are this program re-executed with --worker (the Trainer's launcher starts them).
-#include <sys/resource.h>
-#include <unistd.h>
-
-#include <boost/program_options.hpp>
-
-#include <chrono>
 #include <cstdio>
-#include <iostream>
-#include <map>
-#include <regex>
-#include <sstream>
-#include <unordered_set>
 
-#include "bench/bench_support.h"
+#include "bench/ranked_runs.h"
 #include "distributed/network.h"
 #include "strategies/ddp/ddp_strategy.h"
-#include "strategies/sharded/oss.h"
 #include "strategies/sharded/sharded_ddp_strategy.h"
 #include "trainer/run_main.h"
-#include "trainer/volt.h"
-
-namespace po = boost::program_options;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-using volt::bench::median;
 using volt::bench::mib;
 using volt::bench::storage_bytes;
 
@@ -79,10 +62,10 @@ class Mlp : public volt::Module {
   torch::nn::Sequential net;
 };
 
-// Counts what the table reports, on every rank, and prints it at the end of training.
-class MemoryProbe : public volt::Callback {
+// Counts what the table reports, on every rank; RankReporter prints it at the end of training.
+class MemoryProbe : public volt::bench::RankReporter {
  public:
-  explicit MemoryProbe(int warmup) : warmup_(warmup) {}
+  using RankReporter::RankReporter;
 
   void on_before_optimizer_step(volt::Trainer&, volt::Module& module, torch::optim::Optimizer&) override {
     std::vector<torch::Tensor> grads;
@@ -90,21 +73,12 @@ class MemoryProbe : public volt::Callback {
     grad_bytes_ = std::max(grad_bytes_, storage_bytes(grads));
   }
 
-  void on_train_batch_end(volt::Trainer&, volt::Module&, const torch::Tensor&, const volt::Batch&, int64_t) override {
-    const auto now = Clock::now();
-    if (++batches_ > warmup_) times_.push_back(std::chrono::duration<double, std::milli>(now - last_).count());
-    last_ = now;
-  }
-
-  void on_train_end(volt::Trainer& trainer, volt::Module& module) override {
-    rusage usage{};
-    getrusage(RUSAGE_SELF, &usage);
-    std::ostringstream line;
-    line << "RANK " << trainer.strategy().topology().global_rank << " step_ms " << median(times_) << " params "
-         << storage_bytes(module.parameters()) << " grads " << grad_bytes_ << " buffers "
-         << buffer_bytes(trainer.strategy()) << " state " << adam_state_bytes(*trainer.optimizers().at(0))
-         << " rss " << usage.ru_maxrss * 1024 << "\n";
-    std::cout << line.str() << std::flush;
+ protected:
+  std::vector<std::pair<std::string, int64_t>> memory(volt::Trainer& trainer, volt::Module& module) override {
+    return {{"params", storage_bytes(module.parameters())},
+            {"grads", grad_bytes_},
+            {"buffers", buffer_bytes(trainer.strategy())},
+            {"state", adam_state_bytes(*trainer.optimizers().at(0))}};
   }
 
  private:
@@ -118,43 +92,15 @@ class MemoryProbe : public volt::Callback {
     return 0;
   }
 
-  static int64_t adam_state_bytes(torch::optim::Optimizer& optimizer) {
-    auto* oss = dynamic_cast<volt::OSS*>(&optimizer);
-    auto& stepping = oss ? oss->local() : optimizer;
-    std::vector<torch::Tensor> tensors;
-    for (const auto& [key, state] : stepping.state()) {
-      const auto& adam = static_cast<const torch::optim::AdamParamState&>(*state);
-      tensors.push_back(adam.exp_avg());
-      tensors.push_back(adam.exp_avg_sq());
-      tensors.push_back(adam.max_exp_avg_sq());
-    }
-    return storage_bytes(tensors);
-  }
-
-  int warmup_;
-  int batches_ = 0;
-  Clock::time_point last_ = Clock::now();
-  std::vector<double> times_;
   int64_t grad_bytes_ = 0;
 };
 
-void run_worker(volt::ProcessLauncher& launcher, const std::string& strategy, int64_t ranks, int steps, int warmup) {
-  volt::TrainerOptions options;
-  options.strategy = strategy;
-  options.devices = ranks;
-  options.accelerator = "cpu";
-  options.max_steps = steps + warmup;
-  options.loggers.clear();
-  options.enable_checkpointing = false;
-  options.enable_progress_bar = false;
-  options.enable_model_summary = false;
-  options.num_sanity_val_steps = 0;
-  options.default_root_dir = "/tmp/volt_sharding_memory";
-  volt::Trainer trainer(options, launcher);
-  trainer.add_callback(std::make_shared<MemoryProbe>(warmup));
+void run_worker(volt::ProcessLauncher& launcher, const volt::bench::RankedFlags& flags) {
+  volt::Trainer trainer(volt::bench::worker_trainer_options(flags, "/tmp/volt_sharding_memory"), launcher);
+  trainer.add_callback(std::make_shared<MemoryProbe>(flags.warmup));
   torch::manual_seed(0);
   auto module = std::make_shared<Mlp>();
-  const int64_t samples = ranks * kBatch * (steps + warmup);
+  const int64_t samples = flags.worker_ranks * kBatch * (flags.steps + flags.warmup);
   auto data = std::make_shared<volt::TensorDataset>(torch::randn({samples, kWidths.front()}),
                                                     torch::randn({samples, kWidths.back()}));
   volt::DataLoaderOptions loader;
@@ -162,51 +108,17 @@ void run_worker(volt::ProcessLauncher& launcher, const std::string& strategy, in
   trainer.fit(module, std::make_shared<volt::DataLoader>(data, loader));
 }
 
-struct RankNumbers {
-  double step_ms = 0, params = 0, grads = 0, buffers = 0, state = 0, rss = 0;
-};
-
-// The RANK lines of `output`: the median rank's step time (all ranks wait for each other) and
-// the largest rank's memory.
-RankNumbers parse_ranks(const std::string& output, int64_t ranks) {
-  static const std::regex pattern(
-      "RANK (\\d+) step_ms (\\S+) params (\\d+) grads (\\d+) buffers (\\d+) state (\\d+) rss (\\d+)");
-  RankNumbers most;
-  std::vector<double> step_ms;
-  for (std::sregex_iterator it(output.begin(), output.end(), pattern), end; it != end; ++it) {
-    step_ms.push_back(std::stod((*it)[2]));
-    most.params = std::max(most.params, std::stod((*it)[3]));
-    most.grads = std::max(most.grads, std::stod((*it)[4]));
-    most.buffers = std::max(most.buffers, std::stod((*it)[5]));
-    most.state = std::max(most.state, std::stod((*it)[6]));
-    most.rss = std::max(most.rss, std::stod((*it)[7]));
-  }
-  volt::check<volt::Error>(static_cast<int64_t>(step_ms.size()) == ranks, "sharding_memory: expected ", ranks,
-                           " RANK lines, got ", step_ms.size(), "; output:\n", output);
-  most.step_ms = median(step_ms);
-  return most;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   return volt::run_main([&](volt::ProcessLauncher& launcher) {
-    std::string worker_strategy, ranks_text;
-    int rounds = 2, steps = 12, warmup = 3;
-    int64_t worker_ranks = 0;
-    po::options_description flags("sharding_memory");
-    flags.add_options()("help", "this text")("rounds", po::value(&rounds)->default_value(2), "interleaved rounds")(
-        "steps", po::value(&steps)->default_value(12), "timed steps per run")(
-        "warmup", po::value(&warmup)->default_value(3), "untimed steps per run")(
-        "ranks", po::value(&ranks_text)->default_value("2,4"), "world sizes, comma-separated")(
-        "worker", po::value(&worker_strategy), "internal: train with this strategy")(
-        "worker-ranks", po::value(&worker_ranks), "internal: on this many ranks");
-    if (!volt::bench::parse_flags(argc, argv, flags)) return;
+    volt::bench::RankedFlags flags;  // defaults: 2 rounds, 12 steps, 3 warm-up, ranks 2,4
+    if (!volt::bench::parse_ranked_flags(argc, argv, "sharding_memory", flags)) return;
     setenv("OMP_NUM_THREADS", "1", 1);
     setenv("OPENBLAS_NUM_THREADS", "1", 1);
-    if (!worker_strategy.empty()) {
+    if (!flags.worker_strategy.empty()) {
       torch::set_num_threads(1);
-      run_worker(launcher, worker_strategy, worker_ranks, steps, warmup);
+      run_worker(launcher, flags);
       return;
     }
     const std::string program = volt::bench::self_path("sharding_memory");
@@ -216,35 +128,28 @@ int main(int argc, char** argv) {
                 "127.0.0.1, 1 thread per rank, %d rounds interleaved, %d timed steps (+%d warm-up). MiB per rank\n"
                 "(the largest rank) counted from live tensors; step time: median ms per step.\n\n",
                 static_cast<long long>(parameter_count()), "912x13-10", static_cast<long long>(kBatch),
-                rounds, steps, warmup);
+                flags.rounds, flags.steps, flags.warmup);
     std::printf("| ranks | strategy                 | params | grads | buffers | Adam state | peak RSS | ms/step | vs ddp "
                 "| vs torch ZeRO |\n|---|---|---|---|---|---|---|---|---|---|\n");
-    std::stringstream ranks_in(ranks_text);
-    for (std::string r; std::getline(ranks_in, r, ',');) {
-      const int64_t ranks = std::stoll(r);
-      std::map<std::string, std::vector<double>> times;
-      std::map<std::string, RankNumbers> memory;
-      const std::string common = " --steps " + std::to_string(steps) + " --warmup " + std::to_string(warmup);
-      for (int round = 0; round < rounds; ++round) {
-        for (const auto& strategy : strategies) {
-          const std::string command =
-              strategy == "torch ZeRO"
-                  ? std::string("GLIBC_TUNABLES=") + volt::bench::kTrainerMallocTunables + " /usr/bin/python3 " + script + " " + std::to_string(ranks) + " " +
-                        std::to_string(volt::find_free_port()) + " " + std::to_string(steps) + " " +
-                        std::to_string(warmup)
-                  : program + " --worker " + strategy + " --worker-ranks " + std::to_string(ranks) + common;
-          const auto numbers = parse_ranks(volt::bench::run_shell(command, "sharding_memory"), ranks);
-          times[strategy].push_back(numbers.step_ms);
-          memory[strategy] = numbers;
-        }
-      }
-      const double ddp_ms = median(times["ddp"]), zero_ms = median(times["torch ZeRO"]);
+    for (const int64_t ranks : flags.world_sizes()) {
+      std::vector<std::pair<std::string, std::string>> commands;
       for (const auto& strategy : strategies) {
-        const auto& m = memory[strategy];
-        const double ms = median(times[strategy]);
+        commands.emplace_back(
+            strategy, strategy == "torch ZeRO"
+                          ? std::string("GLIBC_TUNABLES=") + volt::bench::kTrainerMallocTunables +
+                                " /usr/bin/python3 " + script + " " + std::to_string(ranks) + " " +
+                                std::to_string(volt::find_free_port()) + " " + std::to_string(flags.steps) + " " +
+                                std::to_string(flags.warmup)
+                          : flags.worker_command(program, strategy, ranks));
+      }
+      const auto runs = volt::bench::run_interleaved(commands, flags.rounds, ranks, "sharding_memory");
+      const double ddp_ms = runs.median_ms("ddp"), zero_ms = runs.median_ms("torch ZeRO");
+      for (const auto& strategy : strategies) {
+        const auto& m = runs.report.at(strategy);
+        const double ms = runs.median_ms(strategy);
         std::printf("| %5lld | %-24s | %6.1f | %5.1f | %7.1f | %10.1f | %8.0f | %7.1f | %5.2fx | %12.2fx |\n",
-                    static_cast<long long>(ranks), strategy.c_str(), mib(m.params), mib(m.grads), mib(m.buffers),
-                    mib(m.state), mib(m.rss), ms, ms / ddp_ms, ms / zero_ms);
+                    static_cast<long long>(ranks), strategy.c_str(), mib(m.at("params")), mib(m.at("grads")),
+                    mib(m.at("buffers")), mib(m.at("state")), mib(m.at("rss")), ms, ms / ddp_ms, ms / zero_ms);
       }
       std::fflush(stdout);
     }

@@ -90,7 +90,7 @@ std::string ModelSummary::summarize(const torch::nn::Module& module, int64_t max
 }
 
 void ModelSummary::setup(Trainer& trainer, Module& module, const std::string&) {
-  if (trainer.is_global_zero()) table_ = summarize(module, max_depth_);
+  if (trainer.fn() == TrainerFn::Fitting && trainer.is_global_zero()) table_ = summarize(module, max_depth_);
 }
 
 void ModelSummary::on_fit_start(Trainer& trainer, Module& module) {

@@ -4,6 +4,15 @@ namespace volt::fsdp {
 
 namespace {
 
+// Trainable parameter elements in `module` and below.
+int64_t trainable_elements(const torch::nn::Module& module) {
+  int64_t count = 0;
+  for (const auto& p : module.parameters()) {
+    if (p.requires_grad()) count += p.numel();
+  }
+  return count;
+}
+
 bool is_container_without_forward(const torch::nn::Module& module) {
   return dynamic_cast<const torch::nn::ModuleListImpl*>(&module) != nullptr ||
          dynamic_cast<const torch::nn::ModuleDictImpl*>(&module) != nullptr;
@@ -39,14 +48,6 @@ int64_t wrap_below(torch::nn::Module& module, int64_t min_num_params, std::vecto
 
 void unwrap(const AutoWrapped& wrapped) {
   *(wrapped.parent->begin() + static_cast<std::ptrdiff_t>(wrapped.index)) = wrapped.original;
-}
-
-int64_t trainable_elements(const torch::nn::Module& module) {
-  int64_t count = 0;
-  for (const auto& p : module.parameters()) {
-    if (p.requires_grad()) count += p.numel();
-  }
-  return count;
 }
 
 std::vector<AutoWrapped> auto_wrap(torch::nn::Module& root, int64_t min_num_params) {

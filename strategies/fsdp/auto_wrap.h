@@ -35,7 +35,4 @@ std::vector<AutoWrapped> auto_wrap(torch::nn::Module& root, int64_t min_num_para
 // Puts the entry back as it was before auto_wrap.
 void unwrap(const AutoWrapped& wrapped);
 
-// Trainable parameter elements in `module` and below.
-int64_t trainable_elements(const torch::nn::Module& module);
-
 }  // namespace volt::fsdp

@@ -95,13 +95,6 @@ int64_t FlatParameter::gathered_bytes() const {
   return full_.defined() ? static_cast<int64_t>(full_.storage().nbytes()) : 0;
 }
 
-bool FlatParameter::has_gradients() const {
-  for (const auto& entry : entries_) {
-    if (entry.parameter.grad().defined()) return true;
-  }
-  return false;
-}
-
 torch::Tensor FlatParameter::take_flat_gradient(torch::Dtype reduce_dtype, double pre_divide) {
   torch::NoGradGuard no_grad;
   auto flat = torch::zeros({padded_numel()}, shard_.options().dtype(reduce_dtype).requires_grad(false));

@@ -74,8 +74,6 @@ class FlatParameter {
   // Bytes full_ holds now (0 when released).
   int64_t gathered_bytes() const;
 
-  // Whether any parameter holds a gradient.
-  bool has_gradients() const;
   // The first half of reducing the gradients: the parameters' gradients flattened (zeros where a
   // parameter has none, and in the padding) into padded_numel() elements of `reduce_dtype`,
   // divided by `pre_divide`; the parameters' gradients are dropped (the full-size gradient is

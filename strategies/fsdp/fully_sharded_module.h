@@ -39,7 +39,6 @@ class FullyShardedImpl : public torch::nn::Module {
   void train(bool on = true) override;
 
   torch::nn::Module& wrapped() const { return *module_.ptr(); }
-  std::shared_ptr<torch::nn::Module> wrapped_ptr() const { return module_.ptr(); }
   // Binds the unit the strategy built (nullptr: unbinds; forward then only forwards).
   void bind(std::shared_ptr<FullyShardedUnit> unit) { unit_ = std::move(unit); }
   FullyShardedUnit* unit() const { return unit_.get(); }

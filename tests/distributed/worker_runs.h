@@ -116,4 +116,17 @@ inline std::vector<Trained> trained(const std::string& root, const std::string& 
   return trained_lines(result.output);
 }
 
+// The output of the worker's train mode with --print-steps: `strategy` on `ranks` processes,
+// batch 4 per rank, `optimizer`, plus `extra` flags (expects it to succeed).
+inline std::string run_print_steps(const std::string& strategy, int64_t ranks, const std::string& optimizer,
+                                   const std::string& extra = "") {
+  TemporaryDirectory dir;
+  const auto result = run_command(train_command(dir.path(), "--strategy \"" + strategy + "\" --devices " +
+                                                                 std::to_string(ranks) + " --optimizer " + optimizer +
+                                                                 " --print-steps --batch-size 4 " + extra),
+                                  240);
+  EXPECT_EQ(result.exit_code, 0) << strategy << " " << extra << ":\n" << result.output;
+  return result.output;
+}
+
 }  // namespace volt::testing

@@ -22,18 +22,8 @@ namespace fs = std::filesystem;
 using testing::run_command;
 using testing::newest_checkpoint;
 using testing::train_command;
+using testing::run_print_steps;
 using testing::trained;
-
-std::string run_steps(const std::string& strategy, int64_t ranks, const std::string& optimizer,
-                      const std::string& extra) {
-  testing::TemporaryDirectory dir;
-  const auto result = run_command(train_command(dir.path(), "--strategy \"" + strategy + "\" --devices " +
-                                                                 std::to_string(ranks) + " --optimizer " + optimizer +
-                                                                 " --print-steps --batch-size 4 " + extra),
-                                  240);
-  EXPECT_EQ(result.exit_code, 0) << strategy << " " << extra << ":\n" << result.output;
-  return result.output;
-}
 
 class FSDPLikeDDP : public ::testing::TestWithParam<std::tuple<int64_t, std::string>> {};
 
@@ -41,12 +31,12 @@ TEST_P(FSDPLikeDDP, AfterEveryStepForNestedHandWrappedAndRootOnlyUnits) {
   const auto& [ranks, optimizer] = GetParam();
   for (const std::string model : {"mlp", "mlp_wrapped"}) {
     const std::string extra = "--model " + model;
-    const auto ddp = testing::step_lines(run_steps("ddp", ranks, optimizer, extra));
+    const auto ddp = testing::step_lines(run_print_steps("ddp", ranks, optimizer, extra));
     ASSERT_GE(ddp.at(0).size(), 3u);
     std::vector<std::string> variants = {"fsdp:min_num_params=20", "fsdp:min_num_params=20,reshard_after_forward=false"};
     if (model == "mlp_wrapped") variants = {"fsdp:min_num_params=0", "fsdp:sharding_strategy=SHARD_GRAD_OP"};
     for (const auto& fsdp : variants) {
-      testing::expect_steps_close(testing::step_lines(run_steps(fsdp, ranks, optimizer, extra)), ddp, 1e-6,
+      testing::expect_steps_close(testing::step_lines(run_print_steps(fsdp, ranks, optimizer, extra)), ddp, 1e-6,
                                   fsdp + " vs ddp, " + model + ", " + optimizer + ", " + std::to_string(ranks) +
                                       " ranks");
     }
@@ -59,19 +49,41 @@ INSTANTIATE_TEST_SUITE_P(RanksAndOptimizers, FSDPLikeDDP,
                            return std::to_string(std::get<0>(info.param)) + "ranks_" + std::get<1>(info.param);
                          });
 
-TEST(FSDPOptions, BucketingReduceScattersChangeNoBit) {
+// The worker's --print-steps run of `strategy` (3 ranks, the MLP) under `root`: its steps, and the
+// reduce-scatters rank 0 counted by the end (the last logged comm/reduce_scatter_calls).
+std::pair<testing::StepParameters, double> steps_and_reduce_scatters(const std::string& root,
+                                                                      const std::string& strategy) {
+  const auto result = run_command(train_command(root, "--strategy \"" + strategy +
+                                                          "\" --devices 3 --optimizer momentum --print-steps "
+                                                          "--batch-size 4 --model mlp"),
+                                  240);
+  EXPECT_EQ(result.exit_code, 0) << strategy << ":\n" << result.output;
+  double calls = 0;
+  for (const auto& row : testing::read_csv(root + "/volt_logs/version_0/metrics.csv")) {
+    if (row.count("comm/reduce_scatter_calls") && !row.at("comm/reduce_scatter_calls").empty()) {
+      calls = std::stod(row.at("comm/reduce_scatter_calls"));
+    }
+  }
+  return {testing::step_lines(result.output), calls};
+}
+
+TEST(FSDPOptions, BucketingReduceScattersTheUnitsTogetherAndChangesNoBit) {
   // The MLP's three units (all far below 25 MiB) share one reduce-scatter per backward by default.
-  const auto alone = testing::step_lines(run_steps("fsdp:min_num_params=20,bucket_cap_mb=0", 3, "momentum", "--model mlp"));
+  testing::TemporaryDirectory alone_dir, bucketed_dir;
+  const auto [alone, alone_calls] =
+      steps_and_reduce_scatters(alone_dir.path(), "fsdp:min_num_params=20,bucket_cap_mb=0");
+  const auto [bucketed, bucketed_calls] = steps_and_reduce_scatters(bucketed_dir.path(), "fsdp:min_num_params=20");
   ASSERT_GE(alone.at(0).size(), 3u);
-  testing::expect_steps_close(testing::step_lines(run_steps("fsdp:min_num_params=20", 3, "momentum", "--model mlp")),
-                              alone, 0.0, "fsdp bucketed vs each unit alone");
+  testing::expect_steps_close(bucketed, alone, 0.0, "fsdp bucketed vs each unit alone");
+  EXPECT_GT(bucketed_calls, 0.0);
+  EXPECT_EQ(alone_calls, 3 * bucketed_calls) << "one reduce-scatter per unit and step, against one per step";
 }
 
 TEST(FSDPOptions, GradientAccumulationWithNoSyncAndClippingTrainLikeDDP) {
   for (const std::string extra : {"--model mlp --accumulate-grad-batches 2", "--model mlp --gradient-clip-val 0.05"}) {
-    const auto ddp = testing::step_lines(run_steps("ddp", 2, "momentum", extra));
+    const auto ddp = testing::step_lines(run_print_steps("ddp", 2, "momentum", extra));
     ASSERT_GE(ddp.at(0).size(), 3u) << extra;
-    testing::expect_steps_close(testing::step_lines(run_steps("fsdp:min_num_params=20", 2, "momentum", extra)), ddp,
+    testing::expect_steps_close(testing::step_lines(run_print_steps("fsdp:min_num_params=20", 2, "momentum", extra)), ddp,
                                 1e-6, "fsdp vs ddp, " + extra);
   }
 }
@@ -85,9 +97,9 @@ TEST(FSDPOptions, MixedPrecisionTrainsLikeDDPUnderTheSameAutocastAndGradientDtyp
   for (const auto& [fsdp, ddp, tolerance] : std::vector<std::tuple<std::string, std::string, double>>{
            {"fsdp:min_num_params=20,mixed_precision=true,fp32_reduce_scatter=true", "ddp", 1e-6},
            {"fsdp:min_num_params=20,mixed_precision=true", "ddp:comm_hook=bf16_compress", 0.0}}) {
-    const auto reference = testing::step_lines(run_steps(ddp, 2, "momentum", flags));
+    const auto reference = testing::step_lines(run_print_steps(ddp, 2, "momentum", flags));
     ASSERT_GE(reference.at(0).size(), 3u);
-    testing::expect_steps_close(testing::step_lines(run_steps(fsdp, 2, "momentum", flags)), reference, tolerance,
+    testing::expect_steps_close(testing::step_lines(run_print_steps(fsdp, 2, "momentum", flags)), reference, tolerance,
                                 fsdp + " vs " + ddp + ", both bf16-mixed");
   }
 }
@@ -99,7 +111,9 @@ TEST(FSDPOptions, MixedPrecisionTrainsLikeDDPUnderTheSameAutocastAndGradientDtyp
 // padded to 6), body.0 (36) and body.2 (20), float32.
 TEST(FSDPMemory, EachRankKeepsItsShareAndGathersOneUnitAtATime) {
   for (const auto& [strategy, peak] : std::vector<std::pair<std::string, double>>{
-           {"fsdp:min_num_params=20", (6 + 36) * 4.0}, {"fsdp:min_num_params=20,reshard_after_forward=false", 62 * 4.0}}) {
+           {"fsdp:min_num_params=20", (6 + 36) * 4.0},
+           {"fsdp:min_num_params=20,reshard_after_forward=false", 62 * 4.0},
+           {"fsdp:min_num_params=20,sharding_strategy=SHARD_GRAD_OP", 62 * 4.0}}) {
     testing::TemporaryDirectory dir;
     const auto result = run_command(train_command(dir.path(), "--strategy \"" + strategy +
                                                                   "\" --devices 2 --model mlp --batch-size 4"),

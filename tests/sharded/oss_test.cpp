@@ -94,7 +94,9 @@ TEST(OSS, ConsolidatedStateIsTheUnshardedLayoutAndLoadsAtAnotherWorldSize) {
     }
     auto state = oss->consolidated_state_dict(0);
     if (comm.rank() == 0) consolidated = state;
-    if (comm.rank() != 0) EXPECT_TRUE(state.empty());
+    if (comm.rank() != 0) {
+      EXPECT_TRUE(state.empty());
+    }
   });
   ASSERT_FALSE(consolidated.empty());
   const auto a = consolidated.at("state").toGenericDict(), b = expected.at("state").toGenericDict();

@@ -24,30 +24,20 @@ namespace fs = std::filesystem;
 using testing::run_command;
 using testing::newest_checkpoint;
 using testing::train_command;
+using testing::run_print_steps;
 using testing::trained;
-
-std::string run_steps(const std::string& strategy, int64_t ranks, const std::string& optimizer,
-                      const std::string& extra = "") {
-  testing::TemporaryDirectory dir;
-  const auto result = run_command(train_command(dir.path(), "--strategy \"" + strategy + "\" --devices " +
-                                                                 std::to_string(ranks) + " --optimizer " + optimizer +
-                                                                 " --print-steps --batch-size 4 " + extra),
-                                  240);
-  EXPECT_EQ(result.exit_code, 0) << strategy << ":\n" << result.output;
-  return result.output;
-}
 
 class ShardingStrategies : public ::testing::TestWithParam<std::tuple<int64_t, std::string>> {};
 
 TEST_P(ShardingStrategies, TrainLikeDDPAfterEveryStep) {
   const auto& [ranks, optimizer] = GetParam();
-  const auto ddp = testing::step_lines(run_steps("ddp", ranks, optimizer));
+  const auto ddp = testing::step_lines(run_print_steps("ddp", ranks, optimizer));
   ASSERT_EQ(ddp.size(), static_cast<size_t>(ranks));
   ASSERT_GE(ddp.at(0).size(), 4u);
   for (const auto& [strategy, tolerance] :
        std::vector<std::pair<std::string, double>>{{"ddp:shard_optimizer=true", 0.0}, {"ddp_sharded", 1e-6},
                                                    {"ddp_sharded:reduce_buffer_size=0", 1e-6}}) {
-    testing::expect_steps_close(testing::step_lines(run_steps(strategy, ranks, optimizer)), ddp, tolerance,
+    testing::expect_steps_close(testing::step_lines(run_print_steps(strategy, ranks, optimizer)), ddp, tolerance,
                        strategy + " vs ddp, " + optimizer + ", " + std::to_string(ranks) + " ranks");
   }
 }
@@ -63,7 +53,7 @@ INSTANTIATE_TEST_SUITE_P(RanksAndOptimizers, ShardingStrategies,
 // to DDP's summation difference.
 TEST(ShardingStrategyOptions, EachKeyAndAccumulationTrainLikeDDP) {
   for (const std::string extra : {"", "--accumulate-grad-batches 2"}) {
-    const auto ddp = testing::step_lines(run_steps("ddp", 2, "momentum", extra));
+    const auto ddp = testing::step_lines(run_print_steps("ddp", 2, "momentum", extra));
     ASSERT_GE(ddp.at(0).size(), 3u) << extra;
     for (const auto& [strategy, tolerance] : std::vector<std::pair<std::string, double>>{
              {"ddp_sharded:reduce_fp16=true", 5e-3},
@@ -71,7 +61,7 @@ TEST(ShardingStrategyOptions, EachKeyAndAccumulationTrainLikeDDP) {
              {"ddp_sharded:broadcast_buffers=false,reduce_buffer_size=1", 1e-6},
              {"sharded", 1e-6},
              {"ddp:zero_optimizer=true,broadcast_buffers=false", 0.0}}) {
-      testing::expect_steps_close(testing::step_lines(run_steps(strategy, 2, "momentum", extra)), ddp, tolerance,
+      testing::expect_steps_close(testing::step_lines(run_print_steps(strategy, 2, "momentum", extra)), ddp, tolerance,
                          strategy + " vs ddp " + extra);
     }
   }
