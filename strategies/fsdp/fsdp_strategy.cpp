@@ -223,11 +223,14 @@ ScopeGuard FSDPStrategy::forward_context(RunningStage stage) {
   auto base = ParallelStrategy::forward_context(stage);
   if (units_.empty()) return base;
   auto& root = *units_.front();
+  // The root's "forward" is the whole step, which may itself run backward (manual optimization's
+  // manual_backward inside training_step): its forward ends as soon as it is gathered, and it
+  // stays gathered until its backward (or, below, the end of an evaluation step) releases it.
   root.before_forward();
+  root.after_forward(torch::Tensor());
   return ScopeGuard([&root, base = std::make_shared<ScopeGuard>(std::move(base))]() mutable {
-    root.after_forward(torch::Tensor());
     // No backward follows an evaluation forward: nothing needs the root's parameters until the
-    // next forward gathers them. In training they stay for the backward, which releases them.
+    // next forward gathers them.
     if (!torch::GradMode::is_enabled()) root.flat().release();
     base.reset();
   });

@@ -50,9 +50,8 @@ void FullyShardedUnit::expect(TrainingState state, const char* what) const {
 void FullyShardedUnit::before_forward() {
   check<StateError>(state_ != TrainingState::Forward, describe(),
                     ": forward entered again before the previous one returned (a unit cannot call itself)");
-  check<StateError>(state_ != TrainingState::Backward || backward_done_, describe(),
+  check<StateError>(state_ != TrainingState::Backward, describe(),
                     ": forward called during its backward; run the next forward after backward returns");
-  if (state_ == TrainingState::Backward) state_ = TrainingState::Idle;  // a no_sync window's next micro-batch
   flat_->gather();
   state_ = TrainingState::Forward;
 }
@@ -76,7 +75,6 @@ void FullyShardedUnit::abort_forward() {
 }
 
 void FullyShardedUnit::start_backward(bool synchronize) {
-  if (state_ == TrainingState::Backward) state_ = TrainingState::Idle;  // the previous backward ended
   expect(TrainingState::Idle, "a backward started");
   state_ = TrainingState::Backward;
   synchronize_ = synchronize;
