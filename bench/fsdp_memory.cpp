@@ -122,7 +122,8 @@ int main(int argc, char** argv) {
     }
     const std::string program = volt::bench::self_path("fsdp_memory");
     const std::vector<std::string> strategies{"ddp", "ddp_sharded", "fsdp:min_num_params=1e6",
-                                              "fsdp:min_num_params=1e6,reshard_after_forward=false"};
+                                              "fsdp:min_num_params=1e6,reshard_after_forward=false",
+                                              "fsdp:min_num_params=1e6,forward_prefetch=true,backward_prefetch=true"};
     const double unit_bytes = static_cast<double>(kWidth * kWidth + kWidth) * 4;
     std::printf("FSDP memory, %lld-parameter MLP of %lld blocks (Linear %lldx%lld, one unit each), Adam, batch %lld\n"
                 "per rank, Gloo on 127.0.0.1, 1 thread per rank, %d rounds interleaved, %d timed steps (+%d warm-up).\n"
@@ -137,13 +138,16 @@ int main(int argc, char** argv) {
       for (const auto& strategy : strategies) commands.emplace_back(strategy, flags.worker_command(program, strategy, ranks));
       const auto runs = volt::bench::run_interleaved(commands, flags.rounds, ranks, "fsdp_memory");
       const double ddp_ms = runs.median_ms("ddp");
-      // Issue 18's goal for FSDP: 1/N of DDP's model state + the largest unit + 5%.
-      const double goal = (model_state(runs.report.at("ddp")) / static_cast<double>(ranks) + unit_bytes) * 1.05;
-      const std::string goal_text = std::to_string(static_cast<int>(mib(goal)));
       for (const auto& strategy : strategies) {
         const auto& m = runs.report.at(strategy);
         const double ms = runs.median_ms(strategy);
         const bool fsdp = strategy.rfind("fsdp", 0) == 0;
+        // Issue 18's goal for FSDP: 1/N of DDP's model state + the largest unit + 5%; prefetching
+        // holds a second unit by design, so its row is held to two.
+        const double units = strategy.find("prefetch=true") != std::string::npos ? 2.0 : 1.0;
+        const double goal =
+            (model_state(runs.report.at("ddp")) / static_cast<double>(ranks) + units * unit_bytes) * 1.05;
+        const std::string goal_text = std::to_string(static_cast<int>(mib(goal)));
         const std::string verdict = !fsdp ? "" : model_state(m) <= goal ? "<= " + goal_text : "> " + goal_text;
         std::printf("| %lld | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %s | %.0f | %.1f | %.2fx |\n",
                     static_cast<long long>(ranks), strategy.c_str(), mib(m.at("params")), mib(m.at("gathered")),

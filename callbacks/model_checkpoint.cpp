@@ -201,7 +201,10 @@ bool ModelCheckpoint::may_remove(const Trainer& trainer, const std::string& path
 }
 
 void ModelCheckpoint::remove(Trainer& trainer, const std::string& path) {
-  if (!may_remove(trainer, path)) {
+  // Rank 0 looks at the disk for everyone, as for names: the removal is a collective, and a rank
+  // deciding alone could skip it (weakly_canonical fails for a file that rank 0 removes between
+  // its checks), after which every collective of the run pairs with the wrong one.
+  if (!trainer.strategy().broadcast_decision(may_remove(trainer, path))) {
     if (options_.verbose && trainer.is_global_zero()) {
       std::cout << "ModelCheckpoint: kept " << path << " (outside " << dirpath_
                 << ", or the checkpoint this fit resumed from)" << std::endl;

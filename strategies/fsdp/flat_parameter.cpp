@@ -69,20 +69,47 @@ void FlatParameter::point_parameters_at(const torch::Tensor& flat) {
   for (auto& entry : entries_) entry.parameter.set_data(flat.narrow(0, entry.offset, entry.numel()).view(entry.shape));
 }
 
+FlatParameter::~FlatParameter() {
+  if (!pending_) return;
+  try {
+    pending_->wait();
+  } catch (...) {
+    // The run is failing already (a timed-out or broken collective): the error that caused it is
+    // the one to report; the storage is not freed before the collective is done with it.
+  }
+}
+
+CollectiveHandle FlatParameter::start_gather() {
+  allocate_storage(full_, bytes_of(full_));
+  if (gathered_bytes_) gathered_bytes_->add(static_cast<int64_t>(bytes_of(full_)));
+  torch::NoGradGuard no_grad;
+  pending_source_ = shard_.detach().to(compute_dtype_).contiguous();
+  return communicator_.all_gather_into_async(full_, pending_source_);
+}
+
 void FlatParameter::gather() {
   if (gathered_ || entries_.empty()) return;
-  allocate_storage(full_, bytes_of(full_));
-  {
-    torch::NoGradGuard no_grad;
-    const auto source = shard_.detach().to(compute_dtype_);
-    communicator_.all_gather_into(full_, source);
-  }
+  if (!pending_) pending_ = start_gather();
+  finish_prefetch();
+}
+
+void FlatParameter::prefetch() {
+  if (gathered_ || pending_ || entries_.empty()) return;
+  pending_ = start_gather();
+  if (gathered_bytes_) ++gathered_bytes_->prefetches;
+}
+
+void FlatParameter::finish_prefetch() {
+  auto handle = std::move(*pending_);
+  pending_.reset();
+  handle.wait();
+  pending_source_ = torch::Tensor();
   point_parameters_at(full_);
   gathered_ = true;
-  if (gathered_bytes_) gathered_bytes_->add(static_cast<int64_t>(bytes_of(full_)));
 }
 
 void FlatParameter::release() {
+  if (pending_) finish_prefetch();
   if (!gathered_ || entries_.empty()) return;
   const auto empty = torch::empty({0}, full_.options());
   for (auto& entry : entries_) entry.parameter.set_data(empty);

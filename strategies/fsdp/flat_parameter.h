@@ -15,11 +15,18 @@
 // the gradient accumulators stay valid; a released parameter reads as an empty tensor, never as
 // freed memory.
 //
+// Note [Prefetching a unit]: prefetch() starts the all-gather asynchronously into full_'s
+// refilled storage and returns; the collective runs on the process group's worker thread while
+// this thread computes another unit. gather() then only waits for it. Nothing reads the storage
+// before that wait (the parameters still point at empty tensors until gather() points them at
+// it), and release() waits before it frees the storage the collective writes into.
+//
 // Not thread-safe; every [collective] method must be called by every rank in the same order.
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +40,7 @@ namespace volt::fsdp {
 struct GatheredBytes {
   int64_t now = 0;
   int64_t peak = 0;  // the most alive at once since the last reset_peak()
+  int64_t prefetches = 0;  // gathers started by prefetch() (counted when they start)
   void add(int64_t bytes) { peak = std::max(peak, now += bytes); }
   void remove(int64_t bytes) { now -= bytes; }
   void reset_peak() { peak = now; }
@@ -54,6 +62,10 @@ class FlatParameter {
   // `gathered`: where its gathers and releases are counted (none: null).
   FlatParameter(std::vector<std::pair<std::string, torch::Tensor>> parameters, Communicator& communicator,
                 torch::Dtype compute_dtype, std::shared_ptr<GatheredBytes> gathered = nullptr);
+  // Waits for a prefetch still in flight (its collective writes into full_'s storage).
+  ~FlatParameter();
+  FlatParameter(const FlatParameter&) = delete;
+  FlatParameter& operator=(const FlatParameter&) = delete;
 
   const std::vector<Entry>& entries() const { return entries_; }
   bool empty() const { return entries_.empty(); }
@@ -66,10 +78,16 @@ class FlatParameter {
   torch::Dtype compute_dtype() const { return compute_dtype_; }
 
   bool gathered() const { return gathered_; }
+  // Whether a prefetch() is in flight (gather() completes it).
+  bool prefetching() const { return pending_.has_value(); }
   // All-gathers the shards (cast to the compute dtype) into full_ and points the parameters at
-  // it. [collective]
+  // it; completes a prefetch in flight instead. [collective, unless completing a prefetch]
   void gather();
-  // Frees full_'s storage; the parameters become empty (Note [Freeing gathered parameters]).
+  // Starts gather()'s all-gather without waiting for it (Note [Prefetching a unit]); nothing when
+  // gathered or in flight already. [collective]
+  void prefetch();
+  // Frees full_'s storage (waiting for a prefetch in flight first); the parameters become empty
+  // (Note [Freeing gathered parameters]).
   void release();
   // Bytes full_ holds now (0 when released).
   int64_t gathered_bytes() const;
@@ -101,6 +119,9 @@ class FlatParameter {
 
  private:
   void point_parameters_at(const torch::Tensor& flat);
+  // Refills full_'s storage and starts the all-gather into it (counted as gathered from now).
+  CollectiveHandle start_gather();
+  void finish_prefetch();  // waits for it, then points the parameters at full_
 
   Communicator& communicator_;
   int64_t rank_, world_;
@@ -110,6 +131,8 @@ class FlatParameter {
   torch::Tensor shard_;
   torch::Tensor full_;  // [padded_numel] in compute_dtype_; storage freed while released
   bool gathered_ = false;
+  std::optional<CollectiveHandle> pending_;  // a prefetch in flight
+  torch::Tensor pending_source_;             // what it sends, alive until it completes
   std::shared_ptr<GatheredBytes> gathered_bytes_;
 };
 

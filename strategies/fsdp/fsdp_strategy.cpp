@@ -31,6 +31,12 @@ const OptionSchema<FSDPOptions>& FSDPOptions::schema() {
                   "MiB of a bucket in which units' smaller flat gradients wait to be reduce-scattered together "
                   "(fairscale's; the result is bit for bit the same); 0: each unit's alone, at once",
                   at_least(0.0), at_most(1024.0 * 1024.0))
+          .option("forward_prefetch", &FSDPOptions::forward_prefetch,
+                  "start the all-gather of the next unit (in the order of the first forward) before a unit's "
+                  "forward runs, so that it overlaps that compute; two units are gathered at once")
+          .option("backward_prefetch", &FSDPOptions::backward_prefetch,
+                  "with resharding: start the all-gather of the unit whose backward comes next before a unit's "
+                  "backward runs (PyTorch's BACKWARD_PRE); two units are gathered at once")
           .choice("state_dict_type", &FSDPOptions::state_dict_type,
                   {{"full", CheckpointLayout::Full}, {"sharded", CheckpointLayout::Sharded}},
                   "checkpoint layout: full (PyTorch's names and optimizer layout, gathered; any strategy and world "
@@ -72,6 +78,7 @@ void FSDPStrategy::unbind_units() {
   if (bucket_) bucket_->discard();
   units_.clear();
   bucket_.reset();
+  order_ = fsdp::ExecutionOrder{};
   module_ = nullptr;
 }
 
@@ -94,6 +101,8 @@ fsdp::UnitSettings FSDPStrategy::unit_settings(bool is_root) const {
   settings.reshard_after_forward = options_.resharding();
   settings.reduce_dtype = options_.fp32_reduce_scatter ? torch::kFloat : compute_dtype();
   settings.pre_divide = fsdp::gradient_pre_divide_factor(communicator().size());
+  settings.forward_prefetch = options_.forward_prefetch;
+  settings.backward_prefetch = options_.backward_prefetch;
   return settings;
 }
 
@@ -140,8 +149,8 @@ void FSDPStrategy::build_units(torch::nn::Module& root) {
   for (size_t i = 0; i < pending.size(); ++i) {
     auto flat =
         std::make_unique<fsdp::FlatParameter>(std::move(pending[i].parameters), communicator(), dtype, gathered_);
-    auto unit =
-        std::make_shared<fsdp::FullyShardedUnit>(pending[i].name, std::move(flat), unit_settings(i == 0), *bucket_);
+    auto unit = std::make_shared<fsdp::FullyShardedUnit>(pending[i].name, std::move(flat), unit_settings(i == 0),
+                                                         *bucket_, &order_);
     if (pending[i].wrapper != nullptr) {
       pending[i].wrapper->bind(unit);
       bound_.push_back(pending[i].wrapper);
@@ -226,12 +235,20 @@ ScopeGuard FSDPStrategy::forward_context(RunningStage stage) {
   // The root's "forward" is the whole step, which may itself run backward (manual optimization's
   // manual_backward inside training_step): its forward ends as soon as it is gathered, and it
   // stays gathered until its backward (or, below, the end of an evaluation step) releases it.
+  order_.start();  // the first forward records the units' order (nothing once recorded)
   root.before_forward();
   root.after_forward(torch::Tensor());
-  return ScopeGuard([&root, base = std::make_shared<ScopeGuard>(std::move(base))]() mutable {
+  return ScopeGuard([this, base = std::make_shared<ScopeGuard>(std::move(base))]() mutable {
+    order_.stop();
     // No backward follows an evaluation forward: nothing needs the root's parameters until the
-    // next forward gathers them.
-    if (!torch::GradMode::is_enabled()) root.flat().release();
+    // next forward gathers them, nor another unit's that a prefetch gathered for a forward that
+    // did not run it. One still in flight is left to its next gather or release: waiting for a
+    // collective may throw, which this exit must not.
+    if (!torch::GradMode::is_enabled()) {
+      for (auto& unit : units_) {
+        if (!unit->flat().prefetching()) unit->flat().release();
+      }
+    }
     base.reset();
   });
 }
@@ -283,6 +300,7 @@ std::map<std::string, double> FSDPStrategy::metrics() const {
   metrics["fsdp/full_bytes"] = full_bytes;
   metrics["fsdp/gathered_bytes"] = static_cast<double>(gathered_->now);
   metrics["fsdp/peak_gathered_bytes"] = static_cast<double>(last_step_peak_);
+  metrics["fsdp/prefetches"] = static_cast<double>(gathered_->prefetches);
   return metrics;
 }
 

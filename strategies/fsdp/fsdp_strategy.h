@@ -10,7 +10,8 @@
 // Lifecycle: wrap_module broadcasts rank 0's parameters and buffers, auto-wraps, builds the
 // units (params then released); setup_optimizers replaces each unit's parameters in the user's
 // optimizers by the unit's shard (all of a unit's parameters must be in one param group);
-// forward_context gathers the root unit (units below gather themselves); pre_backward /
+// forward_context gathers the root unit (units below gather themselves; the first forward
+// records their order, by which they prefetch when asked); pre_backward /
 // post_backward open and close the units' backward; no_sync keeps full gradients until the
 // window's last micro-batch. Buffers are broadcast from rank 0 once, at setup.
 // Not thread-safe (one Trainer, one thread).
@@ -23,6 +24,7 @@
 #include "core/option_schema.h"
 #include "core/registry.h"
 #include "strategies/fsdp/auto_wrap.h"
+#include "strategies/fsdp/execution_order.h"
 #include "strategies/fsdp/flat_optimizer_state.h"
 #include "strategies/fsdp/fully_sharded_unit.h"
 #include "strategies/parallel_strategy.h"
@@ -39,6 +41,8 @@ struct FSDPOptions {
   bool mixed_precision = false;        // gather, compute and reduce in the precision's 16-bit dtype
   bool fp32_reduce_scatter = false;    // with mixed_precision: reduce-scatter gradients in float32
   double bucket_cap_mb = 25;           // units' gradients below it share reduce-scatters; 0: each alone
+  bool forward_prefetch = false;       // all-gather the next unit while a unit's forward runs
+  bool backward_prefetch = false;      // all-gather the previous unit while a unit's backward runs
   CheckpointLayout state_dict_type = CheckpointLayout::Full;
 
   static const OptionSchema<FSDPOptions>& schema();
@@ -84,7 +88,8 @@ class FSDPStrategy : public ParallelStrategy {
   // ParallelStrategy's, plus what the units hold on this rank, counted from live tensors:
   // "fsdp/units", "fsdp/shard_bytes" (parameter shards), "fsdp/full_bytes" (what the units'
   // parameters take gathered, padding included), "fsdp/gathered_bytes" (gathered now) and
-  // "fsdp/peak_gathered_bytes" (the most gathered at once during the last optimizer step's window).
+  // "fsdp/peak_gathered_bytes" (the most gathered at once during the last optimizer step's window)
+  // and "fsdp/prefetches" (all-gathers started ahead of their unit by this strategy).
   std::map<std::string, double> metrics() const override;
   void after_optimizer_steps(int64_t global_step) override;
 
@@ -116,6 +121,7 @@ class FSDPStrategy : public ParallelStrategy {
   bool synchronize_ = true;
   std::shared_ptr<fsdp::GatheredBytes> gathered_ = std::make_shared<fsdp::GatheredBytes>();
   std::unique_ptr<fsdp::ReduceScatterBucket> bucket_;  // shared by the units; built with them
+  fsdp::ExecutionOrder order_;                         // the units' forward order, for prefetching
   int64_t last_step_peak_ = 0;
 };
 

@@ -15,8 +15,8 @@ std::string to_string(TrainingState state) {
 }
 
 FullyShardedUnit::FullyShardedUnit(std::string name, std::unique_ptr<FlatParameter> flat, UnitSettings settings,
-                                   ReduceScatterBucket& bucket)
-    : name_(std::move(name)), flat_(std::move(flat)), settings_(settings), bucket_(bucket) {
+                                   ReduceScatterBucket& bucket, ExecutionOrder* order)
+    : name_(std::move(name)), flat_(std::move(flat)), settings_(settings), bucket_(bucket), order_(order) {
   const auto& entries = flat_->entries();
   arrived_.assign(entries.size(), false);
   // An accumulator records its parameter's shape when it is made, and autograd checks every
@@ -52,8 +52,21 @@ void FullyShardedUnit::before_forward() {
                     ": forward entered again before the previous one returned (a unit cannot call itself)");
   check<StateError>(state_ != TrainingState::Backward, describe(),
                     ": forward called during its backward; run the next forward after backward returns");
+  if (order_ != nullptr) order_->record(this);
   flat_->gather();
   state_ = TrainingState::Forward;
+  if (settings_.forward_prefetch && order_ != nullptr) {
+    if (auto* next = order_->after(this)) next->prefetch_for_forward();
+  }
+}
+
+void FullyShardedUnit::prefetch_for_forward() {
+  if (state_ == TrainingState::Idle) flat_->prefetch();
+}
+
+void FullyShardedUnit::prefetch_for_backward() {
+  // Not the root (gathered throughout), nor a unit whose backward is over.
+  if (state_ == TrainingState::Backward && !backward_done_ && !settings_.is_root) flat_->prefetch();
 }
 
 void FullyShardedUnit::after_forward(const torch::Tensor& output) {
@@ -85,7 +98,11 @@ void FullyShardedUnit::start_backward(bool synchronize) {
 
 void FullyShardedUnit::on_output_gradient() {
   expect(TrainingState::Backward, "a gradient reached its outputs");
-  if (!backward_done_) flat_->gather();
+  if (backward_done_) return;
+  flat_->gather();
+  if (settings_.backward_prefetch && order_ != nullptr) {
+    if (auto* previous = order_->before(this)) previous->prefetch_for_backward();
+  }
 }
 
 void FullyShardedUnit::on_parameter_gradient(size_t index) {

@@ -17,6 +17,14 @@
 // through the strategy's ReduceScatterBucket: a small unit's may wait there until the strategy
 // flushes it at the end of backward.
 //
+// Prefetch (Note [Prefetching a unit]; options forward_prefetch, backward_prefetch): with the
+// model's ExecutionOrder recorded, a unit's forward starts the all-gather of the unit after it
+// before running its own module, and the regather for a unit's backward starts the all-gather of
+// the unit before it (whose backward comes next), so that the next unit's communication runs
+// while this one computes. At most two units are gathered at once then, instead of one. A
+// prefetched unit that does not run is released with the others at the end of backward (in
+// evaluation, at its next gather or release).
+//
 // Every transition that gathers or reduces is a collective: every rank's model must run the same
 // units in the same order (as for PyTorch's FSDP). Not thread-safe.
 #include <torch/torch.h>
@@ -25,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "strategies/fsdp/execution_order.h"
 #include "strategies/fsdp/flat_parameter.h"
 #include "strategies/fsdp/reduce_scatter_bucket.h"
 
@@ -38,6 +47,8 @@ struct UnitSettings {
   bool reshard_after_forward = true;      // free gathered parameters between forward and backward
   torch::Dtype reduce_dtype = torch::kFloat;  // the dtype gradients are reduce-scattered in
   double pre_divide = 1.0;                // gradient_pre_divide_factor(world)
+  bool forward_prefetch = false;          // gather the next unit while this one's forward runs
+  bool backward_prefetch = false;         // gather the previous unit while this one's backward runs
 };
 
 class FullyShardedUnit : public std::enable_shared_from_this<FullyShardedUnit> {
@@ -45,8 +56,10 @@ class FullyShardedUnit : public std::enable_shared_from_this<FullyShardedUnit> {
   // `name`: the unit's module path in the root ("" for the root), for errors. `flat` (gathered,
   // as constructed) is released once the unit hooked its parameters. `bucket`: where its
   // gradients are reduce-scattered (shared by a strategy's units; it must outlive the unit).
+  // `order`: the model's forward order, which the unit records itself in and prefetches by
+  // (shared by a strategy's units, outliving them; null: no prefetch).
   FullyShardedUnit(std::string name, std::unique_ptr<FlatParameter> flat, UnitSettings settings,
-                   ReduceScatterBucket& bucket);
+                   ReduceScatterBucket& bucket, ExecutionOrder* order = nullptr);
   ~FullyShardedUnit();
   FullyShardedUnit(const FullyShardedUnit&) = delete;
   FullyShardedUnit& operator=(const FullyShardedUnit&) = delete;
@@ -58,7 +71,7 @@ class FullyShardedUnit : public std::enable_shared_from_this<FullyShardedUnit> {
   TrainingState state() const { return state_; }
   const UnitSettings& settings() const { return settings_; }
 
-  // Idle → Forward: gathers the parameters. [collective]
+  // Idle → Forward: gathers the parameters (and prefetches the next unit). [collective]
   void before_forward();
   // Forward → Idle: releases the parameters (non-root units, when resharding after forward or
   // when no gradient will follow) and hooks `output` when it requires grad.
@@ -78,6 +91,8 @@ class FullyShardedUnit : public std::enable_shared_from_this<FullyShardedUnit> {
 
  private:
   void on_output_gradient();           // the first gradient reached an output: gather again
+  void prefetch_for_forward();         // the unit before it in forward is gathering itself
+  void prefetch_for_backward();        // the unit after it in forward is gathering for backward
   void on_parameter_gradient(size_t index);
   void complete_backward();            // reduce (when synchronizing) and release
   void reduce_gradients();             // through the bucket: the shard's gradient is set when it is reduced
@@ -87,6 +102,7 @@ class FullyShardedUnit : public std::enable_shared_from_this<FullyShardedUnit> {
   std::unique_ptr<FlatParameter> flat_;
   UnitSettings settings_;
   ReduceScatterBucket& bucket_;
+  ExecutionOrder* order_;
   TrainingState state_ = TrainingState::Idle;
   bool synchronize_ = true;
   bool backward_done_ = false;

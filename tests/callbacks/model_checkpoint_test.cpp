@@ -3,6 +3,7 @@
 // the first run's files (with EarlyStopping's and Timer's state restored too).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <set>
@@ -82,6 +83,43 @@ TEST(ModelCheckpoint, KeepsTheTopKByTheMonitoredMetricAndNaNRanksWorst) {
                           {kNaN, 0.5, 0.25, 0.75}, 4);
   EXPECT_EQ(files_in(max_dir.file("ckpt")), (std::set<std::string>{"epoch=1-step=8.ckpt", "epoch=3-step=16.ckpt"}));
   EXPECT_DOUBLE_EQ(max_run.checkpoint->best_model_score(), 0.75);
+}
+
+// The decisions asked of rank 0 and the removals, in order (one process: rank 0's decision is
+// this process's own).
+class DecisionLog : public SingleDeviceStrategy {
+ public:
+  bool broadcast_decision(bool decision) override {
+    events.push_back(decision ? "decided yes" : "decided no");
+    return decision;
+  }
+  void remove_checkpoint(const fs::path& path) override {
+    events.push_back("remove");
+    SingleDeviceStrategy::remove_checkpoint(path);
+  }
+  std::vector<std::string> events;
+};
+
+TEST(ModelCheckpoint, WhetherAnOldFileGoesIsRankZerosDecision) {
+  // Whether a replaced checkpoint may be removed is read from the disk. Each rank reading it for
+  // itself raced rank 0's removal of that very file: a rank that then skipped the removal (a
+  // collective) paired every later collective with the wrong one (the fsdp main job stalled, or
+  // a rank stopped fitting on another's answer). Every removal follows rank 0's decision: the new
+  // name (no collision), the write (it succeeded), then whether the old file goes.
+  TemporaryDirectory dir;
+  auto options = quiet_options(dir.path());
+  options.max_epochs = 2;
+  auto strategy = std::make_shared<DecisionLog>();
+  Trainer trainer(options, strategy);
+  trainer.add_callback(std::make_shared<ModelCheckpoint>(ModelCheckpointOptions{.dirpath = dir.file("ckpts")}));
+  trainer.fit(std::make_shared<ScriptedModule>(std::vector<double>{3, 2}), std::make_shared<RegressionData>(32, 8));
+  const auto& events = strategy->events;
+  const auto removal = std::find(events.begin(), events.end(), "remove");
+  ASSERT_NE(removal, events.end()) << "the second epoch's checkpoint replaces the first";
+  ASSERT_GE(removal - events.begin(), 3);
+  EXPECT_EQ(std::vector<std::string>(removal - 3, removal),
+            (std::vector<std::string>{"decided no", "decided yes", "decided yes"}));
+  EXPECT_EQ(files_in(dir.file("ckpts")).size(), 1u);
 }
 
 TEST(ModelCheckpoint, SaveTopKZeroWritesOnlyLastAndMinusOneKeepsAll) {

@@ -88,7 +88,9 @@ TEST(CpuThreads, TheTrainerAppliesItsFlags) {
   Trainer trainer(options);
   trainer.fit(std::make_shared<testing::RegressionModule>(), std::make_shared<testing::RegressionData>(16, 8));
   EXPECT_EQ(torch::get_num_threads(), 1);
-  if (openblas_threads() >= 0) EXPECT_EQ(openblas_threads(), 2);
+  if (openblas_threads() >= 0) {
+    EXPECT_EQ(openblas_threads(), 2);
+  }
 }
 
 }  // namespace

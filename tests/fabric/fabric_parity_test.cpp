@@ -3,9 +3,12 @@
 // ranks) reach bit-identical parameters after every optimizer step, for ddp with accumulation
 // (also with a short last window that the loader's last batch closes) and for ddp_sharded (OSS:
 // the optimizer the loop steps is the strategy's wrapper); a ddp_sharded run stopped, saved and
-// resumed through Fabric::save/load continues exactly like the run that never stopped; the
-// loop's collectives hold their closed forms.
+// resumed through Fabric::save/load continues exactly like the run that never stopped; fsdp the
+// same, and unwrap_module gives its model back whole; the loop's collectives hold their closed
+// forms.
 #include <gtest/gtest.h>
+
+#include <regex>
 
 #include "tests/distributed/worker_runs.h"
 
@@ -22,17 +25,28 @@ ProcessResult run_ok(const std::string& command, const std::string& what) {
   return result;
 }
 
-// Every step of every rank, the Trainer's and the Fabric's, under the same `flags`.
+// Every step of every rank, the Trainer's and the Fabric's, under the same `flags`; after the
+// loop, unwrap_module leaves the model whole with the last step's parameters.
 void expect_fabric_equals_trainer(const std::string& flags, size_t steps_per_rank, size_t ranks = 2) {
   TemporaryDirectory trainer_dir, fabric_dir;
   const auto trainer = step_lines(
       run_ok(train_command(trainer_dir.path(), flags + " --print-steps"), "Trainer " + flags).output);
   ASSERT_EQ(trainer.size(), ranks) << "every rank of the Trainer prints its steps";
   ASSERT_EQ(trainer.at(0).size(), steps_per_rank) << flags;
-  const auto fabric = step_lines(
-      run_ok(fabric_command(fabric_dir.path(), "--mode train --max-epochs 2 " + flags), "Fabric " + flags).output);
+  const auto output =
+      run_ok(fabric_command(fabric_dir.path(), "--mode train --max-epochs 2 " + flags), "Fabric " + flags).output;
+  const auto fabric = step_lines(output);
   // Tolerance 0: bit for bit (the workers print 17 significant digits of float32 values).
   expect_steps_close(fabric, trainer, 0.0, "Fabric vs Trainer, " + flags);
+  static const std::regex unwrapped_line("UNWRAPPED rank=(\\d+) params=(\\S+)");
+  size_t unwrapped = 0;
+  for (std::sregex_iterator it(output.begin(), output.end(), unwrapped_line), end; it != end; ++it, ++unwrapped) {
+    const auto rank = std::stoll((*it)[1]);
+    ASSERT_TRUE(fabric.count(rank) && !fabric.at(rank).empty()) << flags;
+    EXPECT_EQ(comma_separated((*it)[2]), fabric.at(rank).rbegin()->second)
+        << flags << ": rank " << rank << "'s model after unwrap_module against its last step";
+  }
+  EXPECT_EQ(unwrapped, ranks) << flags << ": every rank unwraps its model";
 }
 
 TEST(FabricParity, DDPWithAccumulationEqualsTheTrainerAfterEveryStep) {
@@ -56,6 +70,12 @@ TEST(FabricParity, DDPUnderBF16MixedWithTheLossInAutocastEqualsTheTrainer) {
   const auto fabric = step_lines(
       run_ok(fabric_command(fabric_dir.path(), "--mode train --max-epochs 2 --loss-in-autocast " + flags), flags).output);
   expect_steps_close(fabric, trainer, 0.0, "Fabric vs Trainer, " + flags);
+}
+
+TEST(FabricParity, FSDPEqualsTheTrainerAfterEveryStepAndUnwrapsTheWholeModel) {
+  // The root unit: gathered in the FabricModule's forward, reduce-scattered in fabric.backward,
+  // the shards stepped; no_sync windows of 2; unwrap_module gathers the model back.
+  expect_fabric_equals_trainer("--strategy fsdp --devices 2 --batch-size 4 --accumulate-grad-batches 2 --optimizer adam", 8);
 }
 
 TEST(FabricParity, DDPShardedEqualsTheTrainerAfterEveryStep) {

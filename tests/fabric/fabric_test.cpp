@@ -279,6 +279,15 @@ TEST(FabricErrors, MisuseIsAConfigurationErrorThatSaysWhatToDo) {
   EXPECT_TRUE(fabric.step(*optimizer)) << "outside the region the step goes ahead";
   message = configuration_error_of([&] { fabric.backward(torch::ones({1})); });
   EXPECT_NE(message.find("does not require grad"), std::string::npos) << message;
+
+  // The end of the loop: the model is the user's again; driving it through the Fabric is refused.
+  fabric.unwrap_module();
+  message = configuration_error_of([&] { fabric.step(*optimizer); });
+  EXPECT_NE(message.find("the loop has ended"), std::string::npos) << message;
+  message = configuration_error_of([&] { fabric.save("/nonexistent/x.ckpt", {{"model", model}}); });
+  EXPECT_NE(message.find("before fabric.unwrap_module()"), std::string::npos) << message;
+  message = configuration_error_of([&] { fabric.unwrap_module(); });
+  EXPECT_NE(message.find("the loop has ended"), std::string::npos) << message;
 }
 
 }  // namespace

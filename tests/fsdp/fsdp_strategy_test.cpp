@@ -33,7 +33,8 @@ TEST_P(FSDPLikeDDP, AfterEveryStepForNestedHandWrappedAndRootOnlyUnits) {
     const std::string extra = "--model " + model;
     const auto ddp = testing::step_lines(run_print_steps("ddp", ranks, optimizer, extra));
     ASSERT_GE(ddp.at(0).size(), 3u);
-    std::vector<std::string> variants = {"fsdp:min_num_params=20", "fsdp:min_num_params=20,reshard_after_forward=false"};
+    std::vector<std::string> variants = {"fsdp:min_num_params=20", "fsdp:min_num_params=20,reshard_after_forward=false",
+                                         "fsdp:min_num_params=20,forward_prefetch=true,backward_prefetch=true"};
     if (model == "mlp_wrapped") variants = {"fsdp:min_num_params=0", "fsdp:sharding_strategy=SHARD_GRAD_OP"};
     for (const auto& fsdp : variants) {
       testing::expect_steps_close(testing::step_lines(run_print_steps(fsdp, ranks, optimizer, extra)), ddp, 1e-6,
@@ -112,13 +113,18 @@ TEST(FSDPOptions, MixedPrecisionTrainsLikeDDPUnderTheSameAutocastAndGradientDtyp
 // Memory, counted from the units' live tensors (the strategy's fsdp/* metrics, logged every
 // step): each rank keeps 1/N of every unit (padded), nothing stays gathered after a step, and
 // the most gathered at once is the root plus the largest other unit when resharding after
-// forward, every unit without it. The MLP's units on 2 ranks: the root (linear, 5 elements,
-// padded to 6), body.0 (36) and body.2 (20), float32.
+// forward, every unit without it or with forward prefetch (which gathers the next unit while one
+// computes), both body units with backward prefetch (body.2's backward, with body.0 prefetched,
+// comes after the root's layer, the model's last, has released the root). The MLP's units on 2
+// ranks: the root (linear, 5 elements, padded to 6), body.0 (36) and body.2 (20), float32.
 TEST(FSDPMemory, EachRankKeepsItsShareAndGathersOneUnitAtATime) {
   for (const auto& [strategy, peak] : std::vector<std::pair<std::string, double>>{
            {"fsdp:min_num_params=20", (6 + 36) * 4.0},
            {"fsdp:min_num_params=20,reshard_after_forward=false", 62 * 4.0},
-           {"fsdp:min_num_params=20,sharding_strategy=SHARD_GRAD_OP", 62 * 4.0}}) {
+           {"fsdp:min_num_params=20,sharding_strategy=SHARD_GRAD_OP", 62 * 4.0},
+           {"fsdp:min_num_params=20,forward_prefetch=true", 62 * 4.0},
+           {"fsdp:min_num_params=20,backward_prefetch=true", (36 + 20) * 4.0}}) {
+    const bool prefetching = strategy.find("prefetch") != std::string::npos;
     testing::TemporaryDirectory dir;
     const auto result = run_command(train_command(dir.path(), "--strategy \"" + strategy +
                                                                   "\" --devices 2 --model mlp --batch-size 4"),
@@ -133,6 +139,16 @@ TEST(FSDPMemory, EachRankKeepsItsShareAndGathersOneUnitAtATime) {
       EXPECT_EQ(std::stod(row.at("fsdp/full_bytes")), 62 * 4.0) << strategy;
       EXPECT_EQ(std::stod(row.at("fsdp/gathered_bytes")), 0.0) << strategy << ": released after the step";
       EXPECT_EQ(std::stod(row.at("fsdp/peak_gathered_bytes")), peak) << strategy << ", step " << row.at("step");
+      // Each step after the first: body.0 and body.2 ahead of their forwards, or body.0 ahead of
+      // its backward; the validation forwards add theirs.
+      const double prefetches = std::stod(row.at("fsdp/prefetches"));
+      if (prefetching) {
+        EXPECT_GE(prefetches, strategy.find("forward") != std::string::npos ? 2.0 * (std::stod(row.at("step")) - 1)
+                                                                             : std::stod(row.at("step")) - 1)
+            << strategy << ", step " << row.at("step");
+      } else {
+        EXPECT_EQ(prefetches, 0.0) << strategy;
+      }
       ++checked;
     }
     EXPECT_GE(checked, 10) << strategy << ": steps logged with the fsdp metrics";

@@ -1,7 +1,8 @@
 // The FlatParameter and a unit's lifecycle on ranks as threads: each rank keeps 1/N of a unit's
 // parameters (padded), nothing gathered at rest; a gathered unit computes with the full values;
 // gradients reduce-scatter to the mean over ranks of the shard; the lifecycle refuses calls out of
-// order with a StateError that names the unit and its state.
+// order with a StateError that names the unit and its state; a prefetch gathers in the
+// background, by the order the first forward recorded.
 #include <gtest/gtest.h>
 
 #include "core/error.h"
@@ -126,6 +127,32 @@ TEST_P(FlatParameterTest, ABucketReducesSmallGradientsTogetherToTheSameBits) {
   });
 }
 
+TEST_P(FlatParameterTest, APrefetchGathersInTheBackgroundAndGatherOrReleaseCompletesIt) {
+  const int64_t n = GetParam();
+  with_communicators(n, [&](Communicator& c) {
+    auto linear = same_linear();
+    const auto full = torch::cat({linear->weight.detach().flatten(), linear->bias.detach().flatten()}).clone();
+    auto flat = flatten(linear, c);
+    flat->release();
+    flat->prefetch();
+    EXPECT_TRUE(flat->prefetching());
+    EXPECT_FALSE(flat->gathered());
+    EXPECT_EQ(flat->gathered_bytes(), flat->padded_numel() * 4) << "the storage is refilled when the gather starts";
+    EXPECT_EQ(linear->weight.numel(), 0) << "parameters point at the gathered values only once gather() waited";
+    flat->prefetch();  // in flight already: nothing more
+    flat->gather();
+    EXPECT_FALSE(flat->prefetching());
+    EXPECT_TRUE(torch::equal(linear->weight.detach().flatten(), full.narrow(0, 0, 6))) << "rank " << c.rank();
+    EXPECT_TRUE(torch::equal(linear->bias.detach(), full.narrow(0, 6, 2)));
+    flat->release();
+    flat->prefetch();
+    flat->release();  // prefetched and never used: waits for the collective, then frees
+    EXPECT_FALSE(flat->prefetching());
+    EXPECT_FALSE(flat->gathered());
+    EXPECT_EQ(flat->gathered_bytes(), 0);
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(WorldSizes, FlatParameterTest, ::testing::Values(1, 2, 3),
                          [](const auto& info) { return "world" + std::to_string(info.param); });
 
@@ -159,6 +186,55 @@ TEST(UnitLifecycle, CallsOutOfOrderAreStateErrorsNamingTheUnitAndItsState) {
     EXPECT_NE(outside.find("in its idle state (expected backward)"), std::string::npos) << outside;
     EXPECT_NE(outside.find("must go through the strategy"), std::string::npos) << outside;
     module->bind(nullptr);
+  });
+}
+
+TEST(UnitPrefetch, TheFirstForwardRecordsTheOrderAndLaterOnesGatherTheNextUnitAhead) {
+  with_communicators(2, [&](Communicator& c) {
+    auto first = same_linear();
+    torch::nn::Linear second(2, 2);
+    {
+      torch::NoGradGuard no_grad;
+      second->weight.copy_(torch::tensor({{0.5f, -1.0f}, {0.25f, 2.0f}}));
+      second->bias.fill_(0.125);
+    }
+    const auto x = torch::ones({1, 3});
+    const auto expected = second->forward(first->forward(x)).detach();
+    ReduceScatterBucket bucket(c, 0);
+    ExecutionOrder order;
+    UnitSettings settings;
+    settings.forward_prefetch = true;
+    auto first_unit = std::make_shared<FullyShardedUnit>("0", flatten(first, c), settings, bucket, &order);
+    std::vector<std::pair<std::string, torch::Tensor>> parameters;
+    for (const auto& item : second->named_parameters()) parameters.emplace_back(item.key(), item.value());
+    auto second_unit = std::make_shared<FullyShardedUnit>(
+        "1", std::make_unique<FlatParameter>(std::move(parameters), c, torch::kFloat), settings, bucket, &order);
+    auto first_module = wrap(first);
+    auto second_module = wrap(second);
+    first_module->bind(first_unit);
+    second_module->bind(second_unit);
+    torch::NoGradGuard no_grad;
+    bool prefetched_during_first = false;
+    const auto run = [&] {
+      auto hidden = first_module->forward_with([&] {
+        prefetched_during_first = second_unit->flat().prefetching();
+        return first->forward(x);
+      });
+      return second_module->forward(hidden);
+    };
+    order.start();
+    EXPECT_TRUE(torch::equal(run(), expected));
+    order.stop();
+    EXPECT_EQ(order.units(), (std::vector<FullyShardedUnit*>{first_unit.get(), second_unit.get()}));
+    EXPECT_FALSE(prefetched_during_first) << "nothing to prefetch by while the order is being recorded";
+    EXPECT_EQ(order.after(first_unit.get()), second_unit.get());
+    EXPECT_EQ(order.before(first_unit.get()), nullptr);
+    order.start();  // recorded already: nothing changes
+    EXPECT_TRUE(torch::equal(run(), expected)) << "rank " << c.rank();
+    EXPECT_TRUE(prefetched_during_first) << "the second unit's gather was in flight while the first computed";
+    EXPECT_FALSE(second_unit->flat().gathered()) << "released after its forward, as without prefetch";
+    first_module->bind(nullptr);
+    second_module->bind(nullptr);
   });
 }
 

@@ -48,9 +48,25 @@ void Fabric::require_launched(const char* call) const {
 
 void Fabric::require_set_up(const char* call) const {
   require_launched(call);
+  require_not_unwrapped(call);
   check<ConfigurationError>(module_ != nullptr && !optimizers_.empty(), "Fabric::", call,
                             ": no model and optimizer are set up; call fabric.setup(model, optimizer) first and use "
                             "the module and optimizer it returns");
+}
+
+void Fabric::require_not_unwrapped(const char* call) const {
+  check<ConfigurationError>(!unwrapped_, "Fabric::", call, ": the loop has ended (unwrap_module gave the model back "
+                            "whole and the strategy no longer drives it); call ", call,
+                            " before fabric.unwrap_module(), or save the whole model with volt::save_weights");
+}
+
+void Fabric::unwrap_module() {
+  require_launched("unwrap_module");
+  require_not_unwrapped("unwrap_module");
+  check<ConfigurationError>(module_ != nullptr, "Fabric::unwrap_module: no module is set up; call "
+                            "fabric.setup(model, optimizer) first");
+  strategy_->restore_module(*module_);
+  unwrapped_ = true;
 }
 
 void Fabric::set_up_module(const std::shared_ptr<torch::nn::Module>& module) {
@@ -213,6 +229,7 @@ torch::nn::Module& Fabric::unwrapped(torch::nn::Module& module) {
 // two as the Trainer writes them.
 void Fabric::save(const std::filesystem::path& path, const CheckpointItems& items) {
   require_launched("save");
+  require_not_unwrapped("save");
   const auto layout = strategy_->checkpoint_layout();
   StateDict checkpoint = checkpoint_header(*strategy_, layout);
   checkpoint.set("writer", std::string("fabric"));
@@ -252,6 +269,7 @@ void Fabric::save(const std::filesystem::path& path, const CheckpointItems& item
 
 StateDict Fabric::load(const std::filesystem::path& path, const CheckpointItems& items, bool strict) {
   require_launched("load");
+  require_not_unwrapped("load");
   const std::string source = "checkpoint '" + path.string() + "'";
   const StateDict checkpoint = strategy_->load_checkpoint(path);
   check_checkpoint_readable(checkpoint, *strategy_, source);

@@ -18,7 +18,7 @@
 //   fabric.save("run.ckpt", {{"model", model}, {"optimizer", optimizer}});
 //
 // Order: launch, then setup (or setup_module then setup_optimizers), setup_dataloader, then the
-// loop; each out of order is a ConfigurationError that says what to call first. One Fabric sets up
+// loop, then (optionally) unwrap_module; each out of order is a ConfigurationError that says what to call first. One Fabric sets up
 // one module (a strategy wraps one). A Fabric is used on one thread; methods marked [collective]
 // must be called by every rank at the same point.
 #include <torch/torch.h>
@@ -161,6 +161,16 @@ class Fabric {
   int64_t skipped_steps() const { return skipped_steps_; }
   bool last_step_skipped() const { return last_step_skipped_; }
 
+  // ---- the end of the loop
+  // Gives the model back whole, as the user built it (Strategy::restore_module, what the Trainer
+  // does when a run ends: fsdp gathers every unit into the module's own tensors and puts
+  // auto-wrapped entries back; other strategies leave the model as it is), so that it can be
+  // saved with volt::save_weights or used on its own. It ends the loop: accumulate, no_sync,
+  // backward, clip, step, zero_grad, save and load are ConfigurationErrors afterwards (a sharded
+  // optimizer steps shards that no longer feed the model); the FabricModule still runs forward.
+  // Once, after setup. [collective]
+  void unwrap_module();
+
   // ---- who am I, and collectives for the loop (the strategy's)
   int64_t global_rank() const { return strategy_->topology().global_rank; }
   int64_t local_rank() const { return strategy_->topology().local_rank; }
@@ -205,6 +215,7 @@ class Fabric {
   // ran.
   void require_launched(const char* call) const;
   void require_set_up(const char* call) const;
+  void require_not_unwrapped(const char* call) const;  // ConfigurationError after unwrap_module
   // The optimizer the strategy steps for `optimizer` (the given one or its wrapper); throws
   // ConfigurationError for one that was not set up.
   torch::optim::Optimizer& stepped_optimizer(torch::optim::Optimizer& optimizer, const char* call) const;
@@ -216,6 +227,7 @@ class Fabric {
   RunPlacement placement_;
   std::shared_ptr<Strategy> strategy_;
   bool launched_ = false;
+  bool unwrapped_ = false;  // unwrap_module ran: the loop is over
   std::shared_ptr<torch::nn::Module> module_;  // the user's module, once set up
   // The optimizers as given to setup_optimizers and as the strategy steps them, by index.
   std::vector<std::shared_ptr<torch::optim::Optimizer>> given_optimizers_, optimizers_;

@@ -182,15 +182,6 @@ class CheckpointAndCrash : public Callback {
   int64_t crash_rank_, crash_epoch_;
 };
 
-// The module's parameters flattened in registration order, unsharded: through the strategy's full
-// state dict, so that a strategy that shards parameters (fsdp) prints them whole. [collective]
-torch::Tensor full_parameters(Strategy& strategy, torch::nn::Module& module) {
-  const auto state = strategy.model_state_dict(module, CheckpointLayout::Full);
-  std::vector<torch::Tensor> flat;
-  for (const auto& item : module.named_parameters()) flat.push_back(state.get_tensor(item.key()).flatten());
-  return torch::cat(flat);
-}
-
 // --print-steps: "STEP rank=.. step=.. params=.." after every optimizer step, for tests that compare
 // strategies step by step.
 class StepPrinter : public Callback {
@@ -198,7 +189,7 @@ class StepPrinter : public Callback {
   void on_train_batch_end(Trainer& trainer, Module& module, const torch::Tensor&, const Batch&, int64_t) override {
     if (trainer.global_step() == last_step_) return;
     last_step_ = trainer.global_step();
-    const auto params = full_parameters(trainer.strategy(), module);
+    const auto params = testing::full_parameters(trainer.strategy(), module);
     std::ostringstream line;
     line << std::setprecision(17) << "STEP rank=" << trainer.strategy().topology().global_rank
          << " step=" << last_step_ << " params=";
@@ -246,7 +237,7 @@ void train(const TrainerOptions& options, ProcessLauncher& launcher, int64_t bat
   if (options.seed) seed_everything(*options.seed);
   auto module = std::make_shared<WorkerModule>(model_options, print_buffers, manual_accumulate);
   trainer.fit(module, std::make_shared<testing::RegressionData>(64, batch_size, false, 7, 13));
-  const auto params = full_parameters(trainer.strategy(), *module);
+  const auto params = testing::full_parameters(trainer.strategy(), *module);
   std::ostringstream text;
   text << std::setprecision(17);
   for (int64_t i = 0; i < params.numel(); ++i) text << (i ? "," : "") << params[i].item<double>();

@@ -12,7 +12,10 @@
 //                       --loss-in-autocast computes the loss inside fabric.autocast(), as the
 //                       Trainer runs the whole training_step inside the precision's region;
 //                       --save PATH saves model and optimizer at the end, --load PATH restores
-//                       them at the start (and prints "LOADED rank=.. step=.. params=..")
+//                       them at the start (and prints "LOADED rank=.. step=.. params=..");
+//                       parameters are printed whole (through the strategy's full state dict);
+//                       at the end fabric.unwrap_module() and "UNWRAPPED rank=.. params=.." read
+//                       from the model itself
 //   --mode collectives  all_reduce (sum, mean), broadcast of a tensor and of a decision, barrier
 //                       and print checked against closed forms; prints "COLLECTIVES rank=.. ok"
 // Exit status 0 only when every check held.
@@ -66,7 +69,7 @@ void train(Fabric& fabric, const TrainerOptions& options, const po::variables_ma
   if (!load_from.empty()) {
     fabric.load(load_from, {{"model", model}, {"optimizer", optimizer}});
     print_line("LOADED rank=" + rank + " step=" + std::to_string(fabric.global_step()) +
-               " params=" + joined(model->flat_parameters()));
+               " params=" + joined(testing::full_parameters(fabric.strategy(), *model)));
   }
   const int64_t epochs = options.resolved_max_epochs();
   for (int64_t epoch = 0; epoch < epochs; ++epoch) {
@@ -83,12 +86,15 @@ void train(Fabric& fabric, const TrainerOptions& options, const po::variables_ma
       fabric.step(*optimizer);
       fabric.zero_grad(*optimizer);
       print_line("STEP rank=" + rank + " step=" + std::to_string(fabric.global_step()) +
-                 " params=" + joined(model->flat_parameters()));
+                 " params=" + joined(testing::full_parameters(fabric.strategy(), *model)));
     }
   }
   print_line("SKIPPED rank=" + rank + " count=" + std::to_string(fabric.skipped_steps()));
   const auto save_to = values["save"].as<std::string>();
   if (!save_to.empty()) fabric.save(save_to, {{"model", model}, {"optimizer", optimizer}});
+  // The end of the loop: the model whole again, read without the strategy.
+  fabric.unwrap_module();
+  print_line("UNWRAPPED rank=" + rank + " params=" + joined(model->flat_parameters()));
 }
 
 void collectives(Fabric& fabric) {
