@@ -3,6 +3,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "strategies/decision_site.h"
 #include "distributed/flat_buffers.h"
 #include "distributed/process_group_setup.h"
 #include "distributed/state_gather.h"
@@ -118,16 +119,27 @@ torch::Tensor ParallelStrategy::broadcast(const torch::Tensor& value, int64_t ro
   return copy;
 }
 
-bool ParallelStrategy::broadcast_decision(bool decision) {
-  auto flag = torch::tensor({decision ? 1 : 0}, torch::kInt);
-  communicator().broadcast(flag, 0);
-  return flag.item<int>() != 0;
+bool ParallelStrategy::broadcast_decision(bool decision, std::source_location where) {
+  const auto site = decision_site(where);
+  auto message = torch::tensor({int64_t{decision ? 1 : 0}, site.id, site.line}, torch::kLong);
+  communicator().broadcast(message, 0);
+  check_decision_site(site, message[1].item<int64_t>(), message[2].item<int64_t>(), topology(), "broadcast_decision",
+                      "rank 0");
+  return message[0].item<int64_t>() != 0;
 }
 
-bool ParallelStrategy::reduce_boolean_decision(bool decision, bool all) {
-  auto flag = torch::tensor({decision ? 1 : 0}, torch::kInt);
-  communicator().all_reduce(flag, all ? ReduceOp::Min : ReduceOp::Max);
-  return flag.item<int>() != 0;
+bool ParallelStrategy::reduce_boolean_decision(bool decision, bool all, std::source_location where) {
+  // One Min reduction for all three: "any" is "not all false", and the sites agree when the
+  // smallest id is also the largest (the smallest of the negated ids).
+  const auto site = decision_site(where);
+  const int64_t value = (all ? decision : !decision) ? 1 : 0;
+  auto message = torch::tensor({value, site.id, -site.id}, torch::kLong);
+  communicator().all_reduce(message, ReduceOp::Min);
+  const int64_t smallest = message[1].item<int64_t>(), largest = -message[2].item<int64_t>();
+  check_decision_site(site, smallest == site.id ? largest : smallest, -1, topology(), "reduce_boolean_decision",
+                      "another rank");
+  const bool reduced = message[0].item<int64_t>() != 0;
+  return all ? reduced : !reduced;
 }
 
 void ParallelStrategy::barrier(const std::string&) { communicator().barrier(); }

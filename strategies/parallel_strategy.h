@@ -41,8 +41,10 @@ class ParallelStrategy : public Strategy {
 
   torch::Tensor all_reduce(const torch::Tensor& value, ReduceOp op) override;      // [collective]
   torch::Tensor broadcast(const torch::Tensor& value, int64_t root = 0) override;  // [collective]
-  bool broadcast_decision(bool decision) override;                                 // [collective]
-  bool reduce_boolean_decision(bool decision, bool all = true) override;           // [collective]
+  bool broadcast_decision(bool decision,
+                          std::source_location site = std::source_location::current()) override;  // [collective]
+  bool reduce_boolean_decision(bool decision, bool all = true,
+                               std::source_location site = std::source_location::current()) override;  // [collective]
   void barrier(const std::string& name = "") override;                             // [collective]
   std::vector<StateDict> gather_states(const StateDict& mine, int64_t root = 0) override;  // [collective]
 

@@ -29,7 +29,7 @@ fs::path shard_file(const fs::path& directory, int64_t rank) {
 // a collective, so it is also the barrier after the write). A failure is rethrown where it
 // happened and reported as a CheckpointError on the other ranks.
 void run_and_agree(StrategyCollectives& strategy, bool run_here, bool all_ranks_ran, const std::string& what,
-                   const std::function<void()>& body) {
+                   const std::function<void()>& body, std::source_location site = std::source_location::current()) {
   std::exception_ptr failure;
   if (run_here) {
     try {
@@ -38,8 +38,9 @@ void run_and_agree(StrategyCollectives& strategy, bool run_here, bool all_ranks_
       failure = std::current_exception();
     }
   }
-  const bool ok = all_ranks_ran ? strategy.reduce_boolean_decision(failure == nullptr, /*all=*/true)
-                                : strategy.broadcast_decision(failure == nullptr);
+  // The caller's line names the agreement (Note [Which decision]): a save and a removal differ.
+  const bool ok = all_ranks_ran ? strategy.reduce_boolean_decision(failure == nullptr, /*all=*/true, site)
+                                : strategy.broadcast_decision(failure == nullptr, site);
   if (failure) std::rethrow_exception(failure);
   const auto topology = strategy.topology();
   check<CheckpointError>(ok, what, " failed on ", all_ranks_ran ? "another rank" : "global rank 0",

@@ -8,6 +8,7 @@
 // Every method marked [collective] must be called by every rank at the same point.
 #include <torch/torch.h>
 
+#include <source_location>
 #include <string>
 #include <vector>
 
@@ -29,10 +30,17 @@ class StrategyCollectives {
   virtual torch::Tensor all_reduce(const torch::Tensor& value, ReduceOp op) { return value; }  // [collective]
   // `root`'s value, on every rank. [collective]
   virtual torch::Tensor broadcast(const torch::Tensor& value, int64_t root = 0) { return value; }
-  // Rank 0's decision, on every rank (stopping, checkpointing). [collective]
-  virtual bool broadcast_decision(bool decision) { return decision; }
-  // `all`: true iff every rank decided true; otherwise true iff any did. [collective]
-  virtual bool reduce_boolean_decision(bool decision, bool all = true) { return decision; }
+  // Rank 0's decision, on every rank (stopping, checkpointing). `site`: where it is taken; ranks
+  // at different decisions fail (Note [Which decision], decision_site.h). [collective]
+  virtual bool broadcast_decision(bool decision, std::source_location site = std::source_location::current()) {
+    return decision;
+  }
+  // `all`: true iff every rank decided true; otherwise true iff any did. `site` as above.
+  // [collective]
+  virtual bool reduce_boolean_decision(bool decision, bool all = true,
+                                       std::source_location site = std::source_location::current()) {
+    return decision;
+  }
   virtual void barrier(const std::string& name = "") {}  // [collective]
   // Every rank's `mine`, by rank, on `root` (the other ranks get an empty vector): per-rank state
   // for a checkpoint one rank writes (a comm hook's error feedback, a sharded optimizer's shard).

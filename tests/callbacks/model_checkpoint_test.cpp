@@ -89,7 +89,7 @@ TEST(ModelCheckpoint, KeepsTheTopKByTheMonitoredMetricAndNaNRanksWorst) {
 // this process's own).
 class DecisionLog : public SingleDeviceStrategy {
  public:
-  bool broadcast_decision(bool decision) override {
+  bool broadcast_decision(bool decision, std::source_location = std::source_location::current()) override {
     events.push_back(decision ? "decided yes" : "decided no");
     return decision;
   }

@@ -5,6 +5,7 @@
 // communication bytes are logged. Launched by volt's launcher and by torchrun.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <regex>
 
@@ -48,7 +49,7 @@ TEST_F(DistributedTrainingTest, LauncherRunEqualsOneProcessWithTheGlobalBatch) {
   EXPECT_EQ(lines[0].log_dir, dir.path() + "/volt_logs/version_0");
   EXPECT_FALSE(std::filesystem::exists(dir.path() + "/volt_logs/version_1"));
   const auto rows = testing::read_csv(lines[0].log_dir + "/metrics.csv");
-  int64_t synced_rows = 0, step_rows_48 = 0;
+  int64_t synced_rows = 0, step_rows_68 = 0;
   double last_bytes = 0;
   for (const auto& row : rows) {
     if (row.count("rank_plus_one")) {
@@ -61,13 +62,32 @@ TEST_F(DistributedTrainingTest, LauncherRunEqualsOneProcessWithTheGlobalBatch) {
       EXPECT_GE(bytes, last_bytes);
       last_bytes = bytes;
       // Within an epoch a step moves: the gradients (8 + 1 float32 = 36 bytes), the synced
-      // rank_plus_one (one float64, 8) and rank 0's stop decision (one int32, 4).
-      if (std::stod(row.at("comm/step_bytes")) == 48.0) ++step_rows_48;
+      // rank_plus_one (one float64, 8) and rank 0's stop decision with its site (three int64, 24).
+      if (std::stod(row.at("comm/step_bytes")) == 68.0) ++step_rows_68;
     }
   }
   EXPECT_EQ(synced_rows, 8);  // 2 epochs × 4 steps
-  EXPECT_GE(step_rows_48, 6) << "steps 2-4 of each epoch";
+  EXPECT_GE(step_rows_68, 6) << "steps 2-4 of each epoch";
   EXPECT_GT(last_bytes, 8 * 36.0);
+}
+
+TEST_F(DistributedTrainingTest, RanksAtDifferentDecisionsFailAtOnceNamingWhere) {
+  // Rank 1 alone takes a decision after its first batch (a collective behind a rank-local
+  // condition). Without the decision's site it would take rank 0's next stop decision as its
+  // answer and run on one collective out of step (Note [Which decision]).
+  testing::TemporaryDirectory dir;
+  const auto start = std::chrono::steady_clock::now();
+  const auto result = run_command(
+      train_command(dir.path(), "--batch-size 8 --devices 2 --strategy ddp --stray-decision-rank 1"), 180);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("ranks out of step: global rank 1 of 2 took a broadcast_decision at "
+                               "distributed_worker.cpp:"),
+            std::string::npos)
+      << result.output;
+  EXPECT_NE(result.output.find("while rank 0 took its broadcast_decision elsewhere (at line"), std::string::npos)
+      << result.output;
+  EXPECT_LT(seconds, 45.0) << "at once, not at the collectives' 60 s timeout";
 }
 
 TEST_F(DistributedTrainingTest, TorchrunRunEqualsOneProcessWithTheGlobalBatch) {

@@ -49,7 +49,7 @@ class SecondRankStrategy : public SingleDeviceStrategy {
 class FixedDecisionStrategy : public SingleDeviceStrategy {
  public:
   explicit FixedDecisionStrategy(bool rank0_decision) : decision_(rank0_decision) {}
-  bool broadcast_decision(bool) override {
+  bool broadcast_decision(bool, std::source_location = std::source_location::current()) override {
     ++calls;
     return decision_;
   }

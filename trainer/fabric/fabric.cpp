@@ -207,9 +207,9 @@ torch::Tensor Fabric::broadcast(const torch::Tensor& value, int64_t root) {
   return strategy_->broadcast(value, root);
 }
 
-bool Fabric::broadcast(bool decision) {
+bool Fabric::broadcast(bool decision, std::source_location site) {
   require_launched("broadcast");
-  return strategy_->broadcast_decision(decision);
+  return strategy_->broadcast_decision(decision, site);
 }
 
 void Fabric::barrier(const std::string& name) {

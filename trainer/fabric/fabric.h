@@ -27,6 +27,7 @@
 #include <iostream>
 #include <memory>
 #include <set>
+#include <source_location>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -179,7 +180,8 @@ class Fabric {
   torch::Device device() const { return placement_.device; }
   torch::Tensor all_reduce(const torch::Tensor& value, ReduceOp op = ReduceOp::Mean);  // [collective]
   torch::Tensor broadcast(const torch::Tensor& value, int64_t root = 0);               // [collective]
-  bool broadcast(bool decision);  // rank 0's decision on every rank [collective]
+  // Rank 0's decision on every rank; ranks at different calls fail (Note [Which decision]).
+  bool broadcast(bool decision, std::source_location site = std::source_location::current());  // [collective]
   void barrier(const std::string& name = "");                                          // [collective]
   // One line on stdout from global rank 0 only (written at once, so lines of several processes
   // sharing a terminal do not interleave).

@@ -21,6 +21,8 @@
 //                       --crash-rank R --crash-epoch E rank R throws at the start of epoch E on
 //                       the first attempt (TORCHELASTIC_RESTART_COUNT unset or 0), so that
 //                       torchrun --max_restarts 1 ... --ckpt-path last resumes the group
+//                       --stray-decision-rank R: rank R alone takes a broadcast_decision after
+//                       its first training batch (a collective behind a rank-local condition)
 //   --mode sampler      fit over a dataset whose inputs are the sample indices (10 samples,
 //                       batch 2, shuffled, 2 epochs); prints "SEEN rank=.. epoch=.. indices=.."
 // --report-signals (any mode): a process that SIGINT or SIGTERM ends prints "SIGNAL rank=..
@@ -161,6 +163,20 @@ class WorkerModule : public testing::RegressionModule {
   int64_t manual_accumulate_;
 };
 
+// One rank takes a decision the others do not take (Note [Which decision]).
+class StrayDecision : public Callback {
+ public:
+  explicit StrayDecision(int64_t rank) : rank_(rank) {}
+  void on_train_batch_end(Trainer& trainer, Module&, const torch::Tensor&, const Batch&, int64_t batch_idx) override {
+    if (trainer.strategy().topology().global_rank == rank_ && batch_idx == 0 && trainer.current_epoch() == 0) {
+      trainer.strategy().broadcast_decision(true);
+    }
+  }
+
+ private:
+  int64_t rank_;
+};
+
 // Saves <checkpoint_dir>/last.ckpt at every epoch end, and makes one rank fail once.
 class CheckpointAndCrash : public Callback {
  public:
@@ -227,10 +243,11 @@ testing::RegressionOptions regression_options(const std::string& optimizer, int6
 
 void train(const TrainerOptions& options, ProcessLauncher& launcher, int64_t batch_size, std::shared_ptr<Callback> extra,
            const testing::RegressionOptions& model_options, bool print_steps, bool print_buffers,
-           int64_t manual_accumulate) {
+           int64_t manual_accumulate, int64_t stray_decision_rank) {
   register_test_strategy();
   Trainer trainer(options, launcher);  // run_main's launcher: the children's exit statuses count
   trainer.add_callback(std::move(extra));
+  if (stray_decision_rank >= 0) trainer.add_callback(std::make_shared<StrayDecision>(stray_decision_rank));
   if (print_steps) trainer.add_callback(std::make_shared<StepPrinter>());
   // LibTorch seeds its default generator nondeterministically: seed before building the model,
   // so that the one-process reference starts from the same weights as the ranks.
@@ -339,6 +356,8 @@ int main(int argc, char** argv) {
         ("checkpoint-every-epoch", po::bool_switch(), "save last.ckpt at every epoch end (--mode train)")
         ("crash-rank", po::value<int64_t>()->default_value(-1), "rank that throws once (--mode train)")
         ("crash-epoch", po::value<int64_t>()->default_value(-1), "epoch at whose start it throws")
+        ("stray-decision-rank", po::value<int64_t>()->default_value(-1),
+         "rank that alone takes a decision after its first batch (--mode train)")
         ("optimizer", po::value<std::string>()->default_value("sgd"), "sgd | momentum | adam (--mode train)")
         ("report-signals", po::bool_switch(), "print SIGNAL lines when SIGINT/SIGTERM end this process")
         ("print-steps", po::bool_switch(), "print the parameters after every optimizer step (--mode train)")
@@ -360,7 +379,7 @@ int main(int argc, char** argv) {
                    regression_options(vm["optimizer"].as<std::string>(), vm["skip-every"].as<int64_t>(),
                                       vm["model"].as<std::string>()),
                    vm["print-steps"].as<bool>(), vm["print-buffers"].as<bool>(),
-                   vm["manual-accumulate"].as<int64_t>());
+                   vm["manual-accumulate"].as<int64_t>(), vm["stray-decision-rank"].as<int64_t>());
     }
     if (mode == "sampler") return record_sampler(options);
     const auto cluster = cluster_of(options);
