@@ -65,6 +65,15 @@ void Communicator::reduce_scatter_into(torch::Tensor output, const torch::Tensor
   reduce_scatter_into_async(std::move(output), input, op).wait();
 }
 
+void Communicator::all_gather_chunks(torch::Tensor flat, const std::vector<int64_t>& counts) {
+  all_gather_chunks_async(std::move(flat), counts).wait();
+}
+
+void Communicator::reduce_scatter_chunks(torch::Tensor output, const torch::Tensor& input,
+                                         const std::vector<int64_t>& counts, ReduceOp op) {
+  reduce_scatter_chunks_async(std::move(output), input, counts, op).wait();
+}
+
 namespace {
 
 // `bytes` as a uint8 tensor of `length` elements, zero-padded.

@@ -64,6 +64,14 @@ struct CommunicatorOptions {
   // 0: no inline path: every all_reduce goes through the process group, bfloat16 ones through
   // float32. Must be the same on every rank.
   int64_t inline_all_reduce_max_bytes = 1 << 20;
+  // Whether volt's own ring collectives (Gloo's reduce_scatter and the uneven-chunk collectives)
+  // run on a thread of their own, so that they overlap with what the caller computes meanwhile
+  // (Note [Ring collectives off the calling thread]), or on the calling thread. The thread pays
+  // only with a core to spare: where the computing threads already take every core (one process
+  // per core), it competes with them and the calling thread finishes the ring sooner. The
+  // Trainer turns it on when every process of the node has two cores or more
+  // (process_group_setup.h). Results are the same bit for bit either way. Inherited by sub-groups.
+  bool ring_thread = true;
 
   // Throws ConfigurationError naming the field, the value and what is allowed.
   void validate() const;
@@ -121,6 +129,22 @@ class Communicator {
   void reduce_scatter_into(torch::Tensor output, const torch::Tensor& input, ReduceOp op = ReduceOp::Sum);
   virtual CollectiveHandle reduce_scatter_into_async(torch::Tensor output, const torch::Tensor& input,
                                                      ReduceOp op = ReduceOp::Sum) = 0;
+
+  // ---- uneven chunks (ZeRO's buffers laid out by owner), each [collective]
+  // A flat tensor of size() consecutive chunks, chunk r of counts[r] elements (counts the same on
+  // every rank, each >= 0, summing to the tensor's numel; a chunk may be empty). Gloo runs volt's
+  // rings (Note [Ring all_gather in place], Note [Ring reduce_scatter]); other backends pad every
+  // chunk to the largest and use all_gather_into / reduce_scatter_into (padded_chunks.h).
+  // `flat` (contiguous): on entry chunk rank() holds this rank's values; afterwards every rank's
+  // `flat` holds every rank's chunk. The result of wait() is `flat`.
+  void all_gather_chunks(torch::Tensor flat, const std::vector<int64_t>& counts);
+  virtual CollectiveHandle all_gather_chunks_async(torch::Tensor flat, std::vector<int64_t> counts) = 0;
+  // `input` (contiguous) laid out as above; `output` (contiguous, counts[rank()] elements, input's
+  // dtype and device) gets chunk rank() reduced over all ranks. `input` is not modified.
+  void reduce_scatter_chunks(torch::Tensor output, const torch::Tensor& input, const std::vector<int64_t>& counts,
+                             ReduceOp op = ReduceOp::Sum);
+  virtual CollectiveHandle reduce_scatter_chunks_async(torch::Tensor output, const torch::Tensor& input,
+                                                       std::vector<int64_t> counts, ReduceOp op = ReduceOp::Sum) = 0;
 
   // ---- variable-size bytes (serialized state), each [collective]: sizes are gathered first,
   // then the bytes padded to the largest; costs two collectives.

@@ -1,15 +1,14 @@
-// The c10d half of Communicator: rendezvous through a TCPStore, a Gloo (or NCCL) process group,
-// and the collectives on it with volt's timeouts, counters and error messages.
-#include <cstdlib>
+// The c10d half of Communicator: a Gloo (or NCCL) process group, and the collectives on it with
+// volt's timeouts, counters and error messages (the rendezvous: communicator_connect.cpp).
+#include "distributed/process_group_communicator.h"
 
-#include "distributed/c10d_compat.h"
-#include "distributed/collective_handle_state.h"
-#include "distributed/communicator.h"
-#include "distributed/inline_gloo_all_reduce.h"
-#include "distributed/ring_reduce_scatter.h"
-#include "distributed/peer_monitor.h"
 #include "core/error.h"
-#include "distributed/network.h"
+#include "distributed/collective_handle_state.h"
+#include "distributed/inline_gloo_all_reduce.h"
+#include "distributed/padded_chunks.h"
+#include "distributed/ring_all_gather.h"
+#include "distributed/ring_reduce_scatter.h"
+#include "distributed/ring_worker.h"
 
 namespace volt {
 
@@ -40,34 +39,6 @@ const char* op_name(ReduceOp op) {
 
 int64_t payload_bytes(const torch::Tensor& t) {
   return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
-}
-
-std::string resolve_backend(const CommunicatorOptions& options) {
-  std::string backend = options.backend;
-  if (backend == "auto") backend = options.device.is_cuda() ? "nccl" : "gloo";
-  if (backend == "nccl") {
-#if !defined(VOLT_WITH_CUDA)
-    throw NotSupportedError("Communicator: backend nccl needs a LibTorch built with CUDA; this one is "
-                            "CPU-only. Use backend gloo (CPU tensors)");
-#endif
-  }
-  return backend;
-}
-
-std::shared_ptr<gloo::transport::Device> make_gloo_device(const CommunicatorOptions& options) {
-  try {
-    if (!options.bind_address.empty()) {
-      return c10d::ProcessGroupGloo::createDeviceForHostname(options.bind_address);
-    }
-    if (const char* interface = std::getenv("GLOO_SOCKET_IFNAME"); interface && *interface) {
-      return c10d::ProcessGroupGloo::createDeviceForInterface(interface);
-    }
-    return c10d::ProcessGroupGloo::createDeviceForHostname(local_address_towards(options.master_addr));
-  } catch (const c10::Error& e) {
-    throw DistributedError("Communicator (rank " + std::to_string(options.rank) +
-                           "): cannot create a Gloo network device: " + cause_of(e) +
-                           "; set GLOO_SOCKET_IFNAME to the interface that reaches the other ranks");
-  }
 }
 
 // Note [NCCL and this rank's device]
@@ -113,7 +84,8 @@ class ProcessGroupCommunicator : public Communicator {
                            std::chrono::milliseconds timeout, std::string backend,
                            c10::intrusive_ptr<c10d::Store> store,
                            std::shared_ptr<gloo::transport::Device> device, torch::Device compute_device,
-                           std::shared_ptr<PeerMonitor> monitor, bool is_root, int64_t inline_max_bytes)
+                           std::shared_ptr<PeerMonitor> monitor, bool is_root, int64_t inline_max_bytes,
+                           bool ring_thread)
       : Communicator(rank, size, std::move(global_ranks), timeout),
         backend_name_(std::move(backend)),
         store_(std::move(store)),
@@ -121,10 +93,12 @@ class ProcessGroupCommunicator : public Communicator {
         compute_device_(compute_device),
         monitor_(std::move(monitor)),
         is_root_(is_root),
-        inline_max_bytes_(inline_max_bytes) {
+        inline_max_bytes_(inline_max_bytes),
+        ring_thread_(ring_thread) {
     try {
       process_group_ = make_process_group(backend_name_, c10::make_intrusive<c10d::PrefixStore>("pg", store_),
                                           rank, size, device_, timeout, compute_device_);
+      if (backend_name_ == "gloo" && ring_thread_) rings_ = std::make_unique<RingWorker>();
       if (backend_name_ == "gloo" && size > 1 && inline_max_bytes_ > 0 && InlineGlooAllReduce::compiled_in()) {
         inline_ = std::make_unique<InlineGlooAllReduce>(c10::make_intrusive<c10d::PrefixStore>("inline", store_),
                                                         rank, size, device_, timeout, inline_max_bytes_);
@@ -247,6 +221,35 @@ class ProcessGroupCommunicator : public Communicator {
     return start_reduce_scatter(std::move(output), input, op);
   }
 
+  CollectiveHandle all_gather_chunks_async(torch::Tensor flat, std::vector<int64_t> counts) override {
+    check_chunks(flat, counts, "all_gather_chunks");
+    if (backend_name_ != "gloo") {
+      all_gather_chunks_by_padding(*this, flat, counts);
+      return completed(flat);
+    }
+    int64_t offset = 0;
+    for (int64_t r = 0; r < rank(); ++r) offset += counts[static_cast<size_t>(r)];
+    const auto own = flat.view({-1}).narrow(0, offset, counts[static_cast<size_t>(rank())]);
+    return start_ring(CollectiveKind::AllGather, own, "(chunks)",
+                      [this, flat, counts]() mutable {
+                        count_sent(CollectiveKind::AllGather,
+                                   ring_all_gather_in_place(*process_group_, rank(), counts, flat, timeout()));
+                      },
+                      [flat] { return flat; });
+  }
+
+  CollectiveHandle reduce_scatter_chunks_async(torch::Tensor output, const torch::Tensor& input,
+                                               std::vector<int64_t> counts, ReduceOp op) override {
+    check_chunks(input, counts, "reduce_scatter_chunks");
+    check_mean(input, op, "reduce_scatter_chunks");
+    check_output(output, input, counts[static_cast<size_t>(rank())], "reduce_scatter_chunks", "counts[rank()]");
+    if (backend_name_ != "gloo") {
+      reduce_scatter_chunks_by_padding(*this, output, input, counts, op);
+      return completed(output);
+    }
+    return start_ring_reduce_scatter(std::move(output), input, std::move(counts), op, "(chunks, ");
+  }
+
   CollectiveHandle reduce_async(torch::Tensor tensor, int64_t root, ReduceOp op) override {
     check_tensor(tensor, "reduce");
     check_root(root, "reduce");
@@ -297,7 +300,7 @@ class ProcessGroupCommunicator : public Communicator {
     return std::make_shared<ProcessGroupCommunicator>(me - ranks.begin(), static_cast<int64_t>(ranks.size()),
                                                       std::move(global), timeout(), backend_name_,
                                                       std::move(store), device_, compute_device_, monitor_, false,
-                                                      inline_max_bytes_);
+                                                      inline_max_bytes_, ring_thread_);
   }
 
   void report_failure(const std::string& message) override {
@@ -393,8 +396,9 @@ class ProcessGroupCommunicator : public Communicator {
   // Note [Gloo reduce_scatter]: c10d's Gloo backend (1.13 and 2.x) has no reduce_scatter; volt
   // runs the ring algorithm itself over the process group's send/recv (Note [Ring
   // reduce_scatter]): each rank sends (n-1)/n of the input, half an all_reduce's traffic, counted
-  // as the collective's sent bytes. It completes on the calling thread (the handle it returns is
-  // done). NCCL uses its native reduce_scatter (the same ring), straight from `input` into `output`.
+  // as the collective's sent bytes. It runs on the communicator's ring thread where it has one
+  // (Note [Ring collectives off the calling thread]). NCCL uses its native reduce_scatter (the
+  // same ring), straight from `input` into `output`.
   CollectiveHandle start_reduce_scatter(torch::Tensor output, const torch::Tensor& input, ReduceOp op) {
     const std::string detail = std::string("(") + op_name(op) + ")";
     const int64_t n = size();
@@ -414,14 +418,39 @@ class ProcessGroupCommunicator : public Communicator {
                     });
     }
 #endif
+    return start_ring_reduce_scatter(std::move(output), input, std::vector<int64_t>(static_cast<size_t>(n), output.numel()),
+                                     op, "(");
+  }
+
+  // Runs volt's ring reduce_scatter (Note [Ring reduce_scatter]), counting the bytes it sends.
+  CollectiveHandle start_ring_reduce_scatter(torch::Tensor output, const torch::Tensor& input, std::vector<int64_t> counts,
+                                             ReduceOp op, const std::string& detail_prefix) {
     const auto contiguous_input = input.contiguous();
-    return run_inline(
-        CollectiveKind::ReduceScatter, contiguous_input, detail,
-        [&] {
-          count_sent(CollectiveKind::ReduceScatter,
-                     ring_reduce_scatter(*process_group_, rank(), n, output, contiguous_input, op, timeout()));
-        },
-        [output] { return output; });
+    return start_ring(CollectiveKind::ReduceScatter, contiguous_input, detail_prefix + op_name(op) + ")",
+                      [this, output, contiguous_input, counts, op]() mutable {
+                        count_sent(CollectiveKind::ReduceScatter,
+                                   ring_reduce_scatter(*process_group_, rank(), counts, output, contiguous_input, op,
+                                                       timeout()));
+                      },
+                      [output] { return output; });
+  }
+
+  // One of volt's rings: on the ring thread when this communicator has one (Note [Ring
+  // collectives off the calling thread]), else run to completion on the calling thread.
+  template <typename Finish>
+  CollectiveHandle start_ring(CollectiveKind kind, const torch::Tensor& payload, const std::string& detail,
+                              std::function<void()> ring, Finish&& finish) {
+    if (!rings_) return run_inline(kind, payload, detail, ring, std::forward<Finish>(finish));
+    return launch(kind, payload, detail, [&] { return rings_->submit(std::move(ring)); },
+                  std::forward<Finish>(finish));
+  }
+
+  // A handle for work that already completed (counted by the collectives it ran), with `result`.
+  static CollectiveHandle completed(torch::Tensor result) {
+    auto state = std::make_shared<CollectiveHandle::State>();
+    state->done = true;
+    state->result = std::move(result);
+    return CollectiveHandle(std::move(state));
   }
 
   // A collective run to completion on this thread (Note [Inline all_reduce]): counted, numbered
@@ -502,6 +531,22 @@ class ProcessGroupCommunicator : public Communicator {
                               ", group size ", size(), ")");
   }
 
+  // `flat` (contiguous) cut by `counts`: one count per rank, none negative, summing to its numel.
+  void check_chunks(const torch::Tensor& flat, const std::vector<int64_t>& counts, const char* what) const {
+    check_tensor(flat, what);
+    check<ConfigurationError>(flat.is_contiguous(), describe(), ": ", what, " expects a contiguous tensor, got one "
+                              "with strides ", flat.strides(), "; pass a contiguous buffer");
+    check<ConfigurationError>(static_cast<int64_t>(counts.size()) == size(), describe(), ": ", what,
+                              " expects one count per rank (", size(), "), got ", counts.size());
+    int64_t total = 0;
+    for (const int64_t count : counts) {
+      check<ConfigurationError>(count >= 0, describe(), ": ", what, " expects counts >= 0, got ", count);
+      total += count;
+    }
+    check<ConfigurationError>(total == flat.numel(), describe(), ": ", what, " expects counts summing to the tensor's ",
+                              flat.numel(), " elements, got ", total);
+  }
+
   void check_root(int64_t root, const char* what) const {
     check<ConfigurationError>(root >= 0 && root < size(), describe(), ": ", what, " expects a root rank in [0, ",
                               size(), "), got ", root);
@@ -514,87 +559,28 @@ class ProcessGroupCommunicator : public Communicator {
   std::shared_ptr<PeerMonitor> monitor_;  // shared by the root communicator and its sub-groups
   bool is_root_;
   int64_t inline_max_bytes_;
+  bool ring_thread_;
   c10::intrusive_ptr<compat::C10dBackend> process_group_;
   std::unique_ptr<InlineGlooAllReduce> inline_;  // null: every collective on the process group
+  std::unique_ptr<RingWorker> rings_;            // null: volt's rings run on the calling thread
   int64_t next_group_ = 0;
   int64_t sequence_ = 0;
 };
 
-// Rank 0 publishes its world size before anyone builds a process group, so that a rank started
-// with another world size fails at once with both numbers instead of timing out in Gloo.
-void check_world_size(c10d::Store& store, const CommunicatorOptions& options) {
-  const std::string key = "world_size";
-  const auto mine = std::to_string(options.world_size);
-  if (options.rank == 0) {
-    store.set(key, std::vector<uint8_t>(mine.begin(), mine.end()));
-    return;
-  }
-  const auto value = store.get(key);
-  const std::string theirs(value.begin(), value.end());
-  check<DistributedError>(theirs == mine, "Communicator (rank ", options.rank, " of ", options.world_size,
-                          "): rank 0 was started with world size ", theirs, " but this rank with ", mine,
-                          "; start every rank with the same --devices and --num-nodes");
-}
-
 }  // namespace
 
-std::shared_ptr<Communicator> Communicator::connect(const CommunicatorOptions& options) {
-  options.validate();
-  const std::string backend = resolve_backend(options);
-  const std::string who = "Communicator (rank " + std::to_string(options.rank) + " of " +
-                          std::to_string(options.world_size) + ")";
-  const bool host_store = options.rank == 0 && !options.store_is_external;
-  const std::string where = options.master_addr + ":" + std::to_string(options.master_port);
-  c10::intrusive_ptr<c10d::Store> store;
-  try {
-    c10d::TCPStoreOptions store_options;
-    store_options.port = static_cast<std::uint16_t>(options.master_port);
-    store_options.isServer = host_store;
-    store_options.numWorkers = static_cast<std::size_t>(options.world_size);
-    store_options.waitWorkers = false;  // the process group's rendezvous waits, bounded by the timeout
-    store_options.timeout = options.timeout;
-    store = c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
-  } catch (const std::exception& e) {
-    const std::string cause = cause_of(e);
-    throw DistributedError(
-        who + (host_store ? ": cannot start the rendezvous store on " + where + ": " + cause +
-                                "; is the port in use? Choose another --master-port"
-                          : ": cannot reach the rendezvous store at " + where + " within the timeout of " +
-                                std::to_string(options.timeout.count()) + " ms: " + cause +
-                                "; check that rank 0 is running and --master-addr/--master-port"));
-  }
-  if (!options.store_prefix.empty()) store = c10::make_intrusive<c10d::PrefixStore>(options.store_prefix, store);
-  store = c10::make_intrusive<c10d::PrefixStore>("volt", store);
-  try {
-    check_world_size(*store, options);
-  } catch (const c10::Error& e) {
-    throw DistributedError(who + ": rendezvous through the store at " + where + " failed: " + cause_of(e));
-  }
-  auto device = backend == "gloo" ? make_gloo_device(options) : nullptr;
-  std::shared_ptr<PeerMonitor> monitor;
-  if (options.heartbeat_interval.count() > 0) {
-    const std::string host = options.store_is_external ? "the torchelastic agent at " + where : "rank 0 at " + where;
-    try {
-      c10d::TCPStoreOptions client;
-      client.port = static_cast<std::uint16_t>(options.master_port);
-      client.timeout = options.timeout;
-      c10::intrusive_ptr<c10d::Store> connection = c10::make_intrusive<c10d::TCPStore>(options.master_addr, client);
-      if (!options.store_prefix.empty()) {
-        connection = c10::make_intrusive<c10d::PrefixStore>(options.store_prefix, connection);
-      }
-      monitor = std::make_shared<PeerMonitor>(c10::make_intrusive<c10d::PrefixStore>("volt/monitor", connection),
-                                              options.rank, options.world_size, options.heartbeat_interval, host);
-    } catch (const std::exception& e) {
-      throw DistributedError(who + ": cannot open the monitoring connection to the store at " + where + ": " +
-                             cause_of(e));
-    }
-  }
-  std::vector<int64_t> global_ranks(static_cast<size_t>(options.world_size));
-  for (int64_t r = 0; r < options.world_size; ++r) global_ranks[static_cast<size_t>(r)] = r;
-  return std::make_shared<ProcessGroupCommunicator>(options.rank, options.world_size, std::move(global_ranks),
-                                                    options.timeout, backend, std::move(store), std::move(device),
-                                                    options.device, std::move(monitor), true,
-                                                    options.inline_all_reduce_max_bytes);
+std::shared_ptr<Communicator> make_process_group_communicator(int64_t rank, int64_t size,
+                                                              std::chrono::milliseconds timeout, std::string backend,
+                                                              c10::intrusive_ptr<c10d::Store> store,
+                                                              std::shared_ptr<gloo::transport::Device> device,
+                                                              torch::Device compute_device,
+                                                              std::shared_ptr<PeerMonitor> monitor,
+                                                              int64_t inline_max_bytes, bool ring_thread) {
+  std::vector<int64_t> global_ranks(static_cast<size_t>(size));
+  for (int64_t r = 0; r < size; ++r) global_ranks[static_cast<size_t>(r)] = r;
+  return std::make_shared<ProcessGroupCommunicator>(rank, size, std::move(global_ranks), timeout, std::move(backend),
+                                                    std::move(store), std::move(device), compute_device,
+                                                    std::move(monitor), true, inline_max_bytes, ring_thread);
 }
 
 }  // namespace volt

@@ -1,5 +1,8 @@
 #include "distributed/process_group_setup.h"
 
+#include <algorithm>
+#include <thread>
+
 #include "core/error.h"
 #include "distributed/process_launcher.h"
 
@@ -34,6 +37,8 @@ std::shared_ptr<Communicator> start_process_group(const ClusterEnvironment& clus
   options.store_prefix = cluster.store_prefix();
   options.timeout = timeout;
   options.device = device;
+  const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  options.ring_thread = cores / std::max<int64_t>(1, topology.local_world_size) >= 2;
   return Communicator::connect(options);
 }
 

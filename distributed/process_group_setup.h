@@ -16,8 +16,9 @@ class ProcessLauncher;
 // first through `launcher` (unless it already did), then joins the group through the cluster's
 // rendezvous. Returns the root communicator. Bounded by `timeout`. `device` is the device this
 // process computes on (cuda:<local rank> or the CPU); it picks the backend (nccl for CUDA, gloo
-// otherwise), and an NCCL group is bound to it. Throws ConfigurationError when ranks must be
-// started and `launcher` is null. [collective]
+// otherwise), and an NCCL group is bound to it. volt's rings get a thread of their own when every
+// process of the node has two cores or more (CommunicatorOptions::ring_thread). Throws
+// ConfigurationError when ranks must be started and `launcher` is null. [collective]
 std::shared_ptr<Communicator> start_process_group(const ClusterEnvironment& cluster,
                                                   std::chrono::milliseconds timeout, torch::Device device,
                                                   ProcessLauncher* launcher);

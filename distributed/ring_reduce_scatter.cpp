@@ -2,15 +2,11 @@
 #include "distributed/ring_reduce_scatter.h"
 
 #include "core/error.h"
+#include "distributed/ring_chunks.h"
 
 namespace volt {
 
 namespace {
-
-// The point-to-point tag of the ring's messages. Gloo matches messages by peer and tag in the
-// order they were posted, and the ring waits for each step, so one tag serves every call; c10d's
-// own collectives use slots of their own and never meet it.
-constexpr int kRingTag = 0x766f6c74;  // "volt"
 
 // `into` ∘= `part`, elementwise.
 void combine(torch::Tensor& into, const torch::Tensor& part, ReduceOp op) {
@@ -23,44 +19,47 @@ void combine(torch::Tensor& into, const torch::Tensor& part, ReduceOp op) {
   into.add_(part);
 }
 
-void wait(const c10::intrusive_ptr<c10d::Work>& work, std::chrono::milliseconds timeout) {
-  work->wait(timeout);
-}
-
 }  // namespace
 
-int64_t ring_reduce_scatter(compat::C10dBackend& group, int64_t rank, int64_t size, torch::Tensor& output,
-                            const torch::Tensor& input, ReduceOp op, std::chrono::milliseconds timeout) {
-  VOLT_INTERNAL_ASSERT(input.is_contiguous() && output.is_contiguous() && input.numel() == size * output.numel(),
-                       "ring_reduce_scatter: contiguous input of size x output elements");
-  const int64_t m = output.numel();
+int64_t ring_reduce_scatter(compat::C10dBackend& group, int64_t rank, const std::vector<int64_t>& counts,
+                            torch::Tensor& output, const torch::Tensor& input, ReduceOp op,
+                            std::chrono::milliseconds timeout) {
+  const ring::Chunks chunks(counts);
+  const int64_t size = chunks.size();
+  VOLT_INTERNAL_ASSERT(input.is_contiguous() && output.is_contiguous() && input.numel() == chunks.total() &&
+                           output.numel() == chunks.count(rank),
+                       "ring_reduce_scatter: contiguous input of sum(counts) and output of counts[rank] elements");
   const auto flat_input = input.view({-1});
-  auto chunk = [&](int64_t index) { return flat_input.narrow(0, ((index % size) + size) % size * m, m); };
-  if (size == 1 || m == 0) {
-    output.view({-1}).copy_(chunk(rank));
+  auto flat_output = output.view({-1});
+  if (size == 1 || chunks.total() == 0) {
+    flat_output.copy_(chunks.of(flat_input, rank));
     if (op == ReduceOp::Mean) output.div_(static_cast<double>(size));
     return 0;
   }
   const int right = static_cast<int>((rank + 1) % size), left = static_cast<int>((rank + size - 1) % size);
-  // The running sum this rank sends, and the one it receives: two chunks of scratch, whatever n.
-  torch::Tensor outgoing = chunk(rank - 1), incoming = torch::empty({m}, output.options());
-  torch::Tensor scratch;  // becomes the second buffer once `outgoing` is ours to overwrite
+  // The running sum this rank sends, and the one it receives: at most two chunks of scratch,
+  // whatever n; the last step receives straight into `output`, unless `output` is a view of the
+  // input (its own part must still be read then).
+  const bool receive_into_output = !output.is_alias_of(input);
+  torch::Tensor outgoing = chunks.of(flat_input, rank - 1);
+  torch::Tensor scratch[2];
   int64_t sent = 0;
   for (int64_t step = 0; step < size - 1; ++step) {
-    std::vector<at::Tensor> receive_into{incoming}, send_from{outgoing.contiguous()};
-    auto receiving = group.recv(receive_into, left, kRingTag);
-    auto sending = group.send(send_from, right, kRingTag);
-    wait(sending, timeout);
-    wait(receiving, timeout);
-    sent += m * static_cast<int64_t>(outgoing.element_size());
-    combine(incoming, chunk(rank - step - 2), op);
-    // What arrived, plus this rank's part, is what goes on; the buffer just sent is free again.
-    if (!scratch.defined()) scratch = torch::empty({m}, output.options());
-    else scratch = outgoing;
+    const int64_t arriving = rank - step - 2;  // the chunk whose running sum comes from the left
+    torch::Tensor incoming;
+    if (step == size - 2 && receive_into_output) {
+      incoming = flat_output;  // chunk `rank`: what arrives, plus this rank's part, is the result
+    } else {
+      auto& buffer = scratch[step % 2];  // the other one may still be `outgoing`
+      if (!buffer.defined()) buffer = torch::empty({chunks.largest()}, output.options());
+      incoming = buffer.narrow(0, 0, chunks.count(arriving));
+    }
+    ring::exchange(group, right, outgoing, left, incoming, timeout);
+    sent += outgoing.numel() * static_cast<int64_t>(outgoing.element_size());
+    combine(incoming, chunks.of(flat_input, arriving), op);
     outgoing = incoming;
-    incoming = scratch;
   }
-  output.view({-1}).copy_(outgoing);
+  if (!receive_into_output) flat_output.copy_(outgoing);
   if (op == ReduceOp::Mean) output.div_(static_cast<double>(size));
   return sent;
 }

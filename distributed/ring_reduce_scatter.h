@@ -5,24 +5,30 @@
 // so volt runs the ring algorithm itself over the process group's point-to-point send/recv:
 // n−1 steps; in step s rank r sends its running sum of chunk (r−s−1) mod n to rank r+1 and
 // receives the running sum of chunk (r−s−2) mod n from rank r−1, to which it adds its own part.
-// After the last step rank r holds chunk r summed over every rank, having sent exactly (n−1)/n of
-// the input. The sums are computed by LibTorch, so any dtype reduces natively (bfloat16 too,
-// each pairwise sum rounded to bfloat16). NCCL's reduce_scatter is the same ring on the GPU.
+// After the last step rank r holds chunk r summed over every rank, having sent every chunk but
+// its own once: (n−1)/n of the input when chunks are equal. Chunks may differ in size (ZeRO's
+// owners hold whole parameters; ring_chunks.h): a step then takes as long as its largest message,
+// and an empty chunk costs nothing. The sums are computed by LibTorch, so any dtype reduces
+// natively (bfloat16 too, each pairwise sum rounded to bfloat16). NCCL's reduce_scatter is the
+// same ring on the GPU.
 //
-// It runs on the calling thread: send and receive of a step are posted together (Gloo's
-// unbound buffers, no size limit), then waited for under the timeout. Private to distributed/.
+// It runs on the thread that calls it (the communicator's ring thread, Note [Ring collectives off
+// the calling thread]): each step's send and receive are posted together, then waited for under
+// the timeout. Private to distributed/.
 #include <chrono>
+#include <vector>
 
 #include "distributed/c10d_compat.h"
 #include "distributed/reduce_op.h"
 
 namespace volt {
 
-// `input` (contiguous, size·m elements) reduced over the `size` ranks of `group`; `output`
-// (contiguous, m elements, input's dtype) gets chunk `rank` ([rank·m, (rank+1)·m)) of the
-// result. Mean divides by size at the end. Returns the bytes this rank sent. Throws what c10d
-// throws (a timeout, a lost peer).
-int64_t ring_reduce_scatter(compat::C10dBackend& group, int64_t rank, int64_t size, torch::Tensor& output,
-                            const torch::Tensor& input, ReduceOp op, std::chrono::milliseconds timeout);
+// `input` (contiguous) is `counts.size()` (the group's size) consecutive chunks, rank r's of
+// counts[r] elements, reduced over the ranks of `group`; `output` (contiguous, counts[rank]
+// elements, input's dtype) gets chunk `rank` of the result. Mean divides by the group's size at
+// the end. Returns the bytes this rank sent. Throws what c10d throws (a timeout, a lost peer).
+int64_t ring_reduce_scatter(compat::C10dBackend& group, int64_t rank, const std::vector<int64_t>& counts,
+                            torch::Tensor& output, const torch::Tensor& input, ReduceOp op,
+                            std::chrono::milliseconds timeout);
 
 }  // namespace volt

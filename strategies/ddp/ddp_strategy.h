@@ -54,7 +54,7 @@ struct DDPOptions {
 namespace ddp {
 
 // Note [Post-local-SGD and a sharded optimizer]: a sharded optimizer (ZeRO-1, `shard_optimizer`)
-// steps only this rank's shard and then broadcasts the updated parameters from their owners,
+// steps only this rank's shard and then all-gathers the updated parameters from their owners,
 // which makes every rank's model the owners' again after every step: local steps, and their
 // per-subgroup gradients, would be overwritten. The two are refused together.
 // Throws ConfigurationError when `options` combine comm_hook=post_local_sgd with shard_optimizer.

@@ -32,10 +32,11 @@ int64_t FlatParameter::Entry::numel() const {
 
 FlatParameter::FlatParameter(std::vector<std::pair<std::string, torch::Tensor>> parameters,
                              Communicator& communicator, torch::Dtype compute_dtype,
-                             std::shared_ptr<GatheredBytes> gathered)
+                             std::shared_ptr<GatheredBytes> gathered, int64_t gradient_world)
     : communicator_(communicator),
       rank_(communicator.rank()),
       world_(communicator.size()),
+      gradient_world_(gradient_world > 0 ? gradient_world : communicator.size()),
       compute_dtype_(compute_dtype),
       gathered_bytes_(std::move(gathered)) {
   std::vector<torch::Tensor> flat_pieces;
@@ -83,8 +84,10 @@ CollectiveHandle FlatParameter::start_gather() {
   allocate_storage(full_, bytes_of(full_));
   if (gathered_bytes_) gathered_bytes_->add(static_cast<int64_t>(bytes_of(full_)));
   torch::NoGradGuard no_grad;
-  pending_source_ = shard_.detach().to(compute_dtype_).contiguous();
-  return communicator_.all_gather_into_async(full_, pending_source_);
+  // This rank's shard goes straight into its place (cast to the compute dtype); the ring fills
+  // the others' in place (Note [Ring all_gather in place]): no staging buffer, no copy out.
+  full_.narrow(0, rank_ * shard_numel_, shard_numel_).copy_(shard_.detach());
+  return communicator_.all_gather_chunks_async(full_, std::vector<int64_t>(static_cast<size_t>(world_), shard_numel_));
 }
 
 void FlatParameter::gather() {
@@ -103,7 +106,6 @@ void FlatParameter::finish_prefetch() {
   auto handle = std::move(*pending_);
   pending_.reset();
   handle.wait();
-  pending_source_ = torch::Tensor();
   point_parameters_at(full_);
   gathered_ = true;
 }
@@ -138,7 +140,7 @@ void FlatParameter::accumulate_reduced(const torch::Tensor& reduced, double pre_
   torch::NoGradGuard no_grad;
   // Divided in the reduce dtype, then converted (PyTorch's order).
   auto mean = reduced.clone();
-  const double post_divide = static_cast<double>(world_) / pre_divide;
+  const double post_divide = static_cast<double>(gradient_world_) / pre_divide;
   if (post_divide != 1.0) mean.div_(post_divide);
   mean = mean.to(shard_.scalar_type());
   auto& shard_grad = shard_.mutable_grad();

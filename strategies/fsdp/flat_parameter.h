@@ -15,11 +15,13 @@
 // the gradient accumulators stay valid; a released parameter reads as an empty tensor, never as
 // freed memory.
 //
-// Note [Prefetching a unit]: prefetch() starts the all-gather asynchronously into full_'s
-// refilled storage and returns; the collective runs on the process group's worker thread while
-// this thread computes another unit. gather() then only waits for it. Nothing reads the storage
-// before that wait (the parameters still point at empty tensors until gather() points them at
-// it), and release() waits before it frees the storage the collective writes into.
+// Note [Prefetching a unit]: prefetch() starts the all-gather into full_'s refilled storage and
+// returns; where the communicator runs its rings on a thread of their own
+// (CommunicatorOptions::ring_thread) the collective runs there while this thread computes another
+// unit, and gather() then only waits for it (elsewhere the gather is done when prefetch()
+// returns: earlier, not overlapped). Nothing reads the storage before that wait (the parameters
+// still point at empty tensors until gather() points them at it), and release() waits before it
+// frees the storage the collective writes into.
 //
 // Not thread-safe; every [collective] method must be called by every rank in the same order.
 #include <torch/torch.h>
@@ -57,11 +59,15 @@ class FlatParameter {
   };
 
   // Flattens `parameters` (same dtype and device, each requiring grad; may be empty) and keeps
-  // this rank's shard; the parameters are left gathered (views of full_, in the compute dtype). `compute_dtype`: the dtype parameters are gathered
-  // and computed in.
-  // `gathered`: where its gathers and releases are counted (none: null).
+  // this rank's shard among the ranks of `communicator` (the group it is sharded over); the
+  // parameters are left gathered (views of full_, in the compute dtype). `compute_dtype`: the
+  // dtype parameters are gathered and computed in. `gathered`: where its gathers and releases are
+  // counted (none: null). `gradient_world`: the number of ranks whose gradients are averaged into
+  // the shard's (0: the communicator's size; more where the gradients are also all-reduced over
+  // replicas of the shard, Note [NO_SHARD] in fsdp_strategy.h).
   FlatParameter(std::vector<std::pair<std::string, torch::Tensor>> parameters, Communicator& communicator,
-                torch::Dtype compute_dtype, std::shared_ptr<GatheredBytes> gathered = nullptr);
+                torch::Dtype compute_dtype, std::shared_ptr<GatheredBytes> gathered = nullptr,
+                int64_t gradient_world = 0);
   // Waits for a prefetch still in flight (its collective writes into full_'s storage).
   ~FlatParameter();
   FlatParameter(const FlatParameter&) = delete;
@@ -98,7 +104,7 @@ class FlatParameter {
   // freed here). To be reduce-scattered (summed over the ranks) into accumulate_reduced.
   torch::Tensor take_flat_gradient(torch::Dtype reduce_dtype, double pre_divide);
   // The second half: this rank's reduce-scattered shard_numel() elements, divided by
-  // world / pre_divide in their dtype (so that the two divisions make the mean: PyTorch's split,
+  // gradient_world / pre_divide in their dtype (so that the two divisions make the mean: PyTorch's split,
   // which keeps a float16 sum from overflowing), converted to the shard's dtype and added to its
   // gradient (or become it).
   void accumulate_reduced(const torch::Tensor& reduced, double pre_divide);
@@ -125,6 +131,7 @@ class FlatParameter {
 
   Communicator& communicator_;
   int64_t rank_, world_;
+  int64_t gradient_world_;  // ranks whose gradients are averaged (world_, or more with replicas)
   torch::Dtype compute_dtype_;
   std::vector<Entry> entries_;
   int64_t numel_ = 0, shard_numel_ = 0;
@@ -132,7 +139,6 @@ class FlatParameter {
   torch::Tensor full_;  // [padded_numel] in compute_dtype_; storage freed while released
   bool gathered_ = false;
   std::optional<CollectiveHandle> pending_;  // a prefetch in flight
-  torch::Tensor pending_source_;             // what it sends, alive until it completes
   std::shared_ptr<GatheredBytes> gathered_bytes_;
 };
 

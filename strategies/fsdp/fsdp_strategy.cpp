@@ -20,8 +20,11 @@ const OptionSchema<FSDPOptions>& FSDPOptions::schema() {
                   "free a unit's gathered parameters after its forward and gather them again for its backward "
                   "(default true; false keeps them until after the backward, ZeRO-2 style)")
           .choice("sharding_strategy", &FSDPOptions::sharding_strategy,
-                  {{"FULL_SHARD", ShardingStrategy::FullShard}, {"SHARD_GRAD_OP", ShardingStrategy::ShardGradOp}},
-                  "Lightning's names: FULL_SHARD = reshard_after_forward=true, SHARD_GRAD_OP = false")
+                  {{"FULL_SHARD", ShardingStrategy::FullShard},
+                   {"SHARD_GRAD_OP", ShardingStrategy::ShardGradOp},
+                   {"NO_SHARD", ShardingStrategy::NoShard}},
+                  "Lightning's names: FULL_SHARD = reshard_after_forward=true, SHARD_GRAD_OP = false, NO_SHARD = "
+                  "nothing sharded, gradients all-reduced (DDP inside the units)")
           .option("mixed_precision", &FSDPOptions::mixed_precision,
                   "gather parameters, compute and reduce gradients in the precision's 16-bit dtype (needs "
                   "--precision bf16-mixed on CPU, 16-mixed or bf16-mixed on CUDA); shards stay float32")
@@ -51,6 +54,8 @@ bool FSDPOptions::resharding() const {
 
 void FSDPOptions::validate() const {
   schema().validate(*this);
+  check<ConfigurationError>(sharded() || !reshard_after_forward, "--strategy fsdp: sharding_strategy=NO_SHARD keeps "
+                            "every parameter whole on every rank, so reshard_after_forward does not apply; drop it");
   check<ConfigurationError>(!sharding_strategy || !reshard_after_forward ||
                                 *reshard_after_forward == (*sharding_strategy == ShardingStrategy::FullShard),
                             "--strategy fsdp: sharding_strategy=",
@@ -100,7 +105,7 @@ fsdp::UnitSettings FSDPStrategy::unit_settings(bool is_root) const {
   settings.is_root = is_root;
   settings.reshard_after_forward = options_.resharding();
   settings.reduce_dtype = options_.fp32_reduce_scatter ? torch::kFloat : compute_dtype();
-  settings.pre_divide = fsdp::gradient_pre_divide_factor(communicator().size());
+  settings.pre_divide = fsdp::gradient_pre_divide_factor(communicator().size());  // the world's mean
   settings.forward_prefetch = options_.forward_prefetch;
   settings.backward_prefetch = options_.backward_prefetch;
   return settings;
@@ -111,6 +116,12 @@ void FSDPStrategy::wrap_module(torch::nn::Module& module) {
                     "were not gathered back); build the model again before the next run");
   ParallelStrategy::wrap_module(module);  // every rank starts from rank 0's parameters and buffers
   module_ = &module;
+  if (!options_.sharded() && !alone_) {
+    // Every rank takes part in making every group of one (new_group's contract); each keeps its own.
+    for (int64_t r = 0; r < communicator().size(); ++r) {
+      if (auto group = communicator().new_group({r})) alone_ = std::move(group);
+    }
+  }
   auto_wrapped_ = fsdp::auto_wrap(module, options_.min_num_params);
   build_units(module);
 }
@@ -145,10 +156,11 @@ void FSDPStrategy::build_units(torch::nn::Module& root) {
   walk(root, "", 0);
   const auto dtype = compute_dtype();
   bucket_ = std::make_unique<fsdp::ReduceScatterBucket>(
-      communicator(), static_cast<int64_t>(options_.bucket_cap_mb * 1024.0 * 1024.0));
+      shard_group(), static_cast<int64_t>(options_.bucket_cap_mb * 1024.0 * 1024.0),
+      options_.sharded() ? nullptr : &communicator());
   for (size_t i = 0; i < pending.size(); ++i) {
-    auto flat =
-        std::make_unique<fsdp::FlatParameter>(std::move(pending[i].parameters), communicator(), dtype, gathered_);
+    auto flat = std::make_unique<fsdp::FlatParameter>(std::move(pending[i].parameters), shard_group(), dtype,
+                                                      gathered_, communicator().size());
     auto unit = std::make_shared<fsdp::FullyShardedUnit>(pending[i].name, std::move(flat), unit_settings(i == 0),
                                                          *bucket_, &order_);
     if (pending[i].wrapper != nullptr) {
@@ -283,7 +295,13 @@ double FSDPStrategy::clip_gradients_norm(torch::optim::Optimizer& optimizer, dou
                              "every parameter of the optimizer inside a unit; one of ", p.numel(),
                              " elements is not (a parameter that does not require grad at setup?)");
   }
-  return clip_sharded_grad_norm(parameters, parameters, max_norm, norm_type, communicator(), "fsdp");
+  return clip_sharded_grad_norm(parameters, parameters, max_norm, norm_type, shard_group(), "fsdp");
+}
+
+Communicator& FSDPStrategy::shard_group() {
+  if (options_.sharded()) return communicator();
+  VOLT_INTERNAL_ASSERT(alone_ != nullptr, "fsdp: NO_SHARD's group of one is made in wrap_module");
+  return *alone_;
 }
 
 std::map<std::string, double> FSDPStrategy::metrics() const {

@@ -7,6 +7,15 @@
 // After a unit's backward its gradients are reduce-scattered so that each rank keeps the
 // gradient of its shard; the optimizer steps the shards.
 //
+// Note [NO_SHARD]: PyTorch's NO_SHARD (Lightning's name too) is DDP inside FSDP's units: every
+// rank keeps the whole of every unit, and each unit's flat gradient is all-reduced (the mean over
+// the ranks) instead of reduce-scattered. volt builds it from the same parts: the units shard over
+// a group of one (the rank alone: its "shard" is the whole flat parameter, the gather a copy into
+// the compute dtype), and the bucket all-reduces over the world what that group "reduce-scatters".
+// Checkpoints, clipping (over the group of one: every rank's norm is already whole) and the
+// optimizer work unchanged. Nothing is sharded, so the memory is DDP's plus the gathered copy; it
+// is for a model written for FSDP that should run unsharded, `ddp` being the faster choice.
+//
 // Lifecycle: wrap_module broadcasts rank 0's parameters and buffers, auto-wraps, builds the
 // units (params then released); setup_optimizers replaces each unit's parameters in the user's
 // optimizers by the unit's shard (all of a unit's parameters must be in one param group);
@@ -31,13 +40,14 @@
 
 namespace volt {
 
-// Lightning's names for the two sharding settings volt has (reshard_after_forward).
-enum class ShardingStrategy { FullShard, ShardGradOp };
+// Lightning's (and PyTorch's) names of the sharding settings: FULL_SHARD (reshard_after_forward),
+// SHARD_GRAD_OP (no resharding) and NO_SHARD (Note [NO_SHARD]).
+enum class ShardingStrategy { FullShard, ShardGradOp, NoShard };
 
 struct FSDPOptions {
   int64_t min_num_params = 100000000;  // auto-wrap threshold (fairscale's default 1e8); 0: root unit only
   std::optional<bool> reshard_after_forward;  // default true (FULL_SHARD)
-  std::optional<ShardingStrategy> sharding_strategy;
+  std::optional<ShardingStrategy> sharding_strategy;  // unset: FULL_SHARD or SHARD_GRAD_OP by the above
   bool mixed_precision = false;        // gather, compute and reduce in the precision's 16-bit dtype
   bool fp32_reduce_scatter = false;    // with mixed_precision: reduce-scatter gradients in float32
   double bucket_cap_mb = 25;           // units' gradients below it share reduce-scatters; 0: each alone
@@ -47,9 +57,10 @@ struct FSDPOptions {
 
   static const OptionSchema<FSDPOptions>& schema();
   // The schema's checks, then the combinations: sharding_strategy and reshard_after_forward must
-  // agree, fp32_reduce_scatter needs mixed_precision.
+  // agree (NO_SHARD takes none), fp32_reduce_scatter needs mixed_precision.
   void validate() const;
   bool resharding() const;  // reshard_after_forward as set or implied
+  bool sharded() const { return sharding_strategy != ShardingStrategy::NoShard; }
 };
 
 class FSDPStrategy : public ParallelStrategy {
@@ -108,10 +119,13 @@ class FSDPStrategy : public ParallelStrategy {
   void build_units(torch::nn::Module& root);
   void unbind_units();
   fsdp::UnitSettings unit_settings(bool is_root) const;
+  // The group the units shard over: the world, or this rank alone with NO_SHARD.
+  Communicator& shard_group();
   torch::Dtype compute_dtype() const;
   std::string sharded_key(const fsdp::FullyShardedUnit& unit) const;
 
   FSDPOptions options_;
+  std::shared_ptr<Communicator> alone_;  // NO_SHARD's group of one (made once, at the first setup)
   torch::nn::Module* module_ = nullptr;
   std::vector<fsdp::AutoWrapped> auto_wrapped_;
   std::vector<std::shared_ptr<fsdp::FullyShardedUnit>> units_;  // root first, then in module order

@@ -7,8 +7,14 @@
 // ring order as alone, so bucketing changes no bit of the result. A gradient of cap_bytes or
 // more goes alone at once; the bucket is reduced when the next gradient would overflow it, and at
 // flush() (the strategy's end of backward). Every rank buckets the same units in the same order.
+//
+// Reduce-scatters run on the communicator's ring thread (Note [Ring collectives off the calling
+// thread]) while backward goes on, as fairscale's and PyTorch's run on a side stream: a launched
+// one's `done` runs, in launch order, once it completed (looked at whenever another gradient
+// comes in) or at flush(), which waits for all. Its flat gradient stays alive until then.
 #include <torch/torch.h>
 
+#include <deque>
 #include <functional>
 #include <vector>
 
@@ -18,19 +24,25 @@ namespace volt::fsdp {
 
 class ReduceScatterBucket {
  public:
-  // cap_bytes <= 0: no bucket (every gradient reduced at once, alone).
-  ReduceScatterBucket(Communicator& communicator, int64_t cap_bytes);
+  // Reduce-scatters over `communicator` (the units' shard group); cap_bytes <= 0: no bucket (every
+  // gradient reduced at once, alone). `replicas`: with a shard group of one rank (NO_SHARD, Note
+  // [NO_SHARD] in fsdp_strategy.h), the group whose ranks hold the same whole flat parameters:
+  // gradients are all-reduced (summed) over it instead; null: none.
+  ReduceScatterBucket(Communicator& communicator, int64_t cap_bytes, Communicator* replicas = nullptr);
 
   // Reduce-scatters `flat` (size()·m elements; the sum over ranks), now or with the bucket, and
-  // calls `done` with this rank's m reduced elements. [collective]
+  // calls `done` with this rank's m reduced elements once that completed (at flush() at the
+  // latest). [collective]
   void reduce(torch::Tensor flat, std::function<void(torch::Tensor)> done);
-  // Reduces what waits. [collective]
+  // Reduces what waits and waits for every reduce in flight, calling their `done`. [collective]
   void flush();
-  bool empty() const { return waiting_.empty(); }
-  // Drops what waits, unreduced (a run that failed mid-backward; its units are going away).
+  bool empty() const { return waiting_.empty() && in_flight_.empty(); }
+  // Drops what waits or is in flight, unreduced (a run that failed mid-backward; its units are
+  // going away; a reduce in flight completes on the ring thread with nobody waiting for it).
   void discard() {
     waiting_.clear();
     waiting_bytes_ = 0;
+    in_flight_.clear();
   }
 
  private:
@@ -38,11 +50,24 @@ class ReduceScatterBucket {
     torch::Tensor flat;
     std::function<void(torch::Tensor)> done;
   };
+  // One reduce-scatter in flight: the gradients it carries, in bucket order.
+  struct InFlight {
+    CollectiveHandle handle;  // its result: every carried gradient's m_i elements, side by side
+    std::vector<Waiting> carried;
+  };
+
+  void send_waiting();  // launches the bucket of waiting gradients
+  void launch(torch::Tensor input, std::vector<Waiting> carried);
+  // Calls `done` for launched reduces that completed, in launch order (waiting for all with
+  // `wait_all`).
+  void complete(bool wait_all);
 
   Communicator& communicator_;
   int64_t cap_bytes_;
+  Communicator* replicas_;
   std::vector<Waiting> waiting_;
   int64_t waiting_bytes_ = 0;
+  std::deque<InFlight> in_flight_;
 };
 
 }  // namespace volt::fsdp

@@ -13,17 +13,12 @@ namespace volt {
 using torch::optim::OptimizerOptions;
 using torch::optim::OptimizerParamGroup;
 
-void OSSOptions::validate() const {
-  check<ConfigurationError>(broadcast_bucket_mb > 0, "OSS: expected broadcast_bucket_mb > 0, got ", broadcast_bucket_mb);
-}
-
 OSS::OSS(std::vector<OptimizerParamGroup> groups, std::unique_ptr<OptimizerOptions> defaults, LocalFactory make_local,
          Communicator& communicator, OSSOptions options)
     : Optimizer(std::move(groups), std::move(defaults)),
       make_local_(std::move(make_local)),
       communicator_(communicator),
       options_(options) {
-  options_.validate();
   check<ConfigurationError>(make_local_ != nullptr, "OSS: expected a function that makes the local optimizer, got none");
   repartition();
 }
@@ -62,6 +57,13 @@ void OSS::repartition() {
       owner_[params[i].unsafeGetTensorImpl()] = partition_.owner[g][i];
     }
   }
+  std::vector<std::vector<torch::Tensor>> by_owner(partition_.owned.size());
+  for (size_t r = 0; r < partition_.owned.size(); ++r) {
+    for (size_t g = 0; g < param_groups_.size(); ++g) {
+      for (const size_t i : partition_.owned[r][g]) by_owner[r].push_back(param_groups_[g].params()[i]);
+    }
+  }
+  buffers_ = std::make_unique<OwnerBuffers>(by_owner);
   const auto& mine = partition_.owned[static_cast<size_t>(communicator_.rank())];
   std::vector<OptimizerParamGroup> shard;
   for (size_t g = 0; g < param_groups_.size(); ++g) {
@@ -105,54 +107,8 @@ torch::Tensor OSS::step(LossClosure closure) {
   }
   sync_options_to_local();
   auto loss = local_->step(closure);
-  broadcast_parameters();
+  buffers_->synchronize(communicator_, options_.broadcast_fp16);
   return loss;
-}
-
-void OSS::broadcast_parameters() {
-  torch::NoGradGuard no_grad;
-  const auto cap = static_cast<int64_t>(options_.broadcast_bucket_mb * 1024.0 * 1024.0);
-  const int64_t me = communicator_.rank();
-  for (int64_t rank = 0; rank < communicator_.size(); ++rank) {
-    std::vector<torch::Tensor> owned;
-    const auto& groups = partition_.owned[static_cast<size_t>(rank)];
-    for (size_t g = 0; g < groups.size(); ++g) {
-      for (const size_t i : groups[g]) owned.push_back(param_groups_[g].params()[i]);
-    }
-    for (size_t begin = 0; begin < owned.size();) {
-      // A bucket: consecutive parameters of one dtype and device, up to the cap (at least one).
-      size_t end = begin;
-      int64_t bytes = 0, numel = 0;
-      while (end < owned.size() && owned[end].scalar_type() == owned[begin].scalar_type() &&
-             owned[end].device() == owned[begin].device() &&
-             (end == begin || bytes + owned[end].nbytes() <= static_cast<size_t>(cap))) {
-        bytes += static_cast<int64_t>(owned[end].nbytes());
-        numel += owned[end].numel();
-        ++end;
-      }
-      std::vector<torch::Tensor> bucket(owned.begin() + static_cast<std::ptrdiff_t>(begin),
-                                        owned.begin() + static_cast<std::ptrdiff_t>(end));
-      torch::Tensor flat;
-      if (me == rank) {
-        std::vector<torch::Tensor> parts;
-        for (const auto& p : bucket) parts.push_back(p.reshape({-1}));
-        flat = torch::cat(parts);
-      } else {
-        flat = torch::empty({numel}, bucket.front().options());
-      }
-      const bool compress = options_.broadcast_fp16 && flat.is_floating_point() && flat.scalar_type() != torch::kHalf;
-      if (compress) flat = flat.to(torch::kHalf);
-      communicator_.broadcast(flat, rank);
-      if (me != rank || compress) {
-        int64_t offset = 0;
-        for (auto& p : bucket) {
-          p.copy_(flat.narrow(0, offset, p.numel()).view(p.sizes()));
-          offset += p.numel();
-        }
-      }
-      begin = end;
-    }
-  }
 }
 
 double OSS::clip_grad_norm(double max_norm, double norm_type) {

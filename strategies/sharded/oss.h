@@ -2,7 +2,7 @@
 // Optimizer state sharding, OSS (fairscale's name) / ZeRO stage 1 (Rajbhandari et al., "ZeRO:
 // Memory Optimizations Toward Training Trillion Parameter Models", SC'20): every rank keeps the
 // optimizer state of its shard of the parameters only (partition.h), steps that shard, and then
-// every owner broadcasts its updated parameters, so that all ranks continue with the same model.
+// the owners' updated parameters are all-gathered, so that all ranks continue with the same model.
 // PyTorch's ZeroRedundancyOptimizer is the same idea, and with the same gradients (DDP's) it
 // trains bitwise like the unsharded optimizer, as this does.
 //
@@ -11,7 +11,10 @@
 // is a collective:
 //   1. copy each group's options into the local optimizer (what schedulers changed reaches it);
 //   2. the local optimizer steps this rank's shard;
-//   3. every rank broadcasts the parameters it owns (bucketed; in float16 with broadcast_fp16).
+//   3. one all-gather of the owners' parameters, in place in the buffers they live in, laid out
+//      by owner (Note [Owner-ordered parameter buffers]; in float16 with broadcast_fp16).
+// The partitioned parameters are views into those buffers while the OSS lives (set_data: the
+// module's members and other holders keep the same tensors).
 // The local optimizer is any torch::optim::Optimizer (made by a factory over this rank's groups,
 // as fairscale's OSS(params, optim=SGD, lr=...)); OSS::wrap turns an optimizer the user built over
 // all parameters into the local one, restricted to the shard.
@@ -24,19 +27,17 @@
 #include <memory>
 
 #include "distributed/communicator.h"
+#include "strategies/sharded/owner_buffers.h"
 #include "strategies/sharded/partition.h"
 #include "strategies/sharded_optimizer.h"
 
 namespace volt {
 
 struct OSSOptions {
-  // Broadcast updated parameters in float16 (half the bytes); every rank, the owner too, then
+  // Send updated parameters in float16 (half the bytes); every rank, the owner too, then
   // holds the float16-rounded values, so the ranks stay identical. For mixed-precision training,
   // where the model tolerates it (fairscale's broadcast_fp16).
   bool broadcast_fp16 = false;
-  // Cap of one broadcast bucket in MiB, > 0.
-  double broadcast_bucket_mb = 25.0;
-  void validate() const;
 };
 
 class OSS : public torch::optim::Optimizer, public ShardedOptimizer {
@@ -57,7 +58,7 @@ class OSS : public torch::optim::Optimizer, public ShardedOptimizer {
   static std::shared_ptr<OSS> wrap(std::shared_ptr<torch::optim::Optimizer> optimizer, Communicator& communicator,
                                    OSSOptions options = {});
 
-  // Steps this rank's shard and broadcasts every owner's parameters. Repartitions first when the
+  // Steps this rank's shard and all-gathers every owner's parameters. Repartitions first when the
   // set of parameters requiring grad changed since the last step (the state moves with its
   // parameters). [collective]
   torch::Tensor step(LossClosure closure = nullptr) override;
@@ -77,10 +78,10 @@ class OSS : public torch::optim::Optimizer, public ShardedOptimizer {
 
  private:
   std::vector<std::vector<torch::Tensor>> group_parameters() const;
-  // (Re)computes the partition and gives the local optimizer this rank's groups.
+  // (Re)computes the partition, lays the parameters out by owner and gives the local optimizer
+  // this rank's groups.
   void repartition();
   void sync_options_to_local();
-  void broadcast_parameters();  // [collective]
   // This rank's state in PyTorch's layout, keyed by global parameter index, with the wrapper's
   // param groups; throws NotSupportedError for an optimizer class without a state codec.
   StateDict state_with_global_indices() const;
@@ -92,6 +93,7 @@ class OSS : public torch::optim::Optimizer, public ShardedOptimizer {
   std::vector<bool> trainable_;  // per parameter (flat), when the partition was made
   std::map<const void*, int64_t> owner_;  // TensorImpl → rank
   std::shared_ptr<torch::optim::Optimizer> local_;
+  std::unique_ptr<OwnerBuffers> buffers_;  // the partitioned parameters live here
 };
 
 }  // namespace volt

@@ -8,11 +8,11 @@ const OptionSchema<ShardedDDPOptions>& ShardedDDPOptions::schema() {
   static const auto schema =
       OptionSchema<ShardedDDPOptions>("--strategy ddp_sharded")
           .option("reduce_buffer_size", &ShardedDDPOptions::reduce_buffer_size,
-                  "elements of a buffer that small gradients of one owner share (0: each reduced alone)",
+                  "elements of a bucket's reduce buffer, which consecutive gradients share (0: each reduced alone)",
                   at_least(int64_t{0}))
           .option("reduce_fp16", &ShardedDDPOptions::reduce_fp16, "reduce gradients in float16")
           .option("broadcast_fp16", &ShardedDDPOptions::broadcast_fp16,
-                  "broadcast updated parameters in float16 (every rank keeps the rounded values)")
+                  "send updated parameters in float16 (every rank keeps the rounded values)")
           .option("broadcast_buffers", &ShardedDDPOptions::broadcast_buffers,
                   "rank 0's buffers before every training forward")
           .choice("state_dict_type", &ShardedDDPOptions::state_dict_type,

@@ -4,8 +4,9 @@
 // trains on its share of each batch like DDP, but each optimizer is wrapped in OSS (every rank
 // keeps the state of its shard of the parameters) and each gradient is reduced to the rank that
 // owns its parameter (ShardedReducer) instead of all-reduced, so that gradients and optimizer
-// state both take ~1/N of their DDP memory per rank. After its step, every owner broadcasts its
-// parameters (OSS).
+// state both take ~1/N of their DDP memory per rank. After its step, the owners' parameters are
+// all-gathered (OSS). Gradients reduce-scattered to owners plus parameters all-gathered move
+// what DDP's all-reduce moves; the step is 1/N of the optimizer's.
 //
 // Lifecycle: setup_module broadcasts rank 0's parameters and buffers; setup_optimizers shards the
 // optimizers and builds the reducer from their partitions (a trainable parameter in no optimizer
@@ -25,9 +26,9 @@
 namespace volt {
 
 struct ShardedDDPOptions {
-  int64_t reduce_buffer_size = int64_t{1} << 23;  // elements of a shared reduce buffer; 0: none
+  int64_t reduce_buffer_size = int64_t{1} << 23;  // elements of a bucket's reduce buffer; 0: each alone
   bool reduce_fp16 = false;       // gradients travel in float16
-  bool broadcast_fp16 = false;    // OSS broadcasts updated parameters in float16
+  bool broadcast_fp16 = false;    // OSS sends updated parameters in float16
   bool broadcast_buffers = true;  // rank 0's buffers before every training forward
   CheckpointLayout state_dict_type = CheckpointLayout::Full;  // consolidated file, or a shard per rank
 

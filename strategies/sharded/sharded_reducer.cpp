@@ -1,8 +1,9 @@
 #include "strategies/sharded/sharded_reducer.h"
 
 #include <torch/csrc/autograd/function.h>
-#include <algorithm>
 #include <torch/csrc/autograd/variable.h>
+
+#include <algorithm>
 
 #include "core/compat.h"
 #include "core/error.h"
@@ -29,35 +30,40 @@ ShardedReducer::ShardedReducer(std::vector<torch::Tensor> parameters, std::vecto
   const auto n = parameters_.size();
   bucket_of_.assign(n, 0);
   ready_.assign(n, false);
-  // Reverse registration order; one open shared bucket per owner.
-  std::vector<int64_t> open(static_cast<size_t>(communicator_.size()), -1);
+  std::vector<size_t> open;  // the bucket being filled, in reverse registration order
+  int64_t open_numel = 0;
+  auto close = [&] {
+    if (open.empty()) return;
+    Bucket bucket;
+    bucket.members = open;
+    std::stable_sort(bucket.members.begin(), bucket.members.end(),
+                     [&](size_t a, size_t b) { return owners_[a] < owners_[b]; });
+    bucket.counts.assign(static_cast<size_t>(communicator_.size()), 0);
+    for (const size_t k : bucket.members) {
+      bucket.counts[static_cast<size_t>(owners_[k])] += parameters_[k].numel();
+      bucket.numel += parameters_[k].numel();
+      bucket_of_[k] = buckets_.size();
+    }
+    buckets_.push_back(std::move(bucket));
+    open.clear();
+    open_numel = 0;
+  };
   for (size_t k = n; k-- > 0;) {
     const auto& p = parameters_[k];
     check<ConfigurationError>(p.requires_grad() && p.is_leaf() && p.layout() == torch::kStrided, "ddp_sharded: parameter '",
                               names_[k], "' must be a dense leaf tensor that requires grad");
     check<ConfigurationError>(owners_[k] >= 0 && owners_[k] < communicator_.size(), "ddp_sharded: parameter '",
                               names_[k], "' has no owner among the ", communicator_.size(), " ranks");
-    const int64_t owner = owners_[k];
-    if (options_.reduce_buffer_size == 0 || p.numel() >= options_.reduce_buffer_size) {
-      buckets_.push_back(Bucket{{k}, owner, p.numel(), false});
-      bucket_of_[k] = buckets_.size() - 1;
-      continue;
-    }
-    auto& slot = open[static_cast<size_t>(owner)];
-    if (slot >= 0 && (buckets_[static_cast<size_t>(slot)].numel + p.numel() > options_.reduce_buffer_size ||
-                      buckets_[static_cast<size_t>(slot)].members.empty() ||
-                      parameters_[buckets_[static_cast<size_t>(slot)].members.front()].scalar_type() != p.scalar_type())) {
-      slot = -1;  // full (or another dtype): a new one
-    }
-    if (slot < 0) {
-      buckets_.push_back(Bucket{{}, owner, 0, true});
-      slot = static_cast<int64_t>(buckets_.size()) - 1;
-    }
-    auto& bucket = buckets_[static_cast<size_t>(slot)];
-    bucket.members.push_back(k);
-    bucket.numel += p.numel();
-    bucket_of_[k] = static_cast<size_t>(slot);
+    const bool alone = options_.reduce_buffer_size == 0 || p.numel() >= options_.reduce_buffer_size;
+    const bool fits = !open.empty() && open_numel + p.numel() <= options_.reduce_buffer_size &&
+                      parameters_[open.front()].scalar_type() == p.scalar_type() &&
+                      parameters_[open.front()].device() == p.device();
+    if (alone || !fits) close();
+    open.push_back(k);
+    open_numel += p.numel();
+    if (alone) close();
   }
+  close();
   for (size_t k = 0; k < n; ++k) {
     auto accumulator = torch::autograd::impl::grad_accumulator(parameters_[k]);
     hook_keys_.push_back(compat::add_post_hook(*accumulator, [this, k] { on_gradient_ready(k); }));
@@ -75,12 +81,6 @@ std::vector<std::vector<size_t>> ShardedReducer::buckets() const {
   return members;
 }
 
-std::vector<int64_t> ShardedReducer::bucket_owners() const {
-  std::vector<int64_t> owners;
-  for (const auto& b : buckets_) owners.push_back(b.owner);
-  return owners;
-}
-
 void ShardedReducer::prepare_for_backward() {
   std::lock_guard<std::mutex> lock(mutex_);
   check<ConfigurationError>(!in_backward_, "ddp_sharded: backward started again before the previous synchronized "
@@ -94,7 +94,7 @@ void ShardedReducer::prepare_for_backward() {
   for (auto& b : buckets_) {
     b.ready = 0;
     b.launched = b.done = false;
-    b.buffer = torch::Tensor();
+    b.output = torch::Tensor();
     b.handle = CollectiveHandle();
   }
   std::fill(ready_.begin(), ready_.end(), false);
@@ -126,31 +126,40 @@ void ShardedReducer::launch_ready() {
   }
 }
 
+void ShardedReducer::count_buffer(int64_t bytes) {
+  live_buffer_bytes_ += bytes;
+  peak_buffer_bytes_ = std::max(peak_buffer_bytes_, live_buffer_bytes_);
+}
+
 void ShardedReducer::launch(Bucket& bucket) {
   torch::NoGradGuard no_grad;
   const double world = static_cast<double>(communicator_.size());
-  const bool mine = bucket.owner == communicator_.rank();
+  const int64_t me = communicator_.rank();
   const auto& first = parameters_[bucket.members.front()];
   auto options = first.options().requires_grad(false);
   if (options_.reduce_fp16 && first.is_floating_point()) options = options.dtype(torch::kHalf);
-  if (!bucket.shared) {
-    auto& grad = parameters_[bucket.members.front()].mutable_grad();
-    bucket.buffer = options.dtype() == grad.dtype() ? grad.div_(world) : grad.to(options).div_(world);
+  auto& lone_grad = parameters_[bucket.members.front()].mutable_grad();
+  torch::Tensor input;
+  const bool in_place =
+      bucket.members.size() == 1 && lone_grad.scalar_type() == options.dtype() && lone_grad.is_contiguous();
+  if (in_place) {
+    input = lone_grad.view({-1}).div_(world);  // its own storage is the buffer
   } else {
-    bucket.buffer = torch::empty({bucket.numel}, options);
+    input = torch::empty({bucket.numel}, options);
     int64_t offset = 0;
     for (const size_t k : bucket.members) {
       auto& grad = parameters_[k].mutable_grad();
-      bucket.buffer.narrow(0, offset, grad.numel()).copy_(grad.reshape({-1})).div_(world);
+      input.narrow(0, offset, grad.numel()).copy_(grad.reshape({-1}));
       offset += grad.numel();
-      if (!mine) grad.reset();  // copied: a non-owner needs it no more
+      if (owners_[k] != me) grad.reset();  // in the buffer: a non-owner needs it no more
     }
+    input.div_(world);
   }
-  const bool own_allocation = bucket.shared || !bucket.buffer.is_same(parameters_[bucket.members.front()].grad());
-  bucket.buffer_bytes = own_allocation ? static_cast<int64_t>(bucket.buffer.nbytes()) : 0;
-  live_buffer_bytes_ += bucket.buffer_bytes;
-  peak_buffer_bytes_ = std::max(peak_buffer_bytes_, live_buffer_bytes_);
-  bucket.handle = communicator_.reduce_async(bucket.buffer, bucket.owner, ReduceOp::Sum);
+  bucket.output = torch::empty({bucket.counts[static_cast<size_t>(me)]}, options);
+  bucket.buffer_bytes = static_cast<int64_t>(bucket.output.nbytes() + (in_place ? 0 : input.nbytes()));
+  count_buffer(bucket.buffer_bytes);
+  // The handle keeps `input` alive until the reduce completed.
+  bucket.handle = communicator_.reduce_scatter_chunks_async(bucket.output, input, bucket.counts, ReduceOp::Sum);
   bucket.launched = true;
 }
 
@@ -164,26 +173,23 @@ void ShardedReducer::finish_completed(bool wait_all) {
 
 void ShardedReducer::finish(Bucket& bucket) {
   bucket.handle.wait();
+  bucket.handle = CollectiveHandle();
   bucket.done = true;
   torch::NoGradGuard no_grad;
-  const bool mine = bucket.owner == communicator_.rank();
-  if (!mine) {
-    for (const size_t k : bucket.members) parameters_[k].mutable_grad().reset();
-  } else if (bucket.shared) {
-    int64_t offset = 0;
-    for (const size_t k : bucket.members) {
-      auto& grad = parameters_[k].mutable_grad();
-      grad.copy_(bucket.buffer.narrow(0, offset, grad.numel()).view(grad.sizes()));
-      offset += grad.numel();
+  const int64_t me = communicator_.rank();
+  int64_t offset = 0;
+  for (const size_t k : bucket.members) {
+    auto& grad = parameters_[k].mutable_grad();
+    if (owners_[k] != me) {
+      grad.reset();
+      continue;
     }
-  } else {
-    auto& grad = parameters_[bucket.members.front()].mutable_grad();
-    if (!bucket.buffer.is_same(grad)) grad.copy_(bucket.buffer);
+    grad.copy_(bucket.output.narrow(0, offset, grad.numel()).view(grad.sizes()));
+    offset += grad.numel();
   }
-  bucket.buffer = torch::Tensor();
-  live_buffer_bytes_ -= bucket.buffer_bytes;
+  bucket.output = torch::Tensor();
+  count_buffer(-bucket.buffer_bytes);
   bucket.buffer_bytes = 0;
-  bucket.handle = CollectiveHandle();
 }
 
 void ShardedReducer::drop_gradients_of_other_owners() {
@@ -196,10 +202,9 @@ void ShardedReducer::finalize_backward() {
   std::unique_lock<std::mutex> lock(mutex_);
   if (!in_backward_) return;  // no_sync: gradients stay local
   in_backward_ = false;
+  // A parameter without a gradient reduces zeros, so that every rank issues the same collectives.
   std::vector<std::string> missing;
-  try {
-    if (hook_error_) std::rethrow_exception(hook_error_);
-    // A parameter without a gradient reduces zeros, so that every rank issues the same collectives.
+  auto complete = [&] {
     for (size_t k = 0; k < parameters_.size(); ++k) {
       if (ready_[k]) continue;
       missing.push_back(names_[k]);
@@ -209,13 +214,15 @@ void ShardedReducer::finalize_backward() {
     }
     launch_ready();
     finish_completed(/*wait_all=*/true);
+  };
+  try {
+    if (hook_error_) std::rethrow_exception(hook_error_);
+    complete();
   } catch (...) {
     const auto error = std::current_exception();
     try {
-      for (auto& b : buckets_) {
-        if (!b.launched) launch(b);
-      }
-      finish_completed(true);
+      // The peers are waiting in this backward's remaining reduces: take part, then report.
+      complete();
     } catch (...) {
     }
     std::rethrow_exception(error);

@@ -1,23 +1,27 @@
 #pragma once
 // ShardedDDP's gradient reduction (fairscale's ShardedDataParallel; ZeRO stage 2): each gradient
-// goes to the one rank that owns its parameter under OSS (a reduce, not an all-reduce), and the
-// other ranks drop it, so that after backward every rank holds the gradients of its shard only
-// (~1/N of them) — all its optimizer step needs.
+// is reduced to the one rank that owns its parameter under OSS, and the other ranks drop it, so
+// that after backward every rank holds the gradients of its shard only (~1/N of them): all its
+// optimizer step needs.
 //
 //   (autograd)           a parameter's gradient accumulator fires → the parameter is ready; its
-//                        bucket, once complete and every earlier bucket launched, is divided by
-//                        the world size and reduced (sum) to its owner, asynchronously
-//   finalize_backward()  launches what is left, waits, leaves the mean gradient in the owners'
-//                        .grad, and every other rank's .grad undefined
+//                        bucket, once complete and every earlier bucket launched, is launched:
+//                        its reduce runs on the communicator's ring thread while backward goes on
+//   finalize_backward()  launches what is left and waits; afterwards the owners' .grad hold the
+//                        mean gradient, and every other rank's .grad is undefined
 //
-// Buckets: a parameter of at least `reduce_buffer_size` elements (or any, when it is 0) is reduced
-// on its own, in place in its .grad; smaller ones share a flat buffer with others of the same
-// owner, up to `reduce_buffer_size` elements, so that small tensors do not cost a collective
-// each. Buffers are allocated when a bucket launches and freed once its reduce completed; a
-// non-owner drops a bucketed gradient as soon as it is copied into the buffer, and an unbucketed
-// one as soon as its reduce completed (checked whenever another gradient arrives, and at the end).
-// Buckets launch strictly in one order on every rank (reverse registration, the order backward
-// produces gradients in), so collectives match across ranks.
+// Buckets: consecutive parameters in reverse registration order (the order backward produces
+// gradients in) share a bucket up to `reduce_buffer_size` elements; a parameter of at least that
+// many elements (or any, when it is 0) is a bucket of its own. A bucket's gradients are divided
+// by the world size and copied into one flat buffer laid out by owner (rank 0's parameters,
+// then rank 1's, ...), and one Communicator::reduce_scatter_chunks leaves each owner the sum of
+// its chunk (Note [Ring reduce_scatter]): every rank sends what it does not own once, and all
+// links are busy at once, where one reduce per owner (fairscale's) moves the same bytes one
+// owner after the other. A non-owner drops a gradient as soon as it is in the buffer; a buffer
+// is freed once its reduce completed and the owner copied its chunk out (checked whenever another
+// gradient arrives, and at the end). A lone parameter's gradient is reduced without a copy (its
+// own storage is the buffer). Buckets launch strictly in one order on every rank, so collectives
+// match.
 //
 // no_sync (require_sync false): gradients accumulate locally, full size on every rank, and the
 // next synchronized backward reduces the accumulated sums. A parameter that gets no gradient in a
@@ -41,8 +45,8 @@ struct Node;
 namespace volt {
 
 struct ShardedReducerOptions {
-  // Elements of a shared reduce buffer (fairscale's reduce_buffer_size, default 2^23); 0: every
-  // gradient is reduced on its own. >= 0.
+  // Elements of one bucket's reduce buffer (fairscale's reduce_buffer_size, default 2^23): smaller
+  // parameters share one; 0: every gradient is reduced on its own. >= 0.
   int64_t reduce_buffer_size = int64_t{1} << 23;
   // Reduce in float16 (half the bytes; the owner decompresses into its float32 gradient).
   bool reduce_fp16 = false;
@@ -70,32 +74,33 @@ class ShardedReducer {
   // Leaves .grad undefined for every parameter this rank does not own (as finalize_backward does).
   void drop_gradients_of_other_owners();
 
-  // Bucket members (parameter indices), in launch order, and each bucket's owner.
+  // Bucket members (parameter indices) in reduce order, each bucket's members in its buffer's
+  // order (grouped by owner, rank 0's first).
   std::vector<std::vector<size_t>> buckets() const;
-  std::vector<int64_t> bucket_owners() const;
-  // The most bytes of reduce buffers (shared buffers, float16 copies) alive at once since
-  // construction: a live counter, for the memory benchmark and tests.
+  // The most bytes of reduce buffers (flat buffers, float16 copies, the owner's reduced chunk)
+  // alive at once since construction, over the buckets in flight together: a live counter, for
+  // the memory benchmark and tests.
   int64_t peak_buffer_bytes() const { return peak_buffer_bytes_; }
 
  private:
   struct Bucket {
-    std::vector<size_t> members;
-    int64_t owner = 0;
+    std::vector<size_t> members;  // in buffer order: grouped by owner
+    std::vector<int64_t> counts;  // elements per rank (its chunk in the buffer)
     int64_t numel = 0;
-    bool shared = false;  // a flat buffer (else the one member's .grad itself)
     size_t ready = 0;
     bool launched = false, done = false;
-    torch::Tensor buffer;  // what travels (the buffer, or the gradient / its float16 copy)
-    int64_t buffer_bytes = 0;  // of `buffer` when it is an allocation of its own
+    torch::Tensor output;      // this rank's reduced chunk, once the reduce completed
+    int64_t buffer_bytes = 0;  // of the buffers it allocated
     CollectiveHandle handle;
   };
 
   void on_gradient_ready(size_t index);  // the autograd hook
   void launch_ready();
-  void launch(Bucket& bucket);
+  void launch(Bucket& bucket);  // [collective]
   // Finishes launched buckets whose reduce completed (all launched ones with `wait_all`).
   void finish_completed(bool wait_all);
   void finish(Bucket& bucket);
+  void count_buffer(int64_t bytes);  // buffers of `bytes` are alive now (negative: freed)
 
   std::vector<torch::Tensor> parameters_;
   std::vector<std::string> names_;

@@ -40,8 +40,15 @@ std::vector<std::string> run_thread_ranks(int64_t world_size,
 
 void with_communicators(int64_t world_size, const std::function<void(Communicator&)>& body,
                         std::chrono::milliseconds timeout) {
+  with_communicators(world_size, [](CommunicatorOptions&) {}, body, timeout);
+}
+
+void with_communicators(int64_t world_size, const std::function<void(CommunicatorOptions&)>& adjust,
+                        const std::function<void(Communicator&)>& body, std::chrono::milliseconds timeout) {
   const auto errors = run_thread_ranks(world_size, [&](int64_t rank, int64_t port) {
-    auto communicator = Communicator::connect(loopback_options(rank, world_size, port, timeout));
+    auto options = loopback_options(rank, world_size, port, timeout);
+    adjust(options);
+    auto communicator = Communicator::connect(options);
     body(*communicator);
   });
   for (size_t rank = 0; rank < errors.size(); ++rank) {

@@ -21,5 +21,9 @@ std::vector<std::string> run_thread_ranks(int64_t world_size, const std::functio
 // run_thread_ranks where each rank first connects; fails the test (naming the rank) when a body throws.
 void with_communicators(int64_t world_size, const std::function<void(Communicator&)>& body,
                         std::chrono::milliseconds timeout = std::chrono::seconds(30));
+// The same, each rank's loopback options changed by `adjust` before it connects.
+void with_communicators(int64_t world_size, const std::function<void(CommunicatorOptions&)>& adjust,
+                        const std::function<void(Communicator&)>& body,
+                        std::chrono::milliseconds timeout = std::chrono::seconds(30));
 
 }  // namespace volt::testing

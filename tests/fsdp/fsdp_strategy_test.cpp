@@ -2,7 +2,8 @@
 // parameters (gathered through the strategy's full state dict) equal ddp's after every step
 // within 1e-6 relative (ring reduce-scatter and ring all-reduce sum in other orders), for
 // SGD + momentum and Adam, 2 and 3 ranks, with auto-wrapped nested units, with a unit wrapped by
-// hand, with the root unit only, resharding after forward or not, and with gradient accumulation
+// hand, with the root unit only, resharding after forward or not, unsharded (NO_SHARD: gradients
+// all-reduced, every unit whole on every rank), and with gradient accumulation
 // (no_sync) and gradient clipping; mixed precision like DDP under the same autocast (bitwise with
 // bfloat16 gradient travel on both sides); memory counted per rank; full checkpoints between fsdp,
 // ddp and world sizes; a resume at the same world size bitwise in both layouts; bad settings fail
@@ -34,7 +35,8 @@ TEST_P(FSDPLikeDDP, AfterEveryStepForNestedHandWrappedAndRootOnlyUnits) {
     const auto ddp = testing::step_lines(run_print_steps("ddp", ranks, optimizer, extra));
     ASSERT_GE(ddp.at(0).size(), 3u);
     std::vector<std::string> variants = {"fsdp:min_num_params=20", "fsdp:min_num_params=20,reshard_after_forward=false",
-                                         "fsdp:min_num_params=20,forward_prefetch=true,backward_prefetch=true"};
+                                         "fsdp:min_num_params=20,forward_prefetch=true,backward_prefetch=true",
+                                         "fsdp:min_num_params=20,sharding_strategy=NO_SHARD"};
     if (model == "mlp_wrapped") variants = {"fsdp:min_num_params=0", "fsdp:sharding_strategy=SHARD_GRAD_OP"};
     for (const auto& fsdp : variants) {
       testing::expect_steps_close(testing::step_lines(run_print_steps(fsdp, ranks, optimizer, extra)), ddp, 1e-6,
@@ -155,6 +157,29 @@ TEST(FSDPMemory, EachRankKeepsItsShareAndGathersOneUnitAtATime) {
   }
 }
 
+// Note [NO_SHARD]: every rank keeps the whole of every unit (the MLP's 5 + 36 + 20 elements, no
+// padding), all of it gathered from forward to backward; gradients are all-reduced over the
+// world, never reduce-scattered.
+TEST(FSDPMemory, NoShardKeepsEveryUnitWholeAndAllReducesTheGradients) {
+  testing::TemporaryDirectory dir;
+  const auto result = run_command(train_command(dir.path(), "--strategy fsdp:min_num_params=20,sharding_strategy=NO_SHARD "
+                                                            "--devices 2 --model mlp --batch-size 4"),
+                                  240);
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  int64_t checked = 0;
+  for (const auto& row : testing::read_csv(dir.path() + "/volt_logs/version_0/metrics.csv")) {
+    if (!row.count("fsdp/units") || row.at("fsdp/units").empty() || std::stoll(row.at("step")) < 2) continue;
+    EXPECT_EQ(std::stod(row.at("fsdp/shard_bytes")), 61 * 4.0) << "every unit whole";
+    EXPECT_EQ(std::stod(row.at("fsdp/full_bytes")), 61 * 4.0);
+    EXPECT_EQ(std::stod(row.at("fsdp/peak_gathered_bytes")), 61 * 4.0) << "every unit gathered until its backward";
+    EXPECT_GT(std::stod(row.at("comm/all_reduce_calls")), 0.0);
+    EXPECT_TRUE(!row.count("comm/reduce_scatter_calls") || row.at("comm/reduce_scatter_calls").empty() ||
+                std::stod(row.at("comm/reduce_scatter_calls")) == 0.0)
+        << "no reduce-scatter over the world";
+    ++checked;
+  }
+  EXPECT_GE(checked, 10);
+}
 
 TEST(FSDPCheckpoints, AResumeAtTheSameWorldSizeIsBitwiseTheUninterruptedRunInBothLayouts) {
   for (const auto& [strategy, ranks] : std::vector<std::pair<std::string, int64_t>>{
@@ -211,6 +236,8 @@ TEST(FSDPCheckpoints, AFullCheckpointMovesBetweenFSDPAndDDPAndWorldSizesWithItsO
     return run.empty() ? std::vector<double>{} : run[0].params;
   };
   expect_params_close(moved(fsdp2, ddp2), whole(ddp2), 1e-5, "fsdp (2) -> ddp (2)");
+  expect_params_close(moved("--strategy fsdp:min_num_params=20,sharding_strategy=NO_SHARD --devices 2", ddp2),
+                      whole(ddp2), 1e-5, "fsdp NO_SHARD (2) -> ddp (2)");
   expect_params_close(moved(ddp2, fsdp2), whole(fsdp2), 1e-5, "ddp (2) -> fsdp (2)");
   expect_params_close(moved(fsdp2, "--strategy fsdp:min_num_params=20 --devices 3"),
                       moved(ddp2, "--strategy ddp --devices 3"), 1e-5, "fsdp (2) -> fsdp (3) vs ddp (2) -> ddp (3)");
@@ -231,7 +258,9 @@ TEST(FSDPOptions, BadSettingsFailAtConstructionSayingWhatToDo) {
                 .find("give one of the two"),
             std::string::npos);
   EXPECT_NE(construction_error("fsdp:mixed_precision=true").find("needs a mixed precision"), std::string::npos);
-  EXPECT_NE(construction_error("fsdp:sharding_strategy=NO_SHARD").find("sharding_strategy"), std::string::npos);
+  EXPECT_NE(construction_error("fsdp:sharding_strategy=NO_SHARD,reshard_after_forward=false").find("does not apply"),
+            std::string::npos);
+  EXPECT_EQ(construction_error("fsdp:sharding_strategy=NO_SHARD"), "");
   EXPECT_NE(construction_error("fsdp:min_num_params=-1").find("min_num_params"), std::string::npos);
   EXPECT_NE(construction_error("fsdp:bucket_cap_mb=-1").find("bucket_cap_mb"), std::string::npos);
   EXPECT_NE(construction_error("fsdp:cpu_offload=true").find("cpu_offload"), std::string::npos) << "not a key";

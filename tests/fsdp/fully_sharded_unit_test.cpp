@@ -75,7 +75,7 @@ TEST_P(FlatParameterTest, AUnitsBackwardLeavesTheMeanGradientOfTheShardAndFreesT
     }
     UnitSettings settings;
     settings.pre_divide = gradient_pre_divide_factor(n);
-    ReduceScatterBucket bucket(c, 0);  // no bucket: reduced when its gradients are complete
+    ReduceScatterBucket bucket(c, 0);  // no bucket: launched when its gradients are complete
     auto unit = std::make_shared<FullyShardedUnit>("fc", flatten(linear, c), settings, bucket);
     auto module = wrap(linear);
     module->bind(unit);
@@ -85,9 +85,10 @@ TEST_P(FlatParameterTest, AUnitsBackwardLeavesTheMeanGradientOfTheShardAndFreesT
     output.sum().backward();
     EXPECT_EQ(unit->state(), TrainingState::Backward);
     unit->finish_backward();
+    bucket.flush();  // the strategy's end of backward: the reduce-scatter in flight completes
     EXPECT_EQ(unit->state(), TrainingState::Idle);
     EXPECT_FALSE(unit->flat().gathered());
-    EXPECT_FALSE(linear->weight.grad().defined()) << "the full gradient is dropped after the reduce-scatter";
+    EXPECT_FALSE(linear->weight.grad().defined()) << "the full gradient is dropped when it is launched";
     const int64_t share = unit->flat().shard_numel();
     const auto padded = torch::cat({expected, torch::zeros({share * n - 8})});
     EXPECT_TRUE(torch::allclose(unit->flat().shard().grad(), padded.narrow(0, c.rank() * share, share), 1e-6, 1e-7))

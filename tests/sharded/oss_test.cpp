@@ -3,12 +3,15 @@
 // shard's state; its consolidated state is PyTorch's layout of the unsharded optimizer and loads at
 // another world size; clipping by norm over shards equals unsharded clipping; an inf in one rank's
 // shard skips the step on every rank; broadcast_fp16 keeps the ranks identical; freezing a
-// parameter repartitions without losing state.
+// parameter repartitions without losing state; the parameters live in buffers laid out by owner,
+// synchronized by one in-place all-gather that sends only what other ranks lack, one buffer per
+// dtype; a parameter given new storage behind OSS's back is an error, not a silent desync.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "checkpoint/optimizer_state.h"
+#include "core/error.h"
 #include "precision/mixed_precision.h"
 #include "strategies/sharded/oss.h"
 #include "tests/distributed/thread_ranks.h"
@@ -215,6 +218,77 @@ TEST(OSS, FreezingAParameterRepartitionsAndKeepsTheOthersState) {
     EXPECT_EQ(oss->owner_of(mine[0]), -1) << "a frozen parameter has no owner after the repartition";
     for (size_t i = 0; i < mine.size(); ++i) {
       EXPECT_TRUE(torch::equal(mine[i], params[i])) << "rank " << comm.rank() << ", parameter " << i;
+    }
+  });
+}
+
+TEST(OSS, ParametersLiveInBuffersByOwnerAndOneAllGatherSendsWhatOthersLack) {
+  // Note [Owner-ordered parameter buffers]. Two float32 parameters and a float64 one, so two buffers.
+  for (const int64_t world : {2, 3}) {
+    with_communicators(world, [&](Communicator& comm) {
+      auto params = make_params();
+      params.push_back(torch::arange(10, torch::kDouble).requires_grad_(true));
+      std::vector<const void*> module_tensors;
+      for (const auto& p : params) module_tensors.push_back(p.unsafeGetTensorImpl());
+      auto adam = std::make_shared<torch::optim::Adam>(params, torch::optim::AdamOptions(0.01));
+      auto oss = OSS::wrap(adam, comm);
+      // Each dtype's parameters are views of one storage of exactly their size, rank 0's first.
+      int64_t float_elements = 0, double_elements = 0;
+      for (size_t i = 0; i < params.size(); ++i) {
+        EXPECT_EQ(params[i].unsafeGetTensorImpl(), module_tensors[i]) << "the same tensors (set_data)";
+        (params[i].scalar_type() == torch::kFloat ? float_elements : double_elements) += params[i].numel();
+        for (size_t j = 0; j < params.size(); ++j) {
+          if (params[j].scalar_type() != params[i].scalar_type()) continue;
+          EXPECT_TRUE(params[i].is_alias_of(params[j])) << "parameters " << i << " and " << j << " share a buffer";
+          if (oss->owner_of(params[i]) < oss->owner_of(params[j])) {
+            EXPECT_LT(params[i].data_ptr(), params[j].data_ptr()) << "rank " << oss->owner_of(params[i]) << "'s first";
+          }
+        }
+      }
+      EXPECT_EQ(params[0].storage().nbytes(), static_cast<size_t>(float_elements * 4));
+      EXPECT_EQ(params.back().storage().nbytes(), static_cast<size_t>(double_elements * 8));
+      // What this rank sends: every chunk but its right neighbour's, once per buffer.
+      std::vector<int64_t> float_counts(static_cast<size_t>(world), 0), double_counts(static_cast<size_t>(world), 0);
+      for (const auto& p : params) {
+        (p.scalar_type() == torch::kFloat ? float_counts : double_counts)[static_cast<size_t>(oss->owner_of(p))] += p.numel();
+      }
+      const auto right = static_cast<size_t>((comm.rank() + 1) % world);
+      for (auto& p : params) p.mutable_grad() = torch::ones_like(p);
+      comm.reset_counters();
+      oss->step();
+      const auto gathered = comm.counters()[CollectiveKind::AllGather];
+      EXPECT_EQ(gathered.calls, 2) << "one all-gather per buffer";
+      EXPECT_EQ(gathered.sent_bytes, (float_elements - float_counts[right]) * 4 + (double_elements - double_counts[right]) * 8)
+          << "rank " << comm.rank();
+      EXPECT_EQ(comm.counters()[CollectiveKind::Broadcast].calls, 0);
+      // Every rank ends with the same values as one unsharded Adam step.
+      auto reference_params = make_params();
+      reference_params.push_back(torch::arange(10, torch::kDouble).requires_grad_(true));
+      torch::optim::Adam reference_adam(reference_params, torch::optim::AdamOptions(0.01));
+      for (auto& p : reference_params) p.mutable_grad() = torch::ones_like(p);
+      reference_adam.step();
+      for (size_t i = 0; i < params.size(); ++i) {
+        EXPECT_TRUE(torch::equal(params[i], reference_params[i])) << "rank " << comm.rank() << " parameter " << i;
+      }
+    });
+  }
+}
+
+TEST(OSS, AParameterGivenNewStorageBehindItsBackIsAnErrorNotADesync) {
+  with_communicators(2, [&](Communicator& comm) {
+    auto params = make_params();
+    auto oss = OSS::wrap(make_optimizer("momentum", params), comm);
+    {
+      torch::NoGradGuard no_grad;
+      params[2].set_data(params[2].detach().clone());  // what module->to(...) would do
+    }
+    set_grads(params, 0);
+    try {
+      oss->step();
+      ADD_FAILURE() << "no error on rank " << comm.rank();
+    } catch (const InternalError& e) {
+      EXPECT_NE(std::string(e.what()).find("was given new storage after OSS laid it out"), std::string::npos)
+          << e.what();
     }
   });
 }

@@ -1,0 +1,117 @@
+// Communicator::connect: the rendezvous through a TCPStore, the Gloo network device, the peer
+// monitor's connection, then the root communicator over them (process_group_communicator.cpp).
+#include <cstdlib>
+
+#include "core/error.h"
+#include "distributed/collective_handle_state.h"
+#include "distributed/network.h"
+#include "distributed/process_group_communicator.h"
+
+namespace volt {
+
+namespace {
+
+std::string resolve_backend(const CommunicatorOptions& options) {
+  std::string backend = options.backend;
+  if (backend == "auto") backend = options.device.is_cuda() ? "nccl" : "gloo";
+  if (backend == "nccl") {
+#if !defined(VOLT_WITH_CUDA)
+    throw NotSupportedError("Communicator: backend nccl needs a LibTorch built with CUDA; this one is "
+                            "CPU-only. Use backend gloo (CPU tensors)");
+#endif
+  }
+  return backend;
+}
+
+std::shared_ptr<gloo::transport::Device> make_gloo_device(const CommunicatorOptions& options) {
+  try {
+    if (!options.bind_address.empty()) {
+      return c10d::ProcessGroupGloo::createDeviceForHostname(options.bind_address);
+    }
+    if (const char* interface = std::getenv("GLOO_SOCKET_IFNAME"); interface && *interface) {
+      return c10d::ProcessGroupGloo::createDeviceForInterface(interface);
+    }
+    return c10d::ProcessGroupGloo::createDeviceForHostname(local_address_towards(options.master_addr));
+  } catch (const c10::Error& e) {
+    throw DistributedError("Communicator (rank " + std::to_string(options.rank) +
+                           "): cannot create a Gloo network device: " + cause_of(e) +
+                           "; set GLOO_SOCKET_IFNAME to the interface that reaches the other ranks");
+  }
+}
+
+
+// Rank 0 publishes its world size before anyone builds a process group, so that a rank started
+// with another world size fails at once with both numbers instead of timing out in Gloo.
+void check_world_size(c10d::Store& store, const CommunicatorOptions& options) {
+  const std::string key = "world_size";
+  const auto mine = std::to_string(options.world_size);
+  if (options.rank == 0) {
+    store.set(key, std::vector<uint8_t>(mine.begin(), mine.end()));
+    return;
+  }
+  const auto value = store.get(key);
+  const std::string theirs(value.begin(), value.end());
+  check<DistributedError>(theirs == mine, "Communicator (rank ", options.rank, " of ", options.world_size,
+                          "): rank 0 was started with world size ", theirs, " but this rank with ", mine,
+                          "; start every rank with the same --devices and --num-nodes");
+}
+
+}  // namespace
+
+std::shared_ptr<Communicator> Communicator::connect(const CommunicatorOptions& options) {
+  options.validate();
+  const std::string backend = resolve_backend(options);
+  const std::string who = "Communicator (rank " + std::to_string(options.rank) + " of " +
+                          std::to_string(options.world_size) + ")";
+  const bool host_store = options.rank == 0 && !options.store_is_external;
+  const std::string where = options.master_addr + ":" + std::to_string(options.master_port);
+  c10::intrusive_ptr<c10d::Store> store;
+  try {
+    c10d::TCPStoreOptions store_options;
+    store_options.port = static_cast<std::uint16_t>(options.master_port);
+    store_options.isServer = host_store;
+    store_options.numWorkers = static_cast<std::size_t>(options.world_size);
+    store_options.waitWorkers = false;  // the process group's rendezvous waits, bounded by the timeout
+    store_options.timeout = options.timeout;
+    store = c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
+  } catch (const std::exception& e) {
+    const std::string cause = cause_of(e);
+    throw DistributedError(
+        who + (host_store ? ": cannot start the rendezvous store on " + where + ": " + cause +
+                                "; is the port in use? Choose another --master-port"
+                          : ": cannot reach the rendezvous store at " + where + " within the timeout of " +
+                                std::to_string(options.timeout.count()) + " ms: " + cause +
+                                "; check that rank 0 is running and --master-addr/--master-port"));
+  }
+  if (!options.store_prefix.empty()) store = c10::make_intrusive<c10d::PrefixStore>(options.store_prefix, store);
+  store = c10::make_intrusive<c10d::PrefixStore>("volt", store);
+  try {
+    check_world_size(*store, options);
+  } catch (const c10::Error& e) {
+    throw DistributedError(who + ": rendezvous through the store at " + where + " failed: " + cause_of(e));
+  }
+  auto device = backend == "gloo" ? make_gloo_device(options) : nullptr;
+  std::shared_ptr<PeerMonitor> monitor;
+  if (options.heartbeat_interval.count() > 0) {
+    const std::string host = options.store_is_external ? "the torchelastic agent at " + where : "rank 0 at " + where;
+    try {
+      c10d::TCPStoreOptions client;
+      client.port = static_cast<std::uint16_t>(options.master_port);
+      client.timeout = options.timeout;
+      c10::intrusive_ptr<c10d::Store> connection = c10::make_intrusive<c10d::TCPStore>(options.master_addr, client);
+      if (!options.store_prefix.empty()) {
+        connection = c10::make_intrusive<c10d::PrefixStore>(options.store_prefix, connection);
+      }
+      monitor = std::make_shared<PeerMonitor>(c10::make_intrusive<c10d::PrefixStore>("volt/monitor", connection),
+                                              options.rank, options.world_size, options.heartbeat_interval, host);
+    } catch (const std::exception& e) {
+      throw DistributedError(who + ": cannot open the monitoring connection to the store at " + where + ": " +
+                             cause_of(e));
+    }
+  }
+  return make_process_group_communicator(options.rank, options.world_size, options.timeout, backend,
+                                         std::move(store), std::move(device), options.device, std::move(monitor),
+                                         options.inline_all_reduce_max_bytes, options.ring_thread);
+}
+
+}  // namespace volt
