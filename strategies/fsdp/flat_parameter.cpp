@@ -80,10 +80,15 @@ FlatParameter::~FlatParameter() {
   }
 }
 
-CollectiveHandle FlatParameter::start_gather() {
+CollectiveHandle FlatParameter::start_gather(bool ahead) {
   allocate_storage(full_, bytes_of(full_));
   if (gathered_bytes_) gathered_bytes_->add(static_cast<int64_t>(bytes_of(full_)));
   torch::NoGradGuard no_grad;
+  if (ahead) {
+    // Note [Prefetching a unit]: the backend's own all-gather, on its worker thread.
+    pending_source_ = shard_.detach().to(compute_dtype_).contiguous();
+    return communicator_.all_gather_into_async(full_, pending_source_);
+  }
   // This rank's shard goes straight into its place (cast to the compute dtype); the ring fills
   // the others' in place (Note [Ring all_gather in place]): no staging buffer, no copy out.
   full_.narrow(0, rank_ * shard_numel_, shard_numel_).copy_(shard_.detach());
@@ -92,13 +97,13 @@ CollectiveHandle FlatParameter::start_gather() {
 
 void FlatParameter::gather() {
   if (gathered_ || entries_.empty()) return;
-  if (!pending_) pending_ = start_gather();
+  if (!pending_) pending_ = start_gather(/*ahead=*/false);
   finish_prefetch();
 }
 
 void FlatParameter::prefetch() {
   if (gathered_ || pending_ || entries_.empty()) return;
-  pending_ = start_gather();
+  pending_ = start_gather(/*ahead=*/true);
   if (gathered_bytes_) ++gathered_bytes_->prefetches;
 }
 
@@ -106,6 +111,7 @@ void FlatParameter::finish_prefetch() {
   auto handle = std::move(*pending_);
   pending_.reset();
   handle.wait();
+  pending_source_ = torch::Tensor();
   point_parameters_at(full_);
   gathered_ = true;
 }
@@ -124,24 +130,47 @@ int64_t FlatParameter::gathered_bytes() const {
   return full_.defined() ? static_cast<int64_t>(full_.storage().nbytes()) : 0;
 }
 
-torch::Tensor FlatParameter::take_flat_gradient(torch::Dtype reduce_dtype, double pre_divide) {
+void FlatParameter::write_flat_gradient(torch::Tensor rows, double pre_divide) {
   torch::NoGradGuard no_grad;
-  auto flat = torch::zeros({padded_numel()}, shard_.options().dtype(reduce_dtype).requires_grad(false));
+  VOLT_INTERNAL_ASSERT(rows.dim() == 2 && rows.size(0) == world_ && rows.size(1) == shard_numel_,
+                       "write_flat_gradient: [world, shard_numel] rows");
+  const auto reduce_dtype = rows.scalar_type();
+  // Elements [begin, begin + count) of the padded flat gradient, row by row: where they go.
+  auto for_each_piece = [&](int64_t begin, int64_t count, const std::function<void(torch::Tensor, int64_t)>& put) {
+    for (int64_t done = 0; done < count;) {
+      const int64_t index = begin + done, column = index % shard_numel_;
+      const int64_t length = std::min(count - done, shard_numel_ - column);
+      put(rows[index / shard_numel_].narrow(0, column, length), done);
+      done += length;
+    }
+  };
+  // One pass per element: each gradient copied (or, in its own dtype, divided) into its place,
+  // zeros only where there is none. A gradient of another dtype is converted first and divided
+  // in the reduce dtype, as PyTorch does (the rounding a bfloat16 hook would make).
   for (auto& entry : entries_) {
     auto& grad = entry.parameter.mutable_grad();
-    if (grad.defined()) flat.narrow(0, entry.offset, entry.numel()).copy_(grad.reshape({-1}));
+    const auto source = grad.defined() ? grad.reshape({-1}) : torch::Tensor();
+    for_each_piece(entry.offset, entry.numel(), [&](torch::Tensor place, int64_t from) {
+      if (!source.defined()) {
+        place.zero_();
+      } else if (pre_divide != 1.0 && source.scalar_type() == reduce_dtype) {
+        torch::div_out(place, source.narrow(0, from, place.numel()), torch::scalar_tensor(pre_divide, place.options()));
+      } else {
+        place.copy_(source.narrow(0, from, place.numel()));
+        if (pre_divide != 1.0) place.div_(pre_divide);
+      }
+    });
     grad = torch::Tensor();
   }
-  if (pre_divide != 1.0) flat.div_(pre_divide);
-  return flat;
+  for_each_piece(numel_, padded_numel() - numel_, [](torch::Tensor place, int64_t) { place.zero_(); });
 }
 
 void FlatParameter::accumulate_reduced(const torch::Tensor& reduced, double pre_divide) {
   torch::NoGradGuard no_grad;
-  // Divided in the reduce dtype, then converted (PyTorch's order).
-  auto mean = reduced.clone();
+  // Divided in the reduce dtype, then converted (PyTorch's order). `reduced` is the bucket's, used
+  // by nobody after this: the gradient may be (a view of) it.
   const double post_divide = static_cast<double>(gradient_world_) / pre_divide;
-  if (post_divide != 1.0) mean.div_(post_divide);
+  auto mean = post_divide != 1.0 ? reduced / post_divide : reduced;
   mean = mean.to(shard_.scalar_type());
   auto& shard_grad = shard_.mutable_grad();
   if (shard_grad.defined()) {

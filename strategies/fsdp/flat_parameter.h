@@ -15,13 +15,13 @@
 // the gradient accumulators stay valid; a released parameter reads as an empty tensor, never as
 // freed memory.
 //
-// Note [Prefetching a unit]: prefetch() starts the all-gather into full_'s refilled storage and
-// returns; where the communicator runs its rings on a thread of their own
-// (CommunicatorOptions::ring_thread) the collective runs there while this thread computes another
-// unit, and gather() then only waits for it (elsewhere the gather is done when prefetch()
-// returns: earlier, not overlapped). Nothing reads the storage before that wait (the parameters
-// still point at empty tensors until gather() points them at it), and release() waits before it
-// frees the storage the collective writes into.
+// Note [Prefetching a unit]: prefetch() starts the all-gather asynchronously into full_'s
+// refilled storage and returns; the collective (the backend's own all_gather_into, whichever
+// thread volt's rings run on) runs on the process group's worker thread while this thread
+// computes another unit. gather() then only waits for it. A gather that is not ahead blocks
+// anyway and takes volt's in-place ring instead (no staging copy). Nothing reads the storage
+// before that wait (the parameters still point at empty tensors until gather() points them at
+// it), and release() waits before it frees the storage the collective writes into.
 //
 // Not thread-safe; every [collective] method must be called by every rank in the same order.
 #include <torch/torch.h>
@@ -99,10 +99,11 @@ class FlatParameter {
   int64_t gathered_bytes() const;
 
   // The first half of reducing the gradients: the parameters' gradients flattened (zeros where a
-  // parameter has none, and in the padding) into padded_numel() elements of `reduce_dtype`,
+  // parameter has none, and in the padding) into `rows` ([world, shard_numel()] of the reduce
+  // dtype, row r = chunk r of the padded flat gradient; any strides, e.g. a bucket's columns),
   // divided by `pre_divide`; the parameters' gradients are dropped (the full-size gradient is
   // freed here). To be reduce-scattered (summed over the ranks) into accumulate_reduced.
-  torch::Tensor take_flat_gradient(torch::Dtype reduce_dtype, double pre_divide);
+  void write_flat_gradient(torch::Tensor rows, double pre_divide);
   // The second half: this rank's reduce-scattered shard_numel() elements, divided by
   // gradient_world / pre_divide in their dtype (so that the two divisions make the mean: PyTorch's split,
   // which keeps a float16 sum from overflowing), converted to the shard's dtype and added to its
@@ -125,8 +126,9 @@ class FlatParameter {
 
  private:
   void point_parameters_at(const torch::Tensor& flat);
-  // Refills full_'s storage and starts the all-gather into it (counted as gathered from now).
-  CollectiveHandle start_gather();
+  // Refills full_'s storage and starts the all-gather into it (counted as gathered from now):
+  // `ahead` (a prefetch) on the backend's worker thread, else volt's ring, in place.
+  CollectiveHandle start_gather(bool ahead);
   void finish_prefetch();  // waits for it, then points the parameters at full_
 
   Communicator& communicator_;
@@ -139,6 +141,7 @@ class FlatParameter {
   torch::Tensor full_;  // [padded_numel] in compute_dtype_; storage freed while released
   bool gathered_ = false;
   std::optional<CollectiveHandle> pending_;  // a prefetch in flight
+  torch::Tensor pending_source_;             // what a prefetch sends, alive until it completes
   std::shared_ptr<GatheredBytes> gathered_bytes_;
 };
 

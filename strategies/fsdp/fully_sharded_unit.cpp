@@ -117,10 +117,10 @@ void FullyShardedUnit::on_parameter_gradient(size_t index) {
 void FullyShardedUnit::reduce_gradients() {
   if (flat_->empty()) return;
   const double pre_divide = settings_.pre_divide;
-  bucket_.reduce(flat_->take_flat_gradient(settings_.reduce_dtype, pre_divide),
-                 [flat = flat_.get(), pre_divide](const torch::Tensor& reduced) {
-                   flat->accumulate_reduced(reduced, pre_divide);
-                 });
+  auto* flat = flat_.get();
+  bucket_.reduce(FlatGradient{flat->padded_numel(), settings_.reduce_dtype, flat->shard().device(),
+                              [flat, pre_divide](torch::Tensor rows) { flat->write_flat_gradient(rows, pre_divide); }},
+                 [flat, pre_divide](const torch::Tensor& reduced) { flat->accumulate_reduced(reduced, pre_divide); });
 }
 
 void FullyShardedUnit::complete_backward() {

@@ -10,38 +10,63 @@ ReduceScatterBucket::ReduceScatterBucket(Communicator& communicator, int64_t cap
                        "replicas are all-reduced over only where the shard group is the rank alone (NO_SHARD)");
 }
 
-void ReduceScatterBucket::reduce(torch::Tensor flat, std::function<void(torch::Tensor)> done) {
+void ReduceScatterBucket::reduce(FlatGradient gradient, std::function<void(torch::Tensor)> done) {
   const int64_t n = communicator_.size();
-  VOLT_INTERNAL_ASSERT(flat.dim() == 1 && flat.numel() % n == 0, "a flat gradient of size() chunks");
+  VOLT_INTERNAL_ASSERT(gradient.numel % n == 0, "a flat gradient of size() chunks");
   complete(/*wait_all=*/false);
-  const auto bytes = static_cast<int64_t>(flat.nbytes());
-  if (!waiting_.empty() && (waiting_bytes_ + bytes > cap_bytes_ || flat.scalar_type() != waiting_.front().flat.scalar_type())) {
+  const auto bytes = gradient.numel * static_cast<int64_t>(c10::elementSize(gradient.dtype));
+  if (!waiting_.empty() && (waiting_bytes_ + bytes > cap_bytes_ || gradient.dtype != waiting_.front().gradient.dtype ||
+                            gradient.device != waiting_.front().gradient.device)) {
     send_waiting();
   }
   if (bytes >= cap_bytes_) {
-    auto input = flat;
     std::vector<Waiting> alone;
-    alone.push_back({std::move(flat), std::move(done)});
-    launch(std::move(input), std::move(alone));
+    alone.push_back({std::move(gradient), std::move(done)});
+    send(std::move(alone));
     return;
   }
-  waiting_.push_back({std::move(flat), std::move(done)});
+  waiting_.push_back({std::move(gradient), std::move(done)});
   waiting_bytes_ += bytes;
+}
+
+void ReduceScatterBucket::reduce(torch::Tensor flat, std::function<void(torch::Tensor)> done) {
+  VOLT_INTERNAL_ASSERT(flat.dim() == 1, "a flat gradient");
+  const int64_t n = communicator_.size();
+  reduce(FlatGradient{flat.numel(), flat.scalar_type(), flat.device(),
+                      [flat, n](torch::Tensor rows) mutable {
+                        rows.copy_(flat.view({n, -1}));
+                        flat = torch::Tensor();
+                      }},
+         std::move(done));
 }
 
 void ReduceScatterBucket::send_waiting() {
   if (waiting_.empty()) return;
-  const int64_t n = communicator_.size();
-  std::vector<torch::Tensor> columns;
-  for (const auto& w : waiting_) columns.push_back(w.flat.view({n, -1}));
-  auto input = waiting_.size() == 1 ? waiting_.front().flat : torch::cat(columns, 1).view({-1});  // row r: every chunk r
-  auto carried = std::move(waiting_);
+  auto waiting = std::move(waiting_);
   waiting_.clear();
   waiting_bytes_ = 0;
-  launch(std::move(input), std::move(carried));
+  send(std::move(waiting));
 }
 
-void ReduceScatterBucket::launch(torch::Tensor input, std::vector<Waiting> carried) {
+void ReduceScatterBucket::send(std::vector<Waiting> waiting) {
+  const int64_t n = communicator_.size();
+  int64_t columns = 0;
+  for (const auto& w : waiting) columns += w.gradient.numel / n;
+  // Row r: every waiting gradient's chunk r, side by side.
+  const auto& first = waiting.front().gradient;
+  auto buffer = torch::empty({n, columns}, torch::TensorOptions().dtype(first.dtype).device(first.device));
+  std::vector<Carried> carried;
+  int64_t offset = 0;
+  for (auto& w : waiting) {
+    const int64_t m = w.gradient.numel / n;
+    w.gradient.write(buffer.narrow(1, offset, m));
+    offset += m;
+    carried.push_back({m, std::move(w.done)});
+  }
+  launch(buffer.view({-1}), std::move(carried));
+}
+
+void ReduceScatterBucket::launch(torch::Tensor input, std::vector<Carried> carried) {
   if (replicas_ != nullptr) {
     // A group of one has nothing to scatter: the replicas' all-reduce (in place) is the reduction.
     in_flight_.push_back({replicas_->all_reduce_async(input), std::move(carried)});
@@ -52,16 +77,14 @@ void ReduceScatterBucket::launch(torch::Tensor input, std::vector<Waiting> carri
 }
 
 void ReduceScatterBucket::complete(bool wait_all) {
-  const int64_t n = communicator_.size();
   while (!in_flight_.empty() && (wait_all || in_flight_.front().handle.is_completed())) {
     auto next = std::move(in_flight_.front());
     in_flight_.pop_front();
     const auto reduced = next.handle.wait();
     int64_t offset = 0;
-    for (auto& w : next.carried) {
-      const int64_t m = w.flat.numel() / n;
-      w.done(reduced.narrow(0, offset, m));
-      offset += m;
+    for (auto& c : next.carried) {
+      c.done(reduced.narrow(0, offset, c.m));
+      offset += c.m;
     }
   }
 }

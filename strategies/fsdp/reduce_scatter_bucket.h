@@ -8,6 +8,11 @@
 // more goes alone at once; the bucket is reduced when the next gradient would overflow it, and at
 // flush() (the strategy's end of backward). Every rank buckets the same units in the same order.
 //
+// A waiting gradient is not copied out of its parameters until its bucket is sent: each unit
+// writes its flat gradient straight into its columns of the bucket's buffer then (a FlatGradient's
+// `write`), so that a bucketed gradient is copied once, as a lone one is (a flat copy per unit,
+// then their concatenation, cost this machine's FSDP benchmark 14% of its step).
+//
 // Reduce-scatters run on the communicator's ring thread (Note [Ring collectives off the calling
 // thread]) while backward goes on, as fairscale's and PyTorch's run on a side stream: a launched
 // one's `done` runs, in launch order, once it completed (looked at whenever another gradient
@@ -22,6 +27,16 @@
 
 namespace volt::fsdp {
 
+// A unit's flat gradient, written where the bucket puts it.
+struct FlatGradient {
+  int64_t numel = 0;                   // size()·m elements: m per rank (the padded flat gradient)
+  torch::Dtype dtype = torch::kFloat;  // the dtype it travels and is reduced in
+  torch::Device device = torch::kCPU;
+  // Writes the gradient into `rows` ([size(), m] of `dtype`, row r = chunk r; possibly a strided
+  // view into a bucket) and lets the gradient it was made from go.
+  std::function<void(torch::Tensor rows)> write;
+};
+
 class ReduceScatterBucket {
  public:
   // Reduce-scatters over `communicator` (the units' shard group); cap_bytes <= 0: no bucket (every
@@ -30,9 +45,10 @@ class ReduceScatterBucket {
   // gradients are all-reduced (summed) over it instead; null: none.
   ReduceScatterBucket(Communicator& communicator, int64_t cap_bytes, Communicator* replicas = nullptr);
 
-  // Reduce-scatters `flat` (size()·m elements; the sum over ranks), now or with the bucket, and
-  // calls `done` with this rank's m reduced elements once that completed (at flush() at the
-  // latest). [collective]
+  // Reduce-scatters `gradient` (the sum over ranks), now or with the bucket, and calls `done` with
+  // this rank's m reduced elements once that completed (at flush() at the latest). [collective]
+  void reduce(FlatGradient gradient, std::function<void(torch::Tensor)> done);
+  // The same for a gradient already flat (size()·m elements, contiguous).
   void reduce(torch::Tensor flat, std::function<void(torch::Tensor)> done);
   // Reduces what waits and waits for every reduce in flight, calling their `done`. [collective]
   void flush();
@@ -47,17 +63,23 @@ class ReduceScatterBucket {
 
  private:
   struct Waiting {
-    torch::Tensor flat;
+    FlatGradient gradient;
+    std::function<void(torch::Tensor)> done;
+  };
+  struct Carried {
+    int64_t m = 0;  // its elements per rank
     std::function<void(torch::Tensor)> done;
   };
   // One reduce-scatter in flight: the gradients it carries, in bucket order.
   struct InFlight {
-    CollectiveHandle handle;  // its result: every carried gradient's m_i elements, side by side
-    std::vector<Waiting> carried;
+    CollectiveHandle handle;  // its result: every carried gradient's m elements, side by side
+    std::vector<Carried> carried;
   };
 
-  void send_waiting();  // launches the bucket of waiting gradients
-  void launch(torch::Tensor input, std::vector<Waiting> carried);
+  // Writes `waiting` side by side per chunk into one buffer and launches it.
+  void send(std::vector<Waiting> waiting);
+  void send_waiting();  // sends the bucket of waiting gradients
+  void launch(torch::Tensor input, std::vector<Carried> carried);
   // Calls `done` for launched reduces that completed, in launch order (waiting for all with
   // `wait_all`).
   void complete(bool wait_all);
