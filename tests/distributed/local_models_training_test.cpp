@@ -155,7 +155,7 @@ TEST(SlowMoBytes, WithinTheNodeEveryStepAcrossNodesOnlyAtTheAveragingSteps) {
 // node, so SlowMo warns that local SGD is off, and without slow momentum it is DDP, bitwise.
 TEST(SlowMoNodes, OneNodeFromTheClusterWarnsAndWithoutSlowMomentumIsDDP) {
   testing::TemporaryDirectory ddp_dir, slowmo_dir;
-  const std::string common = " --devices 2 --batch-size 2";
+  const std::string common = " --devices 2 --batch-size 2 --max-epochs 2";
   auto ddp = run_command(worker_command(ddp_dir.path(), "--strategy ddp" + common), 240);
   ASSERT_EQ(ddp.exit_code, 0) << ddp.output;
   auto slowmo = run_command(worker_command(slowmo_dir.path(), "--strategy slowmo:slowmo_momentum=0" + common), 240);
