@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 
 packages=(
   cmake g++ make pkg-config
+  ccache                          # a second build tree takes the first one's objects (CMakeLists.txt)
   libtorch-dev libgloo-dev        # LibTorch 1.13 (CPU) and the gloo headers its c10d needs
   libopenblas0-pthread            # without it LibTorch runs on the reference BLAS (~30x slower)
   libboost-program-options-dev zlib1g-dev
