@@ -9,11 +9,11 @@ namespace volt {
 
 namespace {
 
-// `flat`'s chunks, each at the start of a slot of chunks.largest() elements (the rest zero).
 bool equal(const std::vector<int64_t>& counts) {
   return std::adjacent_find(counts.begin(), counts.end(), std::not_equal_to<>()) == counts.end();
 }
 
+// `flat`'s chunks, each at the start of a slot of chunks.largest() elements (the rest zero).
 torch::Tensor padded(const ring::Chunks& chunks, const torch::Tensor& flat) {
   const int64_t slot = chunks.largest();
   auto slots = torch::zeros({chunks.size() * slot}, flat.options());

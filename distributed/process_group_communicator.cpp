@@ -7,6 +7,7 @@
 #include "distributed/inline_gloo_all_reduce.h"
 #include "distributed/padded_chunks.h"
 #include "distributed/ring_all_gather.h"
+#include "distributed/ring_chunks.h"
 #include "distributed/ring_reduce_scatter.h"
 #include "distributed/ring_worker.h"
 
@@ -227,9 +228,7 @@ class ProcessGroupCommunicator : public Communicator {
       all_gather_chunks_by_padding(*this, flat, counts);
       return completed(flat);
     }
-    int64_t offset = 0;
-    for (int64_t r = 0; r < rank(); ++r) offset += counts[static_cast<size_t>(r)];
-    const auto own = flat.view({-1}).narrow(0, offset, counts[static_cast<size_t>(rank())]);
+    const auto own = ring::Chunks(counts).of(flat.view({-1}), rank());
     return start_ring(CollectiveKind::AllGather, own, "(chunks)",
                       [this, flat, counts]() mutable {
                         count_sent(CollectiveKind::AllGather,
