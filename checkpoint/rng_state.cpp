@@ -19,7 +19,10 @@ torch::Tensor state_of(at::Generator generator) {
 void set_state(at::Generator generator, const torch::Tensor& state, const std::string& what) {
   std::lock_guard<std::mutex> lock(generator.mutex());
   try {
-    generator.set_state(state.to(torch::kCPU).contiguous());
+    // A tensor of its own, at offset 0: a state that is a view into a larger storage (a row of
+    // gather_from_ranks' matrix, as a resumed checkpoint holds it) crashes LibTorch 2.11's
+    // CPUGeneratorImpl::set_state (torch.set_rng_state(rows[1]) segfaults in Python as well).
+    generator.set_state(state.to(torch::kCPU).clone(at::MemoryFormat::Contiguous));
   } catch (const c10::Error& error) {
     throw CheckpointError("checkpoint: cannot restore the " + what + " random state: " +
                           error.what_without_backtrace() + "; the checkpoint is damaged or from another build");

@@ -22,5 +22,5 @@ configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/voltConfig.cmake.in
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/voltConfigVersion.cmake
                                  COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/voltConfig.cmake ${PROJECT_BINARY_DIR}/voltConfigVersion.cmake
-              ${CMAKE_CURRENT_LIST_DIR}/volt_find_gloo.cmake
+              ${CMAKE_CURRENT_LIST_DIR}/volt_find_gloo.cmake ${CMAKE_CURRENT_LIST_DIR}/volt_find_torch.cmake
         DESTINATION ${VOLT_INSTALL_CMAKEDIR})

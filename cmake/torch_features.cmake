@@ -14,8 +14,10 @@ target_compile_definitions(volt PUBLIC USE_C10D_GLOO)
 # Note [Inline all_reduce] (distributed/inline_gloo_all_reduce.h) calls Gloo itself.
 # That is safe only when LibTorch links the shared libgloo (Debian's does: libtorch_cpu.so NEEDS
 # libgloo.so.0), so that there is one Gloo in the process. A LibTorch with Gloo linked in
-# statically (PyTorch's wheels) would meet a second copy whose types it does not share: there
-# the inline path is compiled out and every all_reduce goes through the process group.
+# statically (PyTorch's wheels: libtorch_cpu.so holds a newer Gloo and ships no headers for it)
+# would meet a second copy whose types it does not share: there the inline path is compiled out,
+# libgloo is not linked, and every all_reduce goes through the process group (Note [Gloo headers
+# for a LibTorch with its own Gloo] in distributed/c10d_compat.h).
 set(VOLT_INLINE_GLOO OFF)
 get_filename_component(volt_torch_lib_dir "${TORCH_LIBRARY}" DIRECTORY)
 find_library(VOLT_TORCH_CPU_LIBRARY NAMES torch_cpu HINTS ${volt_torch_lib_dir} NO_DEFAULT_PATH)
@@ -35,11 +37,34 @@ else()
   message(STATUS "volt: LibTorch does not link a shared libgloo: every all_reduce goes through the process group")
 endif()
 
+# Note [LibTorch's copy of libstdc++]
+# PyTorch's wheels build LibTorch with a newer GCC whose libstdc++_nonshared.a parts
+# (std::filesystem::remove_all, equivalent, permissions, the chrono time zones, ...) end up
+# linked into libtorch.so and exported unversioned. A program linked with the system's older
+# libstdc++ lists libtorch.so before libstdc++.so.6, so those definitions interpose the system's
+# for the whole process, and they call helpers this libstdc++ does not have: the first
+# std::filesystem::remove_all(path, error_code&) jumped to address 0. Listing libstdc++.so.6
+# first among a program's shared libraries makes the dynamic linker take the system's
+# definitions everywhere (one libstdc++ for the process, as the program was compiled against).
+# Carried to every target that links volt, and by the installed package.
+if(VOLT_READELF AND TORCH_LIBRARY)
+  execute_process(COMMAND ${VOLT_READELF} --dyn-syms -W ${TORCH_LIBRARY} OUTPUT_VARIABLE volt_torch_symbols
+                  ERROR_QUIET)
+  if(volt_torch_symbols MATCHES "FUNC +GLOBAL +DEFAULT +[0-9]+ _ZNSt10filesystem")
+    target_link_options(volt INTERFACE "LINKER:--push-state,--no-as-needed,-lstdc++,--pop-state")
+    message(STATUS "volt: ${TORCH_LIBRARY} exports parts of a newer libstdc++: programs list "
+                   "libstdc++.so.6 first (Note [LibTorch's copy of libstdc++])")
+  endif()
+endif()
+
+# The configuration's summary names what a reader of a CI log needs to know: which LibTorch,
+# with which CUDA, and whether the CUDA and NCCL code paths are compiled in.
 if(TARGET torch_cuda OR CAFFE2_USE_CUDA)
   set(VOLT_WITH_CUDA ON)
   target_compile_definitions(volt PUBLIC VOLT_WITH_CUDA=1 USE_C10D_NCCL)
-  message(STATUS "volt: LibTorch has CUDA: CUDA and NCCL code paths compiled in")
+  message(STATUS "volt: LibTorch ${Torch_VERSION} (${TORCH_INSTALL_PREFIX}) with CUDA ${CUDA_VERSION}: "
+                 "CUDA and NCCL code paths compiled in")
 else()
   set(VOLT_WITH_CUDA OFF)
-  message(STATUS "volt: LibTorch is CPU-only: CUDA and NCCL code paths skipped")
+  message(STATUS "volt: LibTorch ${Torch_VERSION} (${TORCH_INSTALL_PREFIX}) is CPU-only: CUDA and NCCL code paths skipped")
 endif()

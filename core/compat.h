@@ -24,6 +24,12 @@ inline constexpr bool kBuiltWithCuda = false;
 
 inline constexpr bool kTorch2 = TORCH_VERSION_MAJOR >= 2;
 
+// Whether c10d's Gloo backend reduces bfloat16 tensors itself (Note [bfloat16 over Gloo] in
+// distributed/process_group_communicator.cpp): LibTorch 2.2 added it, each pairwise sum computed in
+// float and rounded to bfloat16 as volt's inline path does; 1.13's throws "Invalid scalar type".
+inline constexpr bool kGlooReducesBfloat16 =
+    TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2);
+
 // Both versions take (enabled, warn_only); kept here because the signature moved before.
 inline void set_deterministic_algorithms(bool enabled) {
   at::globalContext().setDeterministicAlgorithms(enabled, /*warn_only=*/false);

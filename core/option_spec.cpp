@@ -152,7 +152,7 @@ NamedSpec parse_named_spec(const std::string& text, const std::string& what) {
     const auto eq = pair.find('=');
     if (eq == std::string::npos && !last_key.empty()) {
       // A piece without '=' continues the previous value: a list ("model_averaging_periods=2:4,8:8").
-      spec.values[last_key] += "," + trim(pair);
+      spec.values[last_key].append(",").append(trim(pair));  // not += "," + ...: GCC 12 warns falsely
       continue;
     }
     check<ConfigurationError>(eq != std::string::npos && !trim(pair.substr(0, eq)).empty(), what,

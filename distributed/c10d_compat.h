@@ -8,12 +8,26 @@
 // Both expose the same collective methods (allreduce, broadcast, ...) with the same options.
 #include <torch/version.h>
 
+#include "core/compat.h"
+
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #if defined(VOLT_WITH_CUDA)
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
+
+// Note [Gloo headers for a LibTorch with its own Gloo]
+// ProcessGroupGloo.hpp includes <gloo/...>. Debian's LibTorch links the shared libgloo whose
+// headers libgloo-dev installs. PyTorch's wheels link a newer Gloo into libtorch_cpu.so and ship
+// no Gloo headers, so volt compiles this header against libgloo-dev's (2022) there too. That is
+// sound because volt holds Gloo objects only through shared_ptr (the transport device, which
+// ProcessGroupGloo::createDeviceFor* makes inside LibTorch) and never constructs one, and
+// ProcessGroupGloo's own members hold no Gloo type by value: nothing volt compiles depends on the
+// layout of the Gloo inside LibTorch. The newer store interface (GLOO_STORE_HAS_STORE_V2) is
+// guarded out by the header itself. What would depend on it, volt calling Gloo's algorithms
+// directly (Note [Inline all_reduce]), is compiled out for such a LibTorch
+// (cmake/torch_features.cmake), and libgloo.so is then never linked: one Gloo per process.
 
 #ifndef USE_C10D_GLOO
 #error "volt's communicator needs USE_C10D_GLOO (cmake/torch_features.cmake defines it)"

@@ -18,6 +18,15 @@ std::string resolve_backend(const CommunicatorOptions& options) {
 #if !defined(VOLT_WITH_CUDA)
     throw NotSupportedError("Communicator: backend nccl needs a LibTorch built with CUDA; this one is "
                             "CPU-only. Use backend gloo (CPU tensors)");
+#else
+    // c10d's NCCL group is created lazily: without this check a missing device surfaced only at
+    // the first collective, as a CUDA error from inside NCCL.
+    const auto visible = torch::cuda::device_count();
+    check<NotSupportedError>(options.device.index() < visible, "Communicator (rank ", options.rank,
+                             "): backend nccl computes on ", options.device.str(), ", but LibTorch sees ",
+                             visible == 0 ? std::string("no CUDA device") : std::to_string(visible) + " CUDA device(s)",
+                             " on this machine; use backend gloo (CPU tensors), or run where the device is visible "
+                             "(CUDA_VISIBLE_DEVICES)");
 #endif
   }
   return backend;

@@ -125,7 +125,7 @@ class ProcessGroupCommunicator : public Communicator {
   std::string backend_name() const override { return backend_name_; }
 
   std::string bf16_reduction() const override {
-    return backend_name_ != "gloo" || inline_ ? "native" : "float32";
+    return backend_name_ != "gloo" || inline_ || compat::kGlooReducesBfloat16 ? "native" : "float32";
   }
 
   CollectiveHandle all_reduce_async(torch::Tensor tensor, ReduceOp op) override {
@@ -321,7 +321,9 @@ class ProcessGroupCommunicator : public Communicator {
 
   // Note [bfloat16 over Gloo]
   // c10d's Gloo backend in LibTorch 1.13 has no bfloat16 (its collectives throw "Invalid scalar
-  // type"), and no int16 either. volt carries bfloat16 CPU tensors anyway:
+  // type"), and no int16 either; from 2.2 on it reduces bfloat16 itself (compat::
+  // kGlooReducesBfloat16), each pairwise sum in float rounded to bfloat16. volt carries bfloat16
+  // CPU tensors on either:
   //  - data movement (broadcast, all_gather, all_gather_into, gather) hands Gloo the tensor
   //    reinterpreted as Half, the other 2-byte type it carries. Gloo only copies those bytes, so
   //    every bit pattern arrives intact (NaN payloads too), at 2 bytes an element.
@@ -333,10 +335,11 @@ class ProcessGroupCommunicator : public Communicator {
   //    hook exists to put 2 bytes an element on the wire. The price: they block the calling
   //    thread, so a large one does not overlap with backward. bf16_reduction() is "native".
   //  - without the inline context (a LibTorch with its own Gloo inside compiles it out,
-  //    inline_all_reduce_max_bytes = 0 turns it off, a group of one has none) reductions go
-  //    through float32: convert, reduce on the process group, convert back. 4 bytes an element;
-  //    one rounding at the end, so the last bit can differ from the native path's.
-  //    bf16_reduction() is "float32".
+  //    inline_all_reduce_max_bytes = 0 turns it off, a group of one has none): on LibTorch 2.2+
+  //    the process group reduces the bfloat16 tensor itself, 2 bytes an element, the same
+  //    pairwise rounding ("native"); before 2.2 reductions go through float32: convert, reduce
+  //    on the process group, convert back. 4 bytes an element; one rounding at the end, so the
+  //    last bit can differ from the native path's. bf16_reduction() is "float32" then.
   // Counters count what is handed to the wire: 2 or 4 bytes an element. NCCL (CUDA tensors)
   // reduces bfloat16 itself; none of this applies there.
   bool gloo_bf16(const torch::Tensor& tensor) const {
@@ -357,7 +360,7 @@ class ProcessGroupCommunicator : public Communicator {
       return run_inline(kind, buffer, detail, [&] { inline_->run(buffer, op); },
                         [buffer, finish = std::move(finish)] { return finish(buffer); });
     }
-    if (gloo_bf16(buffer)) {
+    if (gloo_bf16(buffer) && !compat::kGlooReducesBfloat16) {
       buffer = buffer.to(torch::kFloat);
       detail += " via float32";
     }

@@ -16,7 +16,7 @@ double clip_sharded_grad_norm(const std::vector<torch::Tensor>& counted, const s
     const auto& grad = parameter.grad();
     if (!grad.defined()) continue;
     const double norm =
-        torch::linalg::vector_norm(grad.detach(), norm_type, c10::nullopt, false, c10::nullopt).item<double>();
+        at::linalg_vector_norm(grad.detach(), norm_type, c10::nullopt, false, c10::nullopt).item<double>();
     mine = infinity ? std::max(mine, norm) : mine + std::pow(norm, norm_type);
   }
   auto total = torch::tensor({mine}, torch::kDouble);

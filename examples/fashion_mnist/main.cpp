@@ -3,8 +3,11 @@
 //   build/examples/fashion_mnist --strategy ddp --devices 2
 #include <boost/program_options.hpp>
 
+#include <chrono>
 #include <iomanip>
 #include <iostream>
+
+#include "core/device_memory.h"
 
 #include "fashion_mnist/classifier.h"
 #include "fashion_mnist/fashion_mnist_data.h"
@@ -38,12 +41,21 @@ int main(int argc, char** argv) {
     volt::Trainer trainer(options, launcher);
     auto data = std::make_shared<fashion_mnist::FashionMnistData>(data_options);
     auto model = std::make_shared<fashion_mnist::Classifier>(model_options);
+    const auto started = std::chrono::steady_clock::now();
     trainer.fit(model, data);
+    const std::chrono::duration<double> fit_time = std::chrono::steady_clock::now() - started;
     const auto metrics = trainer.test(model, data);
     if (trainer.is_global_zero()) {
       std::cout << "Final test metrics:";
       for (const auto& [name, value] : metrics) std::cout << " " << name << "=" << std::fixed << std::setprecision(4) << value;
       std::cout << std::endl;
+      const int64_t epochs = std::max<int64_t>(trainer.current_epoch(), 1);
+      std::cout << "Fit time: " << std::setprecision(1) << fit_time.count() << " s, " << epochs << " epoch(s), "
+                << fit_time.count() / static_cast<double>(epochs) << " s per epoch (validation included)" << std::endl;
+      if (const auto peak = volt::peak_allocated_bytes(trainer.root_device())) {
+        std::cout << "Peak GPU memory: " << std::setprecision(1) << static_cast<double>(*peak) / (1 << 20)
+                  << " MiB allocated on " << trainer.root_device().str() << std::endl;
+      }
     }
   });
 }

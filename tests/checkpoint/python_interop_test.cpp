@@ -1,4 +1,5 @@
-// PyTorch reads volt's files: Debian's python3-torch (/usr/bin/python3) loads a Trainer
+// PyTorch reads volt's files: the reference PyTorch (testing::reference_python: 1.13 or 2.11, the
+// version of this build's LibTorch) loads a Trainer
 // checkpoint of the Fashion-MNIST CNN into a PyTorch twin of the model, which then computes the
 // same logits; torch.optim.AdamW loads the optimizer state and steps with it; the weights file loads
 // with weights_only=True and the checkpoint's pickle calls nothing but tensor rebuilding; and a
@@ -52,7 +53,7 @@ TEST(PythonInterop, PyTorchLoadsVoltsCheckpointAndVoltLoadsPyTorchsStateDict) {
   std::ofstream(dir.file("reference.pt"), std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 
   const std::string script = std::string(VOLT_SOURCE_DIR) + "/tests/checkpoint/python/check_interop.py";
-  const auto result = run_command("/usr/bin/python3 " + script + " " + dir.file("model.ckpt") + " " +
+  const auto result = run_command(testing::reference_python() + " " + script + " " + dir.file("model.ckpt") + " " +
                                       dir.file("weights.pt") + " " + dir.file("reference.pt") + " " + dir.file("from_python.pt"),
                                   240);
   ASSERT_EQ(result.exit_code, 0) << result.output;

@@ -1,4 +1,6 @@
-// volt's comm hooks against PyTorch's own (python3-torch 1.13, tests/ddp/python/comm_hook_reference.py):
+// volt's comm hooks against PyTorch's own (tests/ddp/python/comm_hook_reference.py, run by
+// testing::reference_python: PyTorch 1.13 for the build against Debian's LibTorch, 2.11 for the
+// build against the wheel's):
 // the same MLP (seven Linear layers with biases, Tanh between), initial weights and per-rank
 // batches (Python writes them, volt reads them), bucket cap (three buckets after the rebuild,
 // two of them holding two 48×48 matrices each), SGD, 2 ranks, 20 steps. PyTorch trains with
@@ -97,7 +99,7 @@ struct Reference {
 Reference run_reference(const std::string& spec, const testing::TemporaryDirectory& dir) {
   const std::string script = std::string(VOLT_SOURCE_DIR) + "/tests/ddp/python/comm_hook_reference.py";
   std::ostringstream command;
-  command << "/usr/bin/python3 " << script << " " << dir.path() << " '" << spec << "' --widths " << widths_text()
+  command << testing::reference_python() << " " << script << " " << dir.path() << " '" << spec << "' --widths " << widths_text()
           << " --steps " << kSteps << " --bucket-cap-mb " << kBucketCapMb << " --lr " << kLearningRate
           << " --attempts 3 --attempt-timeout 90";
   const auto result = testing::run_command(command.str(), 3 * 90 + 60);

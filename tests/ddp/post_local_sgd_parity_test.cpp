@@ -1,4 +1,5 @@
-// Post-local-SGD against PyTorch's own: Debian's python3-torch runs DistributedDataParallel with
+// Post-local-SGD against PyTorch's own: the reference PyTorch (testing::reference_python: 1.13 or
+// 2.11, the version of this build's LibTorch) runs DistributedDataParallel with
 // post_localSGD_hook and a PeriodicModelAverager (or HierarchicalModelAverager) on 4 processes over
 // Gloo (tests/ddp/python/post_local_sgd_reference.py); volt runs its Reducer with the post_local_sgd
 // hook and the averager it comes with on 4 ranks as threads, as DDPStrategy composes them. Same
@@ -99,7 +100,7 @@ std::vector<torch::Tensor> train_pytorch(const Problem& problem, const Case& c, 
   std::ofstream(dir.file("input.pt"), std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   const std::string script = std::string(VOLT_SOURCE_DIR) + "/tests/ddp/python/post_local_sgd_reference.py";
   const std::string port = std::to_string(find_free_port());
-  std::string command = "pids=''; for r in 0 1 2 3; do OMP_NUM_THREADS=1 /usr/bin/python3 " + script + " $r " +
+  std::string command = "pids=''; for r in 0 1 2 3; do OMP_NUM_THREADS=1 " + testing::reference_python() + " " + script + " $r " +
                         std::to_string(kRanks) + " " + port + " " + dir.file("input.pt") + " " + dir.file("out_") +
                         "$r.pt " + std::to_string(c.subgroup_size) + " " + std::to_string(kStart) + " '" + c.periods +
                         "' " + (c.post_local_gradient_allreduce ? "1" : "0") + " & pids=\"$pids $!\"; done; status=0; for p in $pids; do wait $p || status=1; done; "

@@ -1,9 +1,11 @@
 // Note [bfloat16 over Gloo]: every collective takes bfloat16 CPU tensors. Data movement is exact
-// for every bit pattern; reductions run natively in bfloat16 on the inline Gloo context ("native",
-// 2 bytes an element, at any size) or, with the inline path off, through float32 ("float32",
-// 4 bytes an element). Both against hand-computed references on 2 and 3 thread ranks.
+// for every bit pattern; reductions run natively in bfloat16 ("native", 2 bytes an element, at
+// any size) on the inline Gloo context, or with the inline path off on the process group, which
+// reduces bfloat16 itself from LibTorch 2.2 on and goes through float32 before ("float32", 4 bytes
+// an element). Every path against hand-computed references on 2 and 3 thread ranks.
 #include <gtest/gtest.h>
 
+#include "core/compat.h"
 #include "distributed/communicator.h"
 #include "tests/distributed/thread_ranks.h"
 
@@ -15,23 +17,25 @@ using testing::run_thread_ranks;
 
 struct Bf16Case {
   int64_t world;
-  bool native;  // false: inline_all_reduce_max_bytes = 0, reductions through float32
+  bool inline_path;  // false: inline_all_reduce_max_bytes = 0, reductions on the process group
+  // Whether reductions stay in bfloat16 (2 bytes an element) on this path with this LibTorch.
+  bool native() const { return inline_path || compat::kGlooReducesBfloat16; }
 };
 
 class Bfloat16Test : public ::testing::TestWithParam<Bf16Case> {
  protected:
   void SetUp() override {
 #if !defined(VOLT_WITH_INLINE_GLOO)
-    if (GetParam().native) GTEST_SKIP() << "the inline path is compiled out in this build: reductions use float32";
+    if (GetParam().inline_path) GTEST_SKIP() << "the inline path is compiled out in this build";
 #endif
   }
 
   // Runs `body` on every rank of a group configured for this case; fails naming the rank.
   void with_ranks(const std::function<void(Communicator&)>& body) {
-    const auto [world, native] = GetParam();
+    const auto [world, inline_path] = GetParam();
     const auto errors = run_thread_ranks(world, [&](int64_t rank, int64_t port) {
       auto options = loopback_options(rank, world, port);
-      if (!native) options.inline_all_reduce_max_bytes = 0;
+      if (!inline_path) options.inline_all_reduce_max_bytes = 0;
       auto c = Communicator::connect(options);
       body(*c);
     });
@@ -59,7 +63,7 @@ torch::Tensor every_pattern(int64_t shift) {
 }
 
 TEST_P(Bfloat16Test, ReportsItsReductionPath) {
-  with_ranks([&](Communicator& c) { EXPECT_EQ(c.bf16_reduction(), GetParam().native ? "native" : "float32"); });
+  with_ranks([&](Communicator& c) { EXPECT_EQ(c.bf16_reduction(), GetParam().native() ? "native" : "float32"); });
 }
 
 TEST_P(Bfloat16Test, AllReduceOfSmallIntegersIsExact) {
@@ -122,7 +126,7 @@ TEST_P(Bfloat16Test, LargeAllReducesAreReducedInBfloat16Too) {
     const auto before = c.counters();
     c.all_reduce(t);
     const auto used = (c.counters() - before)[CollectiveKind::AllReduce];
-    EXPECT_EQ(used.bytes, numel * (GetParam().native ? 2 : 4)) << "bytes handed to the wire";
+    EXPECT_EQ(used.bytes, numel * (GetParam().native() ? 2 : 4)) << "bytes handed to the wire";
     const auto expected = torch::arange(numel, torch::kInt).remainder(32).to(torch::kFloat) * static_cast<double>(n * (n + 1) / 2);
     EXPECT_TRUE(same_bits(t, bf16(expected))) << "rank " << c.rank();
   });
@@ -178,7 +182,7 @@ TEST_P(Bfloat16Test, ReduceScatterAndReduceOfSmallIntegersAreExact) {
 }
 
 TEST_P(Bfloat16Test, CountersCountTheBytesHandedToTheWire) {
-  const int64_t per_element = GetParam().native ? 2 : 4;
+  const int64_t per_element = GetParam().native() ? 2 : 4;
   const int64_t n = GetParam().world;
   with_ranks([&](Communicator& c) {
     auto t = torch::zeros({100}, torch::kBFloat16);
@@ -201,7 +205,7 @@ TEST_P(Bfloat16Test, CountersCountTheBytesHandedToTheWire) {
 INSTANTIATE_TEST_SUITE_P(Paths, Bfloat16Test,
                          ::testing::Values(Bf16Case{2, true}, Bf16Case{3, true}, Bf16Case{2, false}, Bf16Case{3, false}),
                          [](const auto& info) {
-                           return std::string(info.param.native ? "Native" : "Float32") + "_world" +
+                           return std::string(info.param.inline_path ? "Inline" : "ProcessGroup") + "_world" +
                                   std::to_string(info.param.world);
                          });
 

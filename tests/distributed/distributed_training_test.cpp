@@ -17,6 +17,7 @@ namespace volt {
 namespace {
 
 using testing::run_command;
+using testing::torchrun;
 using testing::train_command;
 using testing::trained_lines;
 
@@ -93,7 +94,7 @@ TEST_F(DistributedTrainingTest, RanksAtDifferentDecisionsFailAtOnceNamingWhere) 
 TEST_F(DistributedTrainingTest, TorchrunRunEqualsOneProcessWithTheGlobalBatch) {
   testing::TemporaryDirectory dir;
   const int64_t port = find_free_port();
-  const auto result = run_command("/usr/bin/python3 -m torch.distributed.run --no_python --nproc_per_node 2 "
+  const auto result = run_command(torchrun() + " --no_python --nproc_per_node 2 "
                                   "--redirects 1 --tee 1 --master_port " + std::to_string(port) + " " +
                                       train_command(dir.path(), "--batch-size 8 --strategy test_grad_avg"),
                                   240);
@@ -130,7 +131,7 @@ TEST_F(DistributedTrainingTest, DDPRunsEqualOneProcessWithTheGlobalBatch) {
 TEST_F(DistributedTrainingTest, TorchrunRestartResumesFromTheLastCheckpoint) {
   testing::TemporaryDirectory dir;
   const int64_t port = find_free_port();
-  const auto result = run_command("/usr/bin/python3 -m torch.distributed.run --no_python --nproc_per_node 2 "
+  const auto result = run_command(torchrun() + " --no_python --nproc_per_node 2 "
                                   "--max_restarts 1 --redirects 1 --tee 1 --master_port " + std::to_string(port) +
                                       " " + train_command(dir.path(), "--batch-size 8 --strategy test_grad_avg "
                                       "--checkpoint-every-epoch --crash-rank 1 --crash-epoch 1 --ckpt-path last"),

@@ -19,6 +19,7 @@ namespace {
 
 using testing::ProcessResult;
 using testing::run_command;
+using testing::torchrun;
 
 std::string worker() { return testing::built_binary("tests/distributed_worker"); }
 
@@ -210,7 +211,7 @@ TEST(LauncherTest, AutoStrategyWithSeveralProcessesIsDDPAndSingleDeviceIsRefused
 
 TEST(TorchrunTest, StartsRanksThatFindEachOtherThroughTheAgentStore) {
   const int64_t port = find_free_port();
-  const auto result = run_command("/usr/bin/python3 -m torch.distributed.run --no_python --nproc_per_node 2 "
+  const auto result = run_command(torchrun() + " --no_python --nproc_per_node 2 "
                                   "--redirects 1 --tee 1 --master_port " + std::to_string(port) + " " + worker() +
                                       " --mode collectives --timeout 60",
                                   180);

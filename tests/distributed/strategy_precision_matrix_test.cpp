@@ -81,10 +81,13 @@ bool runs_two_processes(const std::string& strategy) {
 // Relative tolerance per precision. Two ranks sum their halves of the batch's gradient in another
 // order than one process does; in float32/float64 that differs in the last bits only. bf16-mixed
 // computes forward and backward in bfloat16 (8 bits of mantissa) on fp32 weights; bf16-true also
-// keeps the weights in bfloat16, where one different rounding of an update is 2^-8 relative.
+// keeps the weights in bfloat16, where one different rounding of an update is 2^-8 relative;
+// 16-true keeps them in float16 (2^-11; it runs on the CPU from LibTorch 2.x on: 1.13 has no
+// float16 matrix product there), where 2 ranks ended ~3 such roundings from one process.
 double tolerance(const std::string& precision) {
   if (precision == "bf16-mixed") return 2e-3;
   if (precision == "bf16-true") return 1e-2;
+  if (precision == "16-true") return 5e-3;
   return 1e-6;
 }
 

@@ -97,10 +97,14 @@ void check_run(int64_t world, const Window& run, double tolerance) {
       for (size_t j = 0; j < bucket.size(); ++j) {
         numel += params[bucket[j]].numel();
         if (owners[bucket[j]] == comm.rank()) mine += params[bucket[j]].numel();
-        if (j > 0) EXPECT_LE(owners[bucket[j - 1]], owners[bucket[j]]) << "a buffer is laid out by owner";
+        if (j > 0) {
+          EXPECT_LE(owners[bucket[j - 1]], owners[bucket[j]]) << "a buffer is laid out by owner";
+        }
       }
       EXPECT_TRUE(bucket.size() == 1 || run.reduce_buffer_size == 0 || numel <= run.reduce_buffer_size);
-      if (run.reduce_buffer_size == 0) EXPECT_EQ(bucket.size(), 1u);
+      if (run.reduce_buffer_size == 0) {
+        EXPECT_EQ(bucket.size(), 1u);
+      }
       sent += (numel - mine) * element;
       const bool lone_in_place = bucket.size() == 1 && !run.reduce_fp16;
       const int64_t bucket_bytes = (mine + (lone_in_place ? 0 : numel)) * element;

@@ -1,7 +1,8 @@
-// volt::OSS against PyTorch's own ZeroRedundancyOptimizer (Debian's python3-torch 1.13,
-// tests/sharded/python/zero_reference.py): the same MLP, initial weights, data and DDP-averaged
-// gradients on 2 and 3 ranks; after every step the parameters must be bitwise equal. Rank 0's
-// parameters are compared (OSS's broadcast leaves every rank the same; oss_test checks that).
+// volt::OSS against PyTorch's own ZeroRedundancyOptimizer (tests/sharded/python/zero_reference.py,
+// run by testing::reference_python: 1.13 or 2.11, the version of this build's LibTorch): the same
+// MLP, initial weights, data and DDP-averaged gradients on 2 and 3 ranks; after every step the
+// parameters must be bitwise equal (Adam against PyTorch 2.x: within 1e-6, see the test). Rank 0's parameters are compared (OSS's broadcast leaves
+// every rank the same; oss_test checks that).
 #include <gtest/gtest.h>
 
 #include <regex>
@@ -50,7 +51,7 @@ void average_like_the_reference(std::vector<torch::Tensor>& params, Communicator
 // Python's STEP lines: parameters after each step.
 std::vector<std::vector<double>> pytorch_zero_steps(int64_t world, const std::string& optimizer) {
   const std::string script = std::string(VOLT_SOURCE_DIR) + "/tests/sharded/python/zero_reference.py";
-  const auto result = testing::run_command("/usr/bin/python3 " + script + " --world " + std::to_string(world) +
+  const auto result = testing::run_command(testing::reference_python() + " " + script + " --world " + std::to_string(world) +
                                                " --optimizer " + optimizer + " --steps " +
                                                std::to_string(kZeroParitySteps) + " --port " +
                                                std::to_string(find_free_port()) + " 2>&1",
@@ -95,13 +96,21 @@ TEST_P(ZeroParity, OSSStepsBitwiseLikePyTorchsZeroRedundancyOptimizer) {
       actual[static_cast<size_t>(step)].assign(values.data_ptr<double>(), values.data_ptr<double>() + values.numel());
     }
   });
+  // Bitwise, but for Adam against PyTorch 2.x: its Python Adam moves the first moment with
+  // exp_avg.lerp_(grad, 1 - beta1), LibTorch's C++ Adam (which OSS wraps) with mul_ and add_, and
+  // the two round differently in the last bits. There the bound is 1e-6 relative per element (of
+  // at least 0.01: an element passing near zero carries its neighbours' absolute error).
+  const bool lerp_adam = optimizer == "adam" && testing::reference_torch_version() != "1.13";
   for (int64_t step = 0; step < kZeroParitySteps; ++step) {
     const auto& want = expected[static_cast<size_t>(step)];
     const auto& got = actual[static_cast<size_t>(step)];
     ASSERT_EQ(got.size(), want.size()) << "step " << step;
     for (size_t i = 0; i < want.size(); ++i) {
-      ASSERT_EQ(got[i], want[i]) << optimizer << ", " << world << " ranks: rank 0, step " << step << ", element "
-                                 << i << " differs from PyTorch's ZeroRedundancyOptimizer";
+      const double bound = lerp_adam ? 1e-6 * std::max(std::abs(want[i]), 1e-2) : 0.0;
+      ASSERT_LE(std::abs(got[i] - want[i]), bound)
+          << optimizer << ", " << world << " ranks: rank 0, step " << step << ", element " << i << ": " << got[i]
+          << " differs from PyTorch " << testing::reference_torch_version() << "'s ZeroRedundancyOptimizer ("
+          << want[i] << ")";
     }
   }
 }

@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include <gtest/gtest.h>
+#include <torch/version.h>
 
 #include "core/error.h"
 
@@ -73,6 +74,18 @@ std::vector<std::map<std::string, std::string>> read_csv(const std::string& path
 }
 
 std::string built_binary(const std::string& relative) { return std::string(VOLT_BUILD_DIR) + "/" + relative; }
+
+std::string reference_python() {
+  if (const char* chosen = std::getenv("VOLT_REFERENCE_PYTHON"); chosen && *chosen) return chosen;
+  const std::string site = VOLT_REFERENCE_PYTHONPATH;
+  return site.empty() ? "/usr/bin/python3" : "env PYTHONPATH=" + site + " /usr/bin/python3";
+}
+
+std::string torchrun() { return reference_python() + " -m torch.distributed.run"; }
+
+std::string reference_torch_version() {
+  return std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR);
+}
 
 std::string configuration_error_of(const std::function<void()>& body) {
   return error_message_of<ConfigurationError>(body);

@@ -38,6 +38,20 @@ std::vector<std::map<std::string, std::string>> read_csv(const std::string& path
 // Path of a binary built by this project (e.g. "examples/fashion_mnist").
 std::string built_binary(const std::string& relative);
 
+// The Python that the parity tests run PyTorch's own implementation in, as a shell command
+// (prefix a script and its arguments): the PyTorch of the LibTorch this build links, so that
+// each build is compared with its own version. Debian's python3-torch (1.13) for a build against
+// Debian's LibTorch; for a build against a PyTorch wheel's LibTorch (tools/setup_pytorch2.sh),
+// /usr/bin/python3 with that wheel's folder first on PYTHONPATH. VOLT_REFERENCE_PYTHON in the
+// environment overrides it (e.g. the GPU machine's own python3).
+std::string reference_python();
+// "1.13" or "2.11": the major.minor version of the reference PyTorch (= this build's LibTorch).
+std::string reference_torch_version();
+// torchrun of the reference PyTorch, as a shell command: the one that goes with this build's
+// LibTorch, whose c10d talks to torchrun's agent store (a LibTorch 2.x client is reset by 1.13's
+// TCPStore server).
+std::string torchrun();
+
 // The message of the ErrorType that `body` throws; a test failure (and "") when it throws none
 // (another exception type propagates).
 template <typename ErrorType>

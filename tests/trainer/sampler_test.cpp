@@ -48,7 +48,7 @@ TEST(DistributedSampler, MatchesPyTorchsOrder) {
   // torch.utils.data.DistributedSampler(range(10), num_replicas=3, rank=r, shuffle=True, seed=5)
   // at epoch 1, from Debian's PyTorch.
   const auto result = testing::run_command(
-      "/usr/bin/python3 -c \"import torch.utils.data as d\n"
+      testing::reference_python() + " -c \"import torch.utils.data as d\n"
       "for r in range(3):\n"
       "  s = d.DistributedSampler(range(10), num_replicas=3, rank=r, shuffle=True, seed=5)\n"
       "  s.set_epoch(1)\n"

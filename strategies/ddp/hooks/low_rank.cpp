@@ -14,7 +14,7 @@ void gram_schmidt(torch::Tensor& matrices, double epsilon) {
   const int64_t columns = matrices.size(2);
   for (int64_t i = 0; i < columns; ++i) {
     auto column = matrices.narrow(2, i, 1);
-    auto norm = torch::linalg::vector_norm(column, 2, std::vector<int64_t>{1}, /*keepdim=*/true, c10::nullopt);
+    auto norm = at::linalg_vector_norm(column, 2, std::vector<int64_t>{1}, /*keepdim=*/true, c10::nullopt);
     if (epsilon != 0) norm = norm + epsilon;
     column.div_(norm);
     if (i + 1 < columns) {

@@ -30,15 +30,16 @@
 #   dist._DEFAULT_FIRST_BUCKET_BYTES (1 MiB) even when bucket_cap_mb is smaller; volt caps it at
 #   min(1 MiB, bucket_cap_mb) (strategies/ddp/reducer.cpp). With the small cap used here we set
 #   PyTorch's knob to volt's value so that both build the same buckets (the test checks they do).
-# * PyTorch 1.13's batched_powerSGD_hook calls _orthogonalize on its 2-D P and Q, and
-#   _orthogonalize asserts 3-D input: the hook fails with an AssertionError as soon as compression
-#   starts (--unpatched shows it). We patch that one bug: a 2-D input is orthogonalized as a
+# * PyTorch's batched_powerSGD_hook (1.13 and 2.11 alike) calls _orthogonalize on its 2-D P and
+#   Q, and _orthogonalize asserts 3-D input: the hook fails with an AssertionError as soon as
+#   compression starts (--unpatched shows it). We patch that one bug: a 2-D input is orthogonalized as a
 #   batch of one, in place (an unsqueezed view), which is what the hook means to compute.
-# * bfloat16 (bf16_compress, comm_wrapper=bf16): Gloo in PyTorch 1.13 has no bfloat16
-#   all_reduce. We replace dist.all_reduce for bfloat16 tensors only by an all_gather of the bits
-#   (as float16) and a bfloat16 sum, which is what volt's Gloo path computes (Note [bfloat16 over
-#   Gloo]); for two ranks the one rounded addition is order-free. PyTorch's hook code is used
-#   as is around it. This side is a hand-made reference, not PyTorch on its own.
+# * bfloat16 (bf16_compress, comm_wrapper=bf16): Gloo in PyTorch before 2.2 has no bfloat16
+#   all_reduce. There we replace dist.all_reduce for bfloat16 tensors only by an all_gather of the
+#   bits (as float16) and a bfloat16 sum, which is what volt's Gloo path computes (Note [bfloat16
+#   over Gloo]); for two ranks the one rounded addition is order-free. PyTorch's hook code is used
+#   as is around it: on 1.13 this side is a hand-made reference, not PyTorch on its own. PyTorch
+#   2.2+ reduces bfloat16 over Gloo itself, and runs untouched.
 import argparse
 import datetime
 import os
@@ -98,9 +99,13 @@ def write_data(args, widths):
 
 
 def emulate_bf16_all_reduce():
-    """dist.all_reduce for bfloat16 tensors (Gloo has none in 1.13): gather the bits, sum in bfloat16."""
+    """dist.all_reduce for bfloat16 tensors where Gloo has none (PyTorch < 2.2): gather the bits, sum
+    in bfloat16. A no-op on PyTorch 2.2+."""
     import torch
     import torch.distributed as dist
+
+    if tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (2, 2):
+        return
 
     original = dist.all_reduce
 

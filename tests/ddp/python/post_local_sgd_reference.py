@@ -63,7 +63,9 @@ def main():
     subgroup_size, start, periods = int(sys.argv[6]), int(sys.argv[7]), sys.argv[8]
     post_local_gradient_allreduce = len(sys.argv) <= 9 or sys.argv[9] == "1"
     torch.set_num_threads(1)
-    data = torch.load(input_path)
+    # volt's torch::pickle_save of a typed dict: PyTorch 2.6+ would refuse it under its default
+    # weights_only=True (restore_type_tag is not a tensor-rebuilding global).
+    data = torch.load(input_path, weights_only=False)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     subgroup, _ = dist.new_subgroups(group_size=subgroup_size)
     net = Net()

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# volt's GPU checks, as one prepared command for the GPU machine (README "On the GPU"): one
+# H100/H200, 16 cores, PyTorch 2.x with CUDA in its python3, CMake, ninja and nvcc, no network.
+#
+#   tools/gpu_check.sh --prepare   here, with network: fetches the Debian packages that machine
+#                                  lacks into .gpu/debs (ignored by git; the device call carries .gpu)
+#   tools/gpu_check.sh             there: unpacks them, configures volt against that machine's
+#                                  LibTorch (torch.utils.cmake_prefix_path), builds with ninja -j16
+#                                  and runs every check, each under its own time limit
+#
+# Results: one file, $OUT/gpu_check.txt (./build-gpu/gpu_check.txt without OUT): the device and
+# versions, then a PASS/FAIL/SKIP line per check with its figures; the full output goes to
+# gpu_check.log beside it. Exit status 0 only when every check passed. Without a CUDA device
+# (a rehearsal on a CPU machine) the device checks are skipped, saying so, and the rest runs.
+# Options: --only a,b,...  runs only the named checks (see `checks` below); --jobs N (default:
+# the machine's cores).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+gpu=.gpu
+packages=(
+  libboost1.74-dev libboost-program-options1.74-dev libboost-program-options1.74.0  # Boost.Program_options
+  libgtest-dev                    # GoogleTest
+  libgloo-dev                     # Gloo's headers, which c10d's ProcessGroupGloo.hpp includes
+  zlib1g-dev zlib1g               # zlib (checkpoint CRCs)
+  dataset-fashion-mnist           # the main job's data
+)
+
+if [[ ${1:-} == --prepare ]]; then
+  rm -rf "$gpu/debs" && mkdir -p "$gpu/debs"
+  (cd "$gpu/debs" && apt-get download "${packages[@]}") || exit 1
+  du -sh "$gpu/debs"
+  exit 0
+fi
+
+only=""
+jobs=$(nproc)
+while (($#)); do
+  case $1 in
+    --only) only=$2; shift 2 ;;
+    --jobs) jobs=$2; shift 2 ;;
+    *) echo "gpu_check: unknown argument $1 (see the head of $0)" >&2; exit 2 ;;
+  esac
+done
+
+build=build-gpu
+out=${OUT:-$PWD/$build}
+mkdir -p "$out" "$build"
+results=$out/gpu_check.txt
+: >"$results"
+exec > >(tee -a "$out/gpu_check.log") 2>&1
+
+failures=0
+record() { echo "$*" | tee -a "$results"; }
+wanted() { [[ -z $only || ",$only," == *",$1,"* ]]; }
+# check NAME FUNCTION [ARGS...]: runs a check (each bounds its own commands with `timeout`) and
+# records PASS, FAIL, or SKIP (status 77, the reason in $build/skip_reason).
+check() {
+  local name=$1 start=$SECONDS status
+  shift
+  wanted "$name" || return 0
+  echo "=== $name"
+  rm -f "$build/skip_reason"
+  "$@"
+  status=$?
+  if ((status == 0)); then
+    record "PASS $name ($((SECONDS - start)) s)"
+  elif ((status == 77)); then
+    record "SKIP $name: $(cat "$build/skip_reason" 2>/dev/null)"
+  else
+    record "FAIL $name (exit $status$( ((status == 124)) && echo ": over its time limit"), $((SECONDS - start)) s)"
+    failures=$((failures + 1))
+  fi
+}
+skip() { echo "$*" >"$build/skip_reason"; return 77; }
+
+python=${VOLT_GPU_PYTHON:-python3}
+has_gpu=0
+nvidia-smi -L >/dev/null 2>&1 && has_gpu=1
+
+# ---- the machine
+{
+  echo "# volt GPU check, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+  echo "device: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo none)"
+  echo "pytorch: $($python -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "nccl", ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else "-")' 2>&1 | tail -1)"
+  echo "toolchain: $(c++ --version | head -1); $(cmake --version | head -1); ninja $(ninja --version 2>/dev/null); $(nvcc --version 2>/dev/null | tail -1)"
+  echo "cores: $(nproc)"
+} | tee -a "$results"
+
+# ---- what the image lacks, unpacked into .gpu/root (no network there)
+sysroot=$PWD/$gpu/root
+unpack() {
+  ls "$gpu"/debs/*.deb >/dev/null 2>&1 || { echo "no $gpu/debs/*.deb: run tools/gpu_check.sh --prepare where there is a network, and carry $gpu"; return 1; }
+  rm -rf "$sysroot" && mkdir -p "$sysroot"
+  for deb in "$gpu"/debs/*.deb; do dpkg-deb -x "$deb" "$sysroot" || return 1; done
+  # Absolute links (libz.so -> /lib/x86_64-linux-gnu/libz.so.1.2.13) point into the unpacked tree.
+  local link target
+  while IFS= read -r link; do
+    target=$(readlink "$link")
+    [[ $target == /* ]] && ln -sfn "$sysroot$target" "$link"
+  done < <(find "$sysroot" -type l)
+  return 0
+}
+data_dir=/usr/share/datasets/fashion-mnist
+[[ -d $sysroot/usr/share/datasets/fashion-mnist || ! -d $data_dir ]] && data_dir=$sysroot/usr/share/datasets/fashion-mnist
+
+# ---- configure and build against the machine's LibTorch
+configure() {
+  local torch_cmake
+  torch_cmake=$($python -c 'import torch; print(torch.utils.cmake_prefix_path)') || return 1
+  timeout 300 cmake -G Ninja -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DVOLT_CCACHE=OFF -DVOLT_BUILD_BENCHMARKS=OFF \
+    -DCMAKE_PREFIX_PATH="$torch_cmake;$sysroot/usr" >"$out/configure.txt" 2>&1 || { cat "$out/configure.txt"; return 1; }
+  grep '^-- volt:' "$out/configure.txt" | tee -a "$results"
+  # On the GPU machine the CUDA build is the point: a CPU-only configuration fails this check.
+  ((!has_gpu)) || grep -q 'CUDA and NCCL code paths compiled in' "$out/configure.txt"
+}
+targets=(cuda_tests fashion_mnist distributed_worker)
+build_targets() { timeout 900 ninja -C "$build" -j "$jobs" "${targets[@]}"; }
+
+check unpack unpack
+check configure configure
+check build build_targets
+
+# ---- 1. the CUDA tests (tests/cuda, label "cuda"); without a device they skip, naming it
+cuda_tests() {
+  VOLT_REFERENCE_PYTHON=$python timeout 900 ctest --test-dir "$build" -L cuda --output-on-failure --timeout 600 ||
+    return 1
+  ((has_gpu)) || skip "no CUDA device visible: every CUDA test skipped itself"
+}
+check cuda_tests cuda_tests
+
+# ---- 2. the main job on cuda:0 in each precision, 3 epochs: test accuracy >= 0.91, time, memory
+main_job() {
+  local precision=$1 log=$out/main_job_$1.txt
+  ((has_gpu)) || { skip "no CUDA device visible"; return; }
+  timeout 300 "$build/examples/fashion_mnist" --accelerator cuda --precision "$precision" --max-epochs 3 --data-dir "$data_dir" \
+    --default-root-dir "$build/main_job_$precision" --enable-progress-bar false >"$log" 2>&1 || { tail -20 "$log"; return 1; }
+  local accuracy
+  accuracy=$(grep -o 'test_acc=[0-9.]*' "$log" | cut -d= -f2)
+  record "  main job $precision: test_acc=$accuracy; $(grep '^Fit time' "$log"); $(grep '^Peak GPU memory' "$log")"
+  awk -v a="$accuracy" 'BEGIN { exit !(a >= 0.91) }'
+}
+for precision in 32-true 16-mixed bf16-mixed; do
+  check "main_job_$precision" main_job "$precision"
+done
+
+record "failures: $failures"
+exit $((failures > 0))
