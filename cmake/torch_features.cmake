@@ -37,26 +37,6 @@ else()
   message(STATUS "volt: LibTorch does not link a shared libgloo: every all_reduce goes through the process group")
 endif()
 
-# Note [LibTorch's copy of libstdc++]
-# PyTorch's wheels build LibTorch with a newer GCC whose libstdc++_nonshared.a parts
-# (std::filesystem::remove_all, equivalent, permissions, the chrono time zones, ...) end up
-# linked into libtorch.so and exported unversioned. A program linked with the system's older
-# libstdc++ lists libtorch.so before libstdc++.so.6, so those definitions interpose the system's
-# for the whole process, and they call helpers this libstdc++ does not have: the first
-# std::filesystem::remove_all(path, error_code&) jumped to address 0. Listing libstdc++.so.6
-# first among a program's shared libraries makes the dynamic linker take the system's
-# definitions everywhere (one libstdc++ for the process, as the program was compiled against).
-# Carried to every target that links volt, and by the installed package.
-if(VOLT_READELF AND TORCH_LIBRARY)
-  execute_process(COMMAND ${VOLT_READELF} --dyn-syms -W ${TORCH_LIBRARY} OUTPUT_VARIABLE volt_torch_symbols
-                  ERROR_QUIET)
-  if(volt_torch_symbols MATCHES "FUNC +GLOBAL +DEFAULT +[0-9]+ _ZNSt10filesystem")
-    target_link_options(volt INTERFACE "LINKER:--push-state,--no-as-needed,-lstdc++,--pop-state")
-    message(STATUS "volt: ${TORCH_LIBRARY} exports parts of a newer libstdc++: programs list "
-                   "libstdc++.so.6 first (Note [LibTorch's copy of libstdc++])")
-  endif()
-endif()
-
 # The configuration's summary names what a reader of a CI log needs to know: which LibTorch,
 # with which CUDA, and whether the CUDA and NCCL code paths are compiled in.
 if(TARGET torch_cuda OR CAFFE2_USE_CUDA)

@@ -55,3 +55,54 @@ function(volt_check_torch)
                         "and configure a fresh build directory.")
   endif()
 endfunction()
+
+# Note [LibTorch's copy of libstdc++]
+# In a shared LibTorch, libtorch.so itself holds no code of LibTorch's: it only links
+# libtorch_cpu.so (and libtorch_cuda.so), and LibTorch's `torch_library` target forces it into
+# every program (--no-as-needed). PyTorch's wheels build it with a newer GCC whose
+# libstdc++_nonshared.a parts (std::filesystem, the chrono time zones, C++20 string streams, ...)
+# are linked into it, exported unversioned and incomplete: as one of a program's shared
+# libraries they interpose the system's libstdc++ for the whole process, and
+# std::filesystem::remove_all(path, error_code&) called a helper the copy lacks, at address 0.
+# (Listing libstdc++.so.6 first among the program's libraries did not hold on every toolchain:
+# Ubuntu 24.04's links still put libtorch.so first.) So volt does not link libtorch.so where it
+# defines nothing but such copies: volt::torch carries what `torch` carries (its libraries,
+# include directories and compile options) without the file itself. libtorch_cpu.so's own
+# copies are complete; tests/core/one_libstdcxx_test.cpp checks that the calls work.
+function(volt_define_torch_target)
+  if(TARGET volt::torch)
+    return()
+  endif()
+  add_library(volt::torch INTERFACE IMPORTED)
+  set(libraries ${TORCH_LIBRARIES})
+  find_program(VOLT_READELF readelf)
+  if(VOLT_READELF AND TORCH_LIBRARY AND TARGET torch)
+    execute_process(COMMAND ${VOLT_READELF} --dyn-syms -W ${TORCH_LIBRARY} OUTPUT_VARIABLE symbols ERROR_QUIET)
+    string(REGEX MATCHALL "(GLOBAL|WEAK) +DEFAULT +[0-9]+ [^\n]+" defined "${symbols}")
+    set(copies_libstdcxx FALSE)
+    set(only_copies TRUE)
+    foreach(entry IN LISTS defined)
+      string(REGEX REPLACE "^[A-Z]+ +DEFAULT +[0-9]+ " "" name "${entry}")
+      if(name MATCHES "^_ZNSt10filesystem")
+        set(copies_libstdcxx TRUE)
+      elseif(NOT name MATCHES "^(_ZN?K?R?O?St|_ZT[ISV]St|_edata$|_end$|__bss_start$|_init$|_fini$)")
+        set(only_copies FALSE)
+      endif()
+    endforeach()
+    if(copies_libstdcxx AND only_copies)
+      get_target_property(torch_libraries torch INTERFACE_LINK_LIBRARIES)
+      # torch_library is `torch` again, with libtorch.so forced in (--no-as-needed).
+      list(REMOVE_ITEM libraries torch_library)
+      list(TRANSFORM libraries REPLACE "^torch$" "${torch_libraries}")
+      foreach(property INTERFACE_INCLUDE_DIRECTORIES INTERFACE_COMPILE_OPTIONS INTERFACE_COMPILE_DEFINITIONS)
+        get_target_property(value torch ${property})
+        if(value)
+          set_property(TARGET volt::torch PROPERTY ${property} "${value}")
+        endif()
+      endforeach()
+      message(STATUS "volt: ${TORCH_LIBRARY} holds only copies of parts of a newer libstdc++: volt links "
+                     "LibTorch without it (Note [LibTorch's copy of libstdc++])")
+    endif()
+  endif()
+  set_property(TARGET volt::torch PROPERTY INTERFACE_LINK_LIBRARIES "${libraries}")
+endfunction()

@@ -37,41 +37,91 @@ Communicator::Communicator(int64_t rank, int64_t size, std::vector<int64_t> glob
                            std::chrono::milliseconds timeout)
     : rank_(rank), size_(size), global_ranks_(std::move(global_ranks)), timeout_(timeout) {}
 
-void Communicator::all_reduce(torch::Tensor& tensor, ReduceOp op) { all_reduce_async(tensor, op).wait(); }
+// Note [CPU tensors on a device's backend]
+// NCCL moves only tensors on the rank's device (Note [NCCL and this rank's device]), yet much of
+// what ranks agree on is small and lives on the CPU: lengths before a byte gather, node ranks,
+// model fingerprints, the used-parameter flags, a logger's version, a decision, a user's metric.
+// The blocking collectives take such a tensor on any backend, as torch.distributed's object
+// collectives and Lightning's reduce/broadcast do: they copy it to tensor_device(), run there and
+// copy the result back into the caller's tensor (or return it on the caller's device). The
+// asynchronous forms, which carry the gradients and parameters of every step, refuse a CPU
+// tensor: a copy each step, hidden, would cost what overlapping them is for.
+namespace {
 
-void Communicator::broadcast(torch::Tensor& tensor, int64_t root) { broadcast_async(tensor, root).wait(); }
+// `tensor` where `communicator` moves tensors: itself, or a copy there when it is a CPU tensor
+// and the backend's tensors live on a device.
+torch::Tensor staged(const Communicator& communicator, const torch::Tensor& tensor) {
+  if (!tensor.defined() || !tensor.is_cpu() || communicator.tensor_device().is_cpu()) return tensor;
+  return tensor.to(communicator.tensor_device());
+}
 
-torch::Tensor Communicator::all_gather(const torch::Tensor& tensor) { return all_gather_async(tensor).wait(); }
+// `result` on `like`'s device (a no-op unless it was staged).
+torch::Tensor back_to(const torch::Tensor& result, const torch::Tensor& like) {
+  return result.defined() && result.device() != like.device() ? result.to(like.device()) : result;
+}
+
+// Copies `staged` back into `tensor` when staging made it a different tensor.
+void copy_back(torch::Tensor& tensor, const torch::Tensor& staged) {
+  if (!staged.is_same(tensor)) tensor.copy_(staged);
+}
+
+}  // namespace
+
+void Communicator::all_reduce(torch::Tensor& tensor, ReduceOp op) {
+  auto work = staged(*this, tensor);
+  all_reduce_async(work, op).wait();
+  copy_back(tensor, work);
+}
+
+void Communicator::broadcast(torch::Tensor& tensor, int64_t root) {
+  auto work = staged(*this, tensor);
+  broadcast_async(work, root).wait();
+  copy_back(tensor, work);
+}
+
+torch::Tensor Communicator::all_gather(const torch::Tensor& tensor) {
+  return back_to(all_gather_async(staged(*this, tensor)).wait(), tensor);
+}
 
 torch::Tensor Communicator::reduce_scatter(const torch::Tensor& input, ReduceOp op) {
-  return reduce_scatter_async(input, op).wait();
+  return back_to(reduce_scatter_async(staged(*this, input), op).wait(), input);
 }
 
 void Communicator::reduce(torch::Tensor& tensor, int64_t root, ReduceOp op) {
-  reduce_async(tensor, root, op).wait();
+  auto work = staged(*this, tensor);
+  reduce_async(work, root, op).wait();
+  copy_back(tensor, work);
 }
 
 void Communicator::barrier() { barrier_async().wait(); }
 
 torch::Tensor Communicator::gather(const torch::Tensor& tensor, int64_t root) {
-  return gather_async(tensor, root).wait();
+  return back_to(gather_async(staged(*this, tensor), root).wait(), tensor);
 }
 
 void Communicator::all_gather_into(torch::Tensor output, const torch::Tensor& input) {
-  all_gather_into_async(std::move(output), input).wait();
+  auto work = staged(*this, output);
+  all_gather_into_async(work, staged(*this, input)).wait();
+  copy_back(output, work);
 }
 
 void Communicator::reduce_scatter_into(torch::Tensor output, const torch::Tensor& input, ReduceOp op) {
-  reduce_scatter_into_async(std::move(output), input, op).wait();
+  auto work = staged(*this, output);
+  reduce_scatter_into_async(work, staged(*this, input), op).wait();
+  copy_back(output, work);
 }
 
 void Communicator::all_gather_chunks(torch::Tensor flat, const std::vector<int64_t>& counts) {
-  all_gather_chunks_async(std::move(flat), counts).wait();
+  auto work = staged(*this, flat);
+  all_gather_chunks_async(work, counts).wait();
+  copy_back(flat, work);
 }
 
 void Communicator::reduce_scatter_chunks(torch::Tensor output, const torch::Tensor& input,
                                          const std::vector<int64_t>& counts, ReduceOp op) {
-  reduce_scatter_chunks_async(std::move(output), input, counts, op).wait();
+  auto work = staged(*this, output);
+  reduce_scatter_chunks_async(work, staged(*this, input), counts, op).wait();
+  copy_back(output, work);
 }
 
 namespace {

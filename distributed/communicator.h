@@ -92,8 +92,12 @@ class Communicator {
   const std::vector<int64_t>& global_ranks() const { return global_ranks_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
   virtual std::string backend_name() const = 0;
+  // Where the backend moves tensors: the CPU for gloo, this rank's CUDA device for nccl.
+  virtual torch::Device tensor_device() const = 0;
 
   // ---- collectives (each [collective])
+  // The blocking forms also take a CPU tensor on a device's backend, staged through
+  // tensor_device(); the *_async forms refuse it (Note [CPU tensors on a device's backend]).
   // Reduces `tensor` over all ranks, in place. Mean needs a floating-point tensor.
   void all_reduce(torch::Tensor& tensor, ReduceOp op = ReduceOp::Sum);
   virtual CollectiveHandle all_reduce_async(torch::Tensor tensor, ReduceOp op = ReduceOp::Sum) = 0;

@@ -69,6 +69,7 @@ void check_world_size(c10d::Store& store, const CommunicatorOptions& options) {
 
 std::shared_ptr<Communicator> Communicator::connect(const CommunicatorOptions& options) {
   options.validate();
+  ignore_broken_pipe_signal();
   const std::string backend = resolve_backend(options);
   const std::string who = "Communicator (rank " + std::to_string(options.rank) + " of " +
                           std::to_string(options.world_size) + ")";

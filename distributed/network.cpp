@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstring>
 #include <memory>
 
@@ -80,6 +81,16 @@ std::string local_address_towards(const std::string& remote) {
 
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+void ignore_broken_pipe_signal() {
+  // LibTorch 2.x's TCPStore sends without MSG_NOSIGNAL; Python ignores SIGPIPE at start-up, so
+  // PyTorch never meets the signal, but a C++ program does: a survivor that writes to the store
+  // after its host left would die without a word. Ignored, the write fails and c10d throws.
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+    std::signal(SIGPIPE, SIG_IGN);
+  }
 }
 
 }  // namespace volt

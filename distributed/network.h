@@ -18,4 +18,9 @@ std::string local_address_towards(const std::string& remote);
 // Whether `host` is a loopback name or address (localhost, 127.x.y.z, ::1).
 bool is_loopback(const std::string& host);
 
+// Makes a write to a socket whose peer has gone fail with EPIPE instead of killing the process
+// with SIGPIPE, so that a rank whose peer or store host left reports a DistributedError. Changes
+// SIGPIPE only while it has its default action: a handler the program installed stays.
+void ignore_broken_pipe_signal();
+
 }  // namespace volt

@@ -51,7 +51,8 @@ int64_t payload_bytes(const torch::Tensor& t) {
 // So: the Trainer makes the rank's device current before the group exists (make_current_device),
 // the group is bound to it where LibTorch can (compat::bind_to_device, 2.3+), and every barrier
 // names it (BarrierOptions::device_ids, 1.13 and 2.x). Tensors handed to NCCL collectives must be
-// on that device; a CUDA tensor elsewhere, or a CPU tensor, is refused by check_tensor.
+// on that device; a CUDA tensor elsewhere is refused by check_tensor, and so is a CPU tensor,
+// which only the blocking collectives stage there (Note [CPU tensors on a device's backend]).
 
 // Builds the backend's process group over `store` (a rendezvous among `size` ranks); an NCCL
 // group is bound to `compute_device`.
@@ -123,6 +124,10 @@ class ProcessGroupCommunicator : public Communicator {
   }
 
   std::string backend_name() const override { return backend_name_; }
+
+  torch::Device tensor_device() const override {
+    return backend_name_ == "nccl" ? compute_device_ : torch::Device(torch::kCPU);
+  }
 
   std::string bf16_reduction() const override {
     return backend_name_ != "gloo" || inline_ || compat::kGlooReducesBfloat16 ? "native" : "float32";
@@ -509,7 +514,7 @@ class ProcessGroupCommunicator : public Communicator {
     check<ConfigurationError>(backend_name_ != "nccl" || tensor.device() == compute_device_, describe(), ": ", what,
                               " on the nccl backend expects a tensor on this rank's device ", compute_device_.str(),
                               " (Note [NCCL and this rank's device]), got one on ", tensor.device().str(),
-                              "; move it there first");
+                              "; move it there first (the blocking form takes a CPU tensor)");
   }
 
   void check_mean(const torch::Tensor& tensor, ReduceOp op, const char* what) const {

@@ -1,8 +1,10 @@
 // volt's Communicator on the NCCL backend (world size 1: the GPU machine has one GPU, and NCCL
 // refuses two ranks on one device): every collective volt calls runs on cuda:0 and leaves what
 // the Gloo backend leaves on the CPU for the same input, the Mean division included; the
-// uneven-chunk collectives take the padded path; tensors elsewhere than the rank's device are
-// refused with a message saying where to move them. Skipped without a CUDA device.
+// uneven-chunk collectives take the padded path; the blocking collectives stage CPU tensors
+// through the device (Note [CPU tensors on a device's backend]); the asynchronous ones refuse
+// tensors elsewhere than the rank's device with a message saying where to move them. Skipped
+// without a CUDA device.
 #include <gtest/gtest.h>
 
 #include "core/error.h"
@@ -76,12 +78,27 @@ TEST(NcclCommunicator, EveryCollectiveOnCudaEqualsGlooOnTheCpu) {
   }
 }
 
-TEST(NcclCommunicator, AutoPicksNcclForACudaDeviceAndRefusesTensorsElsewhere) {
+TEST(NcclCommunicator, BlockingCollectivesStageCpuTensorsThroughTheDevice) {
+  VOLT_REQUIRE_CUDA();
+  std::vector<torch::Tensor> staged, gloo;
+  with_one_rank("nccl", torch::Device(torch::kCUDA, 0), [&](Communicator& c) {
+    EXPECT_EQ(c.tensor_device(), torch::Device(torch::kCUDA, 0));
+    staged = run_collectives(c, torch::kCPU);
+  });
+  with_one_rank("gloo", torch::kCPU, [&](Communicator& c) { gloo = run_collectives(c, torch::kCPU); });
+  ASSERT_EQ(staged.size(), gloo.size());
+  for (size_t i = 0; i < staged.size(); ++i) {
+    EXPECT_TRUE(staged[i].is_cpu()) << "collective " << i << " returned on " << staged[i].device();
+    EXPECT_TRUE(torch::equal(staged[i].cpu(), gloo[i])) << "collective " << i << ": " << staged[i] << " vs " << gloo[i];
+  }
+}
+
+TEST(NcclCommunicator, AutoPicksNcclForACudaDeviceAndAsyncRefusesTensorsElsewhere) {
   VOLT_REQUIRE_CUDA();
   with_one_rank("auto", torch::Device(torch::kCUDA, 0), [](Communicator& c) {
     EXPECT_EQ(c.backend_name(), "nccl");
     auto cpu = torch::ones({3});
-    const auto message = error_message_of<ConfigurationError>([&] { c.all_reduce(cpu); });
+    const auto message = error_message_of<ConfigurationError>([&] { c.all_reduce_async(cpu).wait(); });
     EXPECT_NE(message.find("expects a tensor on this rank's device cuda:0"), std::string::npos) << message;
     EXPECT_NE(message.find("move it there first"), std::string::npos) << message;
   });

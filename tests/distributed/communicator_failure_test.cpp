@@ -2,7 +2,12 @@
 // that goes away fails the others at once, a mismatched world size or an absent rank 0 is named.
 #include <gtest/gtest.h>
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
+#include <csignal>
 #include <latch>
 #include <thread>
 
@@ -208,6 +213,46 @@ TEST(CommunicatorFailureTest, PortInUseIsNamed) {
   const std::string message = messages[0] + messages[1];
   EXPECT_NE(message.find("cannot start the rendezvous store on 127.0.0.1:" + std::to_string(port)), std::string::npos)
       << message;
+}
+
+// SIGPIPE's action now; sets it to `action` for the rest of the scope's test and restores it after.
+class BrokenPipeAction {
+ public:
+  explicit BrokenPipeAction(void (*action)(int)) { saved_ = std::signal(SIGPIPE, action); }
+  ~BrokenPipeAction() { std::signal(SIGPIPE, saved_); }
+  BrokenPipeAction(const BrokenPipeAction&) = delete;
+  BrokenPipeAction& operator=(const BrokenPipeAction&) = delete;
+  static void (*current())(int) {
+    struct sigaction now {};
+    ::sigaction(SIGPIPE, nullptr, &now);
+    return now.sa_handler;
+  }
+
+ private:
+  void (*saved_)(int);
+};
+
+void count_broken_pipe(int /*signal*/) {}
+
+TEST(CommunicatorFailureTest, ConnectTurnsABrokenPipeIntoAnError) {
+  const BrokenPipeAction by_default(SIG_DFL);
+  auto c = Communicator::connect(loopback_options(0, 1, find_free_port(), std::chrono::seconds(10)));
+  EXPECT_EQ(BrokenPipeAction::current(), SIG_IGN);
+  // A write to a socket whose peer closed fails with EPIPE; with SIGPIPE's default action this
+  // process would have died here (the survivor of a leaver, writing to the store).
+  int ends[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, ends), 0);
+  ::close(ends[1]);
+  const char byte = 1;
+  EXPECT_EQ(::write(ends[0], &byte, 1), -1);
+  EXPECT_EQ(errno, EPIPE);
+  ::close(ends[0]);
+}
+
+TEST(CommunicatorFailureTest, ProgramsOwnBrokenPipeHandlerStays) {
+  const BrokenPipeAction own(count_broken_pipe);
+  ignore_broken_pipe_signal();
+  EXPECT_EQ(BrokenPipeAction::current(), &count_broken_pipe);
 }
 
 }  // namespace
