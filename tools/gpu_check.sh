@@ -80,7 +80,8 @@ nvidia-smi -L >/dev/null 2>&1 && has_gpu=1
 
 # ---- the machine
 {
-  echo "# volt GPU check, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+  echo "# volt GPU check, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(
+    [[ -n $(git status --porcelain --untracked-files=no -- . ':!build-gpu' 2>/dev/null) ]] && echo ' with uncommitted changes')"
   echo "device: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo none)"
   echo "pytorch: $($python -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "nccl", ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else "-")' 2>&1 | tail -1)"
   echo "toolchain: $(c++ --version | head -1); $(cmake --version | head -1); ninja $(ninja --version 2>/dev/null); $(nvcc --version 2>/dev/null | tail -1)"

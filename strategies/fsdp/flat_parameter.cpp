@@ -24,6 +24,14 @@ void allocate_storage(const torch::Tensor& tensor, size_t bytes) {
 
 size_t bytes_of(const torch::Tensor& tensor) { return static_cast<size_t>(tensor.numel()) * tensor.element_size(); }
 
+// A copy of `tensor` in host memory, pinned when it comes from a CUDA device (so that the copies
+// between them are DMA transfers, as PyTorch's offloaded shards).
+torch::Tensor host_copy(const torch::Tensor& tensor) {
+  auto host = torch::empty(tensor.sizes(), tensor.options().device(torch::kCPU).pinned_memory(tensor.is_cuda()));
+  host.copy_(tensor);
+  return host;
+}
+
 }  // namespace
 
 int64_t FlatParameter::Entry::numel() const {
@@ -32,7 +40,7 @@ int64_t FlatParameter::Entry::numel() const {
 
 FlatParameter::FlatParameter(std::vector<std::pair<std::string, torch::Tensor>> parameters,
                              Communicator& communicator, torch::Dtype compute_dtype,
-                             std::shared_ptr<GatheredBytes> gathered, int64_t gradient_world)
+                             std::shared_ptr<GatheredBytes> gathered, int64_t gradient_world, bool offload_to_host)
     : communicator_(communicator),
       rank_(communicator.rank()),
       world_(communicator.size()),
@@ -56,9 +64,14 @@ FlatParameter::FlatParameter(std::vector<std::pair<std::string, torch::Tensor>> 
   shard_numel_ = (numel_ + world_ - 1) / world_;
   if (entries_.empty()) return;
   const auto options = entries_.front().parameter.options();
+  compute_device_ = options.device();
+  check<ConfigurationError>(!offload_to_host || compute_device_.is_cuda(), "fsdp: cpu_offload keeps the shards in "
+                            "host memory while a CUDA device computes, but these parameters are on ",
+                            compute_device_.str(), "; drop cpu_offload or train on --accelerator cuda");
   auto flat = torch::zeros({shard_numel_ * world_}, options);
   flat.narrow(0, 0, numel_).copy_(torch::cat(flat_pieces));
-  shard_ = flat.narrow(0, rank_ * shard_numel_, shard_numel_).clone().set_requires_grad(true);
+  const auto mine = flat.narrow(0, rank_ * shard_numel_, shard_numel_);
+  shard_ = (offload_to_host ? host_copy(mine) : mine.clone()).set_requires_grad(true);
   full_ = flat.to(compute_dtype_);
   point_parameters_at(full_);
   gathered_ = true;
@@ -86,11 +99,12 @@ CollectiveHandle FlatParameter::start_gather(bool ahead) {
   torch::NoGradGuard no_grad;
   if (ahead) {
     // Note [Prefetching a unit]: the backend's own all-gather, on its worker thread.
-    pending_source_ = shard_.detach().to(compute_dtype_).contiguous();
+    pending_source_ = shard_.detach().to(compute_device_, compute_dtype_).contiguous();
     return communicator_.all_gather_into_async(full_, pending_source_);
   }
-  // This rank's shard goes straight into its place (cast to the compute dtype); the ring fills
-  // the others' in place (Note [Ring all_gather in place]): no staging buffer, no copy out.
+  // This rank's shard goes straight into its place (cast to the compute dtype, copied to the
+  // compute device when offloaded); the ring fills the others' in place (Note [Ring all_gather
+  // in place]): no staging buffer, no copy out.
   full_.narrow(0, rank_ * shard_numel_, shard_numel_).copy_(shard_.detach());
   return communicator_.all_gather_chunks_async(full_, std::vector<int64_t>(static_cast<size_t>(world_), shard_numel_));
 }
@@ -171,7 +185,7 @@ void FlatParameter::accumulate_reduced(const torch::Tensor& reduced, double pre_
   // by nobody after this: the gradient may be (a view of) it.
   const double post_divide = static_cast<double>(gradient_world_) / pre_divide;
   auto mean = post_divide != 1.0 ? reduced / post_divide : reduced;
-  mean = mean.to(shard_.scalar_type());
+  mean = mean.to(shard_.device(), shard_.scalar_type());  // back to the host when offloaded
   auto& shard_grad = shard_.mutable_grad();
   if (shard_grad.defined()) {
     shard_grad.add_(mean);
@@ -186,7 +200,9 @@ void FlatParameter::restore_parameters() {
   release();
   torch::NoGradGuard no_grad;
   for (auto& entry : entries_) {
-    entry.parameter.set_data(values.narrow(0, entry.offset, entry.numel()).view(entry.shape).clone());
+    entry.parameter.set_data(values.narrow(0, entry.offset, entry.numel())
+                                 .view(entry.shape)
+                                 .to(compute_device_, values.scalar_type(), /*non_blocking=*/false, /*copy=*/true));
   }
 }
 

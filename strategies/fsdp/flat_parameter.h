@@ -23,6 +23,14 @@
 // before that wait (the parameters still point at empty tensors until gather() points them at
 // it), and release() waits before it frees the storage the collective writes into.
 //
+// Note [CPU offload]: with offload_to_host the shard (and so its gradient and the optimizer state
+// the optimizer makes for it) lives in pinned host memory while the parameters compute on a CUDA
+// device (PyTorch's CPUOffload(offload_params=True), fairscale's move_params_to_cpu): a gather
+// copies the shard to the device, cast to the compute dtype, and all-gathers there; the reduced
+// gradient comes back to the host, where the optimizer steps. The device holds gathered units,
+// their gradients until they are reduced, and activations. The collectives of checkpoints and
+// clipping on host tensors are staged through the device (Note [CPU tensors on a device's backend]).
+//
 // Not thread-safe; every [collective] method must be called by every rank in the same order.
 #include <torch/torch.h>
 
@@ -64,10 +72,11 @@ class FlatParameter {
   // dtype parameters are gathered and computed in. `gathered`: where its gathers and releases are
   // counted (none: null). `gradient_world`: the number of ranks whose gradients are averaged into
   // the shard's (0: the communicator's size; more where the gradients are also all-reduced over
-  // replicas of the shard, Note [NO_SHARD] in fsdp_strategy.h).
+  // replicas of the shard, Note [NO_SHARD] in fsdp_strategy.h). `offload_to_host`: keep the shard
+  // in host memory while the parameters are on a CUDA device (Note [CPU offload]).
   FlatParameter(std::vector<std::pair<std::string, torch::Tensor>> parameters, Communicator& communicator,
                 torch::Dtype compute_dtype, std::shared_ptr<GatheredBytes> gathered = nullptr,
-                int64_t gradient_world = 0);
+                int64_t gradient_world = 0, bool offload_to_host = false);
   // Waits for a prefetch still in flight (its collective writes into full_'s storage).
   ~FlatParameter();
   FlatParameter(const FlatParameter&) = delete;
@@ -82,6 +91,8 @@ class FlatParameter {
   torch::Tensor& shard() { return shard_; }
   const torch::Tensor& shard() const { return shard_; }
   torch::Dtype compute_dtype() const { return compute_dtype_; }
+  // Where the parameters are gathered and compute (the shard's device unless offloaded).
+  const torch::Device& compute_device() const { return compute_device_; }
 
   bool gathered() const { return gathered_; }
   // Whether a prefetch() is in flight (gather() completes it).
@@ -135,6 +146,7 @@ class FlatParameter {
   int64_t rank_, world_;
   int64_t gradient_world_;  // ranks whose gradients are averaged (world_, or more with replicas)
   torch::Dtype compute_dtype_;
+  torch::Device compute_device_ = torch::kCPU;
   std::vector<Entry> entries_;
   int64_t numel_ = 0, shard_numel_ = 0;
   torch::Tensor shard_;

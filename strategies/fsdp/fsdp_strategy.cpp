@@ -3,6 +3,7 @@
 #include <set>
 
 #include "checkpoint/module_state.h"
+#include "core/device_memory.h"
 #include "core/error.h"
 #include "precision/mixed_precision.h"
 #include "strategies/sharded_gradient_norm.h"
@@ -43,7 +44,11 @@ const OptionSchema<FSDPOptions>& FSDPOptions::schema() {
           .choice("state_dict_type", &FSDPOptions::state_dict_type,
                   {{"full", CheckpointLayout::Full}, {"sharded", CheckpointLayout::Sharded}},
                   "checkpoint layout: full (PyTorch's names and optimizer layout, gathered; any strategy and world "
-                  "size loads it) or sharded (each rank's flat shards and optimizer shard)");
+                  "size loads it) or sharded (each rank's flat shards and optimizer shard)")
+          .option("cpu_offload", &FSDPOptions::cpu_offload,
+                  "keep each rank's parameter shards, their gradients and the optimizer step in pinned host memory "
+                  "while a CUDA device computes; units are copied to the device to be gathered (PyTorch's "
+                  "CPUOffload(offload_params=True), fairscale's move_params_to_cpu); needs --accelerator cuda");
   return schema;
 }
 
@@ -114,6 +119,10 @@ fsdp::UnitSettings FSDPStrategy::unit_settings(bool is_root) const {
 void FSDPStrategy::wrap_module(torch::nn::Module& module) {
   check<StateError>(units_.empty(), "fsdp: the model is still sharded from an earlier run that failed (its parameters "
                     "were not gathered back); build the model again before the next run");
+  check<ConfigurationError>(!options_.cpu_offload || root_device().is_cuda(), "--strategy fsdp: cpu_offload=true "
+                            "keeps the shards in host memory while a CUDA device computes, but this run computes on ",
+                            root_device().str(), " (where every tensor is in host memory already); drop cpu_offload "
+                            "or train with --accelerator cuda");
   ParallelStrategy::wrap_module(module);  // every rank starts from rank 0's parameters and buffers
   module_ = &module;
   if (!options_.sharded() && !alone_) {
@@ -160,7 +169,7 @@ void FSDPStrategy::build_units(torch::nn::Module& root) {
       options_.sharded() ? nullptr : &communicator());
   for (size_t i = 0; i < pending.size(); ++i) {
     auto flat = std::make_unique<fsdp::FlatParameter>(std::move(pending[i].parameters), shard_group(), dtype,
-                                                      gathered_, communicator().size());
+                                                      gathered_, communicator().size(), options_.cpu_offload);
     auto unit = std::make_shared<fsdp::FullyShardedUnit>(pending[i].name, std::move(flat), unit_settings(i == 0),
                                                          *bucket_, &order_);
     if (pending[i].wrapper != nullptr) {
@@ -319,6 +328,7 @@ std::map<std::string, double> FSDPStrategy::metrics() const {
   metrics["fsdp/gathered_bytes"] = static_cast<double>(gathered_->now);
   metrics["fsdp/peak_gathered_bytes"] = static_cast<double>(last_step_peak_);
   metrics["fsdp/prefetches"] = static_cast<double>(gathered_->prefetches);
+  if (device_peak_) metrics["fsdp/peak_device_bytes"] = static_cast<double>(*device_peak_);
   return metrics;
 }
 
@@ -326,6 +336,9 @@ void FSDPStrategy::after_optimizer_steps(int64_t global_step) {
   ParallelStrategy::after_optimizer_steps(global_step);
   last_step_peak_ = gathered_->peak;
   gathered_->reset_peak();
+  // Not reset here: the allocator has one peak per device, and the program's own reading (the
+  // example's "Peak GPU memory") is of the whole run.
+  device_peak_ = peak_allocated_bytes(root_device());
 }
 
 std::string FSDPStrategy::sharded_key(const fsdp::FullyShardedUnit& unit) const {

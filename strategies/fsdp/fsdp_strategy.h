@@ -54,6 +54,7 @@ struct FSDPOptions {
   bool forward_prefetch = false;       // all-gather the next unit while a unit's forward runs
   bool backward_prefetch = false;      // all-gather the previous unit while a unit's backward runs
   CheckpointLayout state_dict_type = CheckpointLayout::Full;
+  bool cpu_offload = false;  // shards, their gradients and the optimizer step in host memory (CUDA only)
 
   static const OptionSchema<FSDPOptions>& schema();
   // The schema's checks, then the combinations: sharding_strategy and reshard_after_forward must
@@ -100,7 +101,9 @@ class FSDPStrategy : public ParallelStrategy {
   // "fsdp/units", "fsdp/shard_bytes" (parameter shards), "fsdp/full_bytes" (what the units'
   // parameters take gathered, padding included), "fsdp/gathered_bytes" (gathered now) and
   // "fsdp/peak_gathered_bytes" (the most gathered at once during the last optimizer step's window)
-  // and "fsdp/prefetches" (all-gathers started ahead of their unit by this strategy).
+  // and "fsdp/prefetches" (all-gathers started ahead of their unit by this strategy); on a CUDA
+  // device "fsdp/peak_device_bytes", the most the caching allocator has had allocated on it at
+  // once (since the process started or the program reset it), read after each optimizer step.
   std::map<std::string, double> metrics() const override;
   void after_optimizer_steps(int64_t global_step) override;
 
@@ -137,6 +140,7 @@ class FSDPStrategy : public ParallelStrategy {
   std::unique_ptr<fsdp::ReduceScatterBucket> bucket_;  // shared by the units; built with them
   fsdp::ExecutionOrder order_;                         // the units' forward order, for prefetching
   int64_t last_step_peak_ = 0;
+  std::optional<int64_t> device_peak_;  // on a CUDA device
 };
 
 // Registers `fsdp` (strategy_registry.cpp).

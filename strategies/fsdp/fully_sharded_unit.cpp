@@ -118,7 +118,7 @@ void FullyShardedUnit::reduce_gradients() {
   if (flat_->empty()) return;
   const double pre_divide = settings_.pre_divide;
   auto* flat = flat_.get();
-  bucket_.reduce(FlatGradient{flat->padded_numel(), settings_.reduce_dtype, flat->shard().device(),
+  bucket_.reduce(FlatGradient{flat->padded_numel(), settings_.reduce_dtype, flat->compute_device(),
                               [flat, pre_divide](torch::Tensor rows) { flat->write_flat_gradient(rows, pre_divide); }},
                  [flat, pre_divide](const torch::Tensor& reduced) { flat->accumulate_reduced(reduced, pre_divide); });
 }

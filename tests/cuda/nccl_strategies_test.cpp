@@ -23,6 +23,20 @@ TEST_P(NcclStrategies, EqualTheCpuRunAfterEveryStep) {
   expect_steps_close(gpu, cpu, 1e-5, strategy + " on cuda:0 (NCCL) vs the CPU (Gloo)");
 }
 
+// NCCL cannot put two ranks on one GPU. With one GPU visible, two processes asking for CUDA are
+// refused on every rank before the rendezvous (trainer/device_choice.cpp), saying what to do,
+// rather than hanging in NCCL's initialization.
+TEST(NcclOneGpu, TwoRanksOnOneGpuAreRefusedSayingWhatToDo) {
+  VOLT_REQUIRE_CUDA();
+  if (torch::cuda::device_count() != 1) GTEST_SKIP() << "needs exactly one visible CUDA device";
+  TemporaryDirectory dir;
+  const auto result = run_command(train_command(dir.path(), "--strategy ddp --devices 2 --accelerator cuda"), 120);
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("2 processes per node need a CUDA device each"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("Start at most 1 processes per node (--devices 1)"), std::string::npos)
+      << result.output;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     ByName, NcclStrategies,
     ::testing::Values("ddp", "ddp:static_graph=true", "ddp:gradient_as_bucket_view=true",

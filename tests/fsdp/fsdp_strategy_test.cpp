@@ -263,9 +263,25 @@ TEST(FSDPOptions, BadSettingsFailAtConstructionSayingWhatToDo) {
   EXPECT_EQ(construction_error("fsdp:sharding_strategy=NO_SHARD"), "");
   EXPECT_NE(construction_error("fsdp:min_num_params=-1").find("min_num_params"), std::string::npos);
   EXPECT_NE(construction_error("fsdp:bucket_cap_mb=-1").find("bucket_cap_mb"), std::string::npos);
-  EXPECT_NE(construction_error("fsdp:cpu_offload=true").find("cpu_offload"), std::string::npos) << "not a key";
+  EXPECT_EQ(construction_error("fsdp:cpu_offload=true"), "") << "a key: checked against the device at fit";
   EXPECT_EQ(construction_error("fsdp:mixed_precision=true", "bf16-mixed"), "");
   EXPECT_EQ(construction_error("fsdp:sharding_strategy=FULL_SHARD,reshard_after_forward=true,min_num_params=1e5"), "");
+}
+
+// Note [CPU offload]: on the CPU every tensor is in host memory already; asking for the offload
+// there is refused at fit, on every rank, before the first step, saying what to do. (The offload
+// itself runs on a CUDA device: tests/cuda/fsdp_cpu_offload_test.cpp.)
+TEST(FSDPOptions, CpuOffloadWithoutACudaDeviceIsRefusedAtFit) {
+  testing::TemporaryDirectory dir;
+  const auto result = run_command(
+      train_command(dir.path(), "--strategy fsdp:min_num_params=20,cpu_offload=true --devices 2 --model mlp"), 240);
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("cpu_offload=true keeps the shards in host memory while a CUDA device computes, but "
+                               "this run computes on cpu"),
+            std::string::npos)
+      << result.output;
+  EXPECT_NE(result.output.find("drop cpu_offload or train with --accelerator cuda"), std::string::npos)
+      << result.output;
 }
 
 }  // namespace
