@@ -48,11 +48,13 @@ Communicator::Communicator(int64_t rank, int64_t size, std::vector<int64_t> glob
 // tensor: a copy each step, hidden, would cost what overlapping them is for.
 namespace {
 
-// `tensor` where `communicator` moves tensors: itself, or a copy there when it is a CPU tensor
-// and the backend's tensors live on a device.
+bool needs_staging(const Communicator& communicator, const torch::Tensor& tensor) {
+  return tensor.defined() && tensor.is_cpu() && !communicator.tensor_device().is_cpu();
+}
+
+// `tensor` where `communicator` moves tensors: itself, or a copy there.
 torch::Tensor staged(const Communicator& communicator, const torch::Tensor& tensor) {
-  if (!tensor.defined() || !tensor.is_cpu() || communicator.tensor_device().is_cpu()) return tensor;
-  return tensor.to(communicator.tensor_device());
+  return needs_staging(communicator, tensor) ? tensor.to(communicator.tensor_device()) : tensor;
 }
 
 // `result` on `like`'s device (a no-op unless it was staged).
@@ -60,23 +62,29 @@ torch::Tensor back_to(const torch::Tensor& result, const torch::Tensor& like) {
   return result.defined() && result.device() != like.device() ? result.to(like.device()) : result;
 }
 
-// Copies `staged` back into `tensor` when staging made it a different tensor.
-void copy_back(torch::Tensor& tensor, const torch::Tensor& staged) {
-  if (!staged.is_same(tensor)) tensor.copy_(staged);
+// Runs `collective` on `tensor` where `communicator` moves tensors, then leaves the result in
+// `tensor`. `read`: whether the collective reads the tensor's contents (an output only, such as
+// all_gather_into's, is not copied to the device first).
+template <typename Collective>
+void in_place(const Communicator& communicator, torch::Tensor& tensor, bool read, Collective&& collective) {
+  if (!needs_staging(communicator, tensor)) {
+    collective(tensor).wait();
+    return;
+  }
+  auto work = read ? tensor.to(communicator.tensor_device())
+                   : torch::empty_like(tensor, tensor.options().device(communicator.tensor_device()));
+  collective(work).wait();
+  tensor.copy_(work);
 }
 
 }  // namespace
 
 void Communicator::all_reduce(torch::Tensor& tensor, ReduceOp op) {
-  auto work = staged(*this, tensor);
-  all_reduce_async(work, op).wait();
-  copy_back(tensor, work);
+  in_place(*this, tensor, true, [&](const torch::Tensor& t) { return all_reduce_async(t, op); });
 }
 
 void Communicator::broadcast(torch::Tensor& tensor, int64_t root) {
-  auto work = staged(*this, tensor);
-  broadcast_async(work, root).wait();
-  copy_back(tensor, work);
+  in_place(*this, tensor, true, [&](const torch::Tensor& t) { return broadcast_async(t, root); });
 }
 
 torch::Tensor Communicator::all_gather(const torch::Tensor& tensor) {
@@ -88,9 +96,7 @@ torch::Tensor Communicator::reduce_scatter(const torch::Tensor& input, ReduceOp 
 }
 
 void Communicator::reduce(torch::Tensor& tensor, int64_t root, ReduceOp op) {
-  auto work = staged(*this, tensor);
-  reduce_async(work, root, op).wait();
-  copy_back(tensor, work);
+  in_place(*this, tensor, true, [&](const torch::Tensor& t) { return reduce_async(t, root, op); });
 }
 
 void Communicator::barrier() { barrier_async().wait(); }
@@ -100,28 +106,25 @@ torch::Tensor Communicator::gather(const torch::Tensor& tensor, int64_t root) {
 }
 
 void Communicator::all_gather_into(torch::Tensor output, const torch::Tensor& input) {
-  auto work = staged(*this, output);
-  all_gather_into_async(work, staged(*this, input)).wait();
-  copy_back(output, work);
+  const auto source = staged(*this, input);
+  in_place(*this, output, false, [&](const torch::Tensor& t) { return all_gather_into_async(t, source); });
 }
 
 void Communicator::reduce_scatter_into(torch::Tensor output, const torch::Tensor& input, ReduceOp op) {
-  auto work = staged(*this, output);
-  reduce_scatter_into_async(work, staged(*this, input), op).wait();
-  copy_back(output, work);
+  const auto source = staged(*this, input);
+  in_place(*this, output, false, [&](const torch::Tensor& t) { return reduce_scatter_into_async(t, source, op); });
 }
 
 void Communicator::all_gather_chunks(torch::Tensor flat, const std::vector<int64_t>& counts) {
-  auto work = staged(*this, flat);
-  all_gather_chunks_async(work, counts).wait();
-  copy_back(flat, work);
+  // Reads this rank's own chunk.
+  in_place(*this, flat, true, [&](const torch::Tensor& t) { return all_gather_chunks_async(t, counts); });
 }
 
 void Communicator::reduce_scatter_chunks(torch::Tensor output, const torch::Tensor& input,
                                          const std::vector<int64_t>& counts, ReduceOp op) {
-  auto work = staged(*this, output);
-  reduce_scatter_chunks_async(work, staged(*this, input), counts, op).wait();
-  copy_back(output, work);
+  const auto source = staged(*this, input);
+  in_place(*this, output, false,
+           [&](const torch::Tensor& t) { return reduce_scatter_chunks_async(t, source, counts, op); });
 }
 
 namespace {

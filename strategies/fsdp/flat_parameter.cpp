@@ -65,9 +65,8 @@ FlatParameter::FlatParameter(std::vector<std::pair<std::string, torch::Tensor>> 
   if (entries_.empty()) return;
   const auto options = entries_.front().parameter.options();
   compute_device_ = options.device();
-  check<ConfigurationError>(!offload_to_host || compute_device_.is_cuda(), "fsdp: cpu_offload keeps the shards in "
-                            "host memory while a CUDA device computes, but these parameters are on ",
-                            compute_device_.str(), "; drop cpu_offload or train on --accelerator cuda");
+  // FSDPStrategy refuses cpu_offload for a run that does not compute on CUDA, saying what to do.
+  VOLT_INTERNAL_ASSERT(!offload_to_host || compute_device_.is_cuda(), "an offloaded unit computes on CUDA");
   auto flat = torch::zeros({shard_numel_ * world_}, options);
   flat.narrow(0, 0, numel_).copy_(torch::cat(flat_pieces));
   const auto mine = flat.narrow(0, rank_ * shard_numel_, shard_numel_);

@@ -328,7 +328,9 @@ std::map<std::string, double> FSDPStrategy::metrics() const {
   metrics["fsdp/gathered_bytes"] = static_cast<double>(gathered_->now);
   metrics["fsdp/peak_gathered_bytes"] = static_cast<double>(last_step_peak_);
   metrics["fsdp/prefetches"] = static_cast<double>(gathered_->prefetches);
-  if (device_peak_) metrics["fsdp/peak_device_bytes"] = static_cast<double>(*device_peak_);
+  // Read, not reset: the allocator has one peak per device, and the program's own reading (the
+  // example's "Peak GPU memory") is of the whole run.
+  if (const auto peak = peak_allocated_bytes(root_device())) metrics["fsdp/peak_device_bytes"] = static_cast<double>(*peak);
   return metrics;
 }
 
@@ -336,9 +338,6 @@ void FSDPStrategy::after_optimizer_steps(int64_t global_step) {
   ParallelStrategy::after_optimizer_steps(global_step);
   last_step_peak_ = gathered_->peak;
   gathered_->reset_peak();
-  // Not reset here: the allocator has one peak per device, and the program's own reading (the
-  // example's "Peak GPU memory") is of the whole run.
-  device_peak_ = peak_allocated_bytes(root_device());
 }
 
 std::string FSDPStrategy::sharded_key(const fsdp::FullyShardedUnit& unit) const {

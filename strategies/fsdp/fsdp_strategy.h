@@ -103,7 +103,7 @@ class FSDPStrategy : public ParallelStrategy {
   // "fsdp/peak_gathered_bytes" (the most gathered at once during the last optimizer step's window)
   // and "fsdp/prefetches" (all-gathers started ahead of their unit by this strategy); on a CUDA
   // device "fsdp/peak_device_bytes", the most the caching allocator has had allocated on it at
-  // once (since the process started or the program reset it), read after each optimizer step.
+  // once (since the process started or the program reset it).
   std::map<std::string, double> metrics() const override;
   void after_optimizer_steps(int64_t global_step) override;
 
@@ -140,7 +140,6 @@ class FSDPStrategy : public ParallelStrategy {
   std::unique_ptr<fsdp::ReduceScatterBucket> bucket_;  // shared by the units; built with them
   fsdp::ExecutionOrder order_;                         // the units' forward order, for prefetching
   int64_t last_step_peak_ = 0;
-  std::optional<int64_t> device_peak_;  // on a CUDA device
 };
 
 // Registers `fsdp` (strategy_registry.cpp).

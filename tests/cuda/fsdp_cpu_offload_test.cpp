@@ -1,7 +1,7 @@
 // FSDP's cpu_offload on cuda:0 (Note [CPU offload] in strategies/fsdp/flat_parameter.h), through
 // the Trainer by name (the distributed_worker program, NCCL, world size 1: the GPU machine has one
-// GPU): the weights after every step equal the run without the offload, and the device no longer
-// holds the shards, their gradients and the optimizer state. Skipped without a CUDA device; on the
+// GPU): the weights after every step equal the run without the offload, a resume is bitwise the
+// uninterrupted run, and the device no longer holds the shards and the optimizer state. Skipped without a CUDA device; on the
 // CPU the option is refused (tests/fsdp/fsdp_strategy_test.cpp).
 #include <gtest/gtest.h>
 
@@ -26,6 +26,26 @@ TEST(FsdpCpuOffload, TrainsLikeTheRunWithoutItAfterEveryStep) {
       ASSERT_FALSE(want.empty()) << plain << ": no steps printed";
       expect_steps_close(got, want, 1e-6, offloaded + " vs " + plain + " (" + optimizer + ") on cuda:0");
     }
+  }
+}
+
+// A resume from an offloaded run's checkpoint (the shards and Adam state come back into host
+// memory) ends bitwise like the uninterrupted run, in both checkpoint layouts.
+TEST(FsdpCpuOffload, AResumeIsBitwiseTheUninterruptedRunInBothLayouts) {
+  VOLT_REQUIRE_CUDA();
+  for (const std::string layout : {"full", "sharded"}) {
+    TemporaryDirectory first, whole;
+    const std::string flags = "--strategy \"fsdp:min_num_params=10,cpu_offload=true,state_dict_type=" + layout +
+                              "\" --model mlp --devices 1 --optimizer adam --batch-size 4 --accelerator cuda "
+                              "--checkpoint-every-epoch";
+    trained(first.path(), flags, 1);
+    const auto checkpoint = newest_checkpoint(first.path());
+    ASSERT_FALSE(checkpoint.empty()) << layout;
+    const auto resumed = trained(first.path(), flags + " --ckpt-path " + checkpoint.string(), 2);
+    const auto uninterrupted = trained(whole.path(), flags, 2);
+    ASSERT_EQ(resumed.size(), 1u) << layout;
+    ASSERT_EQ(uninterrupted.size(), 1u) << layout;
+    EXPECT_EQ(resumed[0].params, uninterrupted[0].params) << layout << " layout";
   }
 }
 
