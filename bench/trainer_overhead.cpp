@@ -166,7 +166,7 @@ int main(int argc, char** argv) {
     // The Trainer keeps freed memory in glibc's heap (malloc_tuning, on by default); this process
     // setting would otherwise carry over from the first volt run into the raw loop at a random point.
     // Both sides run under it from the start, so the table compares the training loops alone
-    // (the allocator's own effect is in README's "Memory allocator" paragraph).
+    // (the allocator's own effect is in docs/cpu_threads.md, "Memory allocator").
     volt::keep_freed_memory_in_heap();
 
     // Both sides run with the thread settings the Trainer picks for one process, or --threads

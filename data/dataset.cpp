@@ -1,5 +1,7 @@
 #include "data/dataset.h"
 
+#include <algorithm>
+#include <unordered_map>
 #include <numeric>
 
 #include "core/error.h"
@@ -30,9 +32,24 @@ TensorDataset::TensorDataset(torch::Tensor input, torch::Tensor target,
 int64_t TensorDataset::size() const { return data_.size(); }
 
 Batch TensorDataset::get_batch(const std::vector<int64_t>& indices) const {
-  const auto index = index_tensor(indices);
+  // Note [Batches of tensors on the GPU]: a batch is a copy (a step may change it in place), made
+  // without waiting for the device. Consecutive indices (every unshuffled loader) copy one slice;
+  // others gather through an index that reaches the tensor's device from pinned memory
+  // asynchronously: a pageable upload would wait for every kernel queued before it, and so stall
+  // the step pipeline once per batch.
+  const bool consecutive =
+      !indices.empty() &&
+      std::adjacent_find(indices.begin(), indices.end(), [](int64_t a, int64_t b) { return b != a + 1; }) == indices.end();
+  std::unordered_map<torch::Device, torch::Tensor> index_on;  // the gather index, per device
   auto select = [&](const torch::Tensor& t) {
-    return t.defined() ? t.index_select(0, index) : t;
+    if (!t.defined()) return t;
+    if (consecutive) return t.narrow(0, indices.front(), static_cast<int64_t>(indices.size())).clone();
+    auto& index = index_on[t.device()];
+    if (!index.defined()) {
+      index = index_tensor(indices);  // a view of `indices`, alive until this function returns
+      if (!t.is_cpu()) index = index.pin_memory().to(t.device(), /*non_blocking=*/true);
+    }
+    return t.index_select(0, index);
   };
   Batch batch{select(data_.input), select(data_.target), {}};
   for (const auto& [key, value] : data_.extras) batch.extras.emplace(key, select(value));

@@ -5,7 +5,7 @@
 // collective and what to do, per-kind call and byte counters, and sub-groups.
 //
 // Only the files of distributed/ include c10d headers; everything else talks to c10d
-// through this header (../shared/DESIGN.md).
+// through this header (docs/architecture.md).
 //
 // Collectives. Every method marked [collective] must be called by every rank of the communicator,
 // in the same order, with tensors of the same shape and dtype (c10d matches calls by their order,

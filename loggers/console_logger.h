@@ -10,7 +10,7 @@ namespace volt {
 // Epoch summaries on the terminal: after each training epoch (its validation included) a table of
 // the latest value of every metric logged during it; at the end of a validate/test run a table of
 // its results. What a user sees when the progress bar is off (the Trainer adds one then, see
-// README), or beside it. Writes to `out` (std::cout by default); no files.
+// docs/callbacks_and_loggers.md), or beside it. Writes to `out` (std::cout by default); no files.
 class ConsoleLogger : public Logger {
  public:
   explicit ConsoleLogger(std::ostream* out = nullptr);

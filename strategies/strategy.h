@@ -2,7 +2,7 @@
 // The Strategy decides where parameters, gradients and optimizer state live across processes and
 // how they are kept in agreement. The Trainer owns the loop and asks its Strategy for everything
 // that involves other ranks, devices or dtypes; it never calls a collective, converts a dtype or
-// moves a batch itself (../shared/DESIGN.md).
+// moves a batch itself (docs/architecture.md).
 //
 // The interface is split along its seams, each in its own header:
 //   strategy_collectives.h    who am I; the collectives the Trainer and callbacks use

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# volt's GPU checks, as one prepared command for the GPU machine (README "On the GPU"): one
+# volt's GPU checks, as one prepared command for the GPU machine (docs/gpu.md): one
 # H100/H200, 16 cores, PyTorch 2.x with CUDA in its python3, CMake, ninja and nvcc, no network.
 #
 #   tools/gpu_check.sh --prepare   here, with network: fetches the Debian packages that machine
@@ -109,13 +109,13 @@ data_dir=/usr/share/datasets/fashion-mnist
 configure() {
   local torch_cmake
   torch_cmake=$($python -c 'import torch; print(torch.utils.cmake_prefix_path)') || return 1
-  timeout 300 cmake -G Ninja -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DVOLT_CCACHE=OFF -DVOLT_BUILD_BENCHMARKS=OFF \
+  timeout 300 cmake -G Ninja -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DVOLT_CCACHE=OFF -DVOLT_BUILD_BENCHMARKS=ON \
     -DCMAKE_PREFIX_PATH="$torch_cmake;$sysroot/usr" >"$out/configure.txt" 2>&1 || { cat "$out/configure.txt"; return 1; }
   grep '^-- volt:' "$out/configure.txt" | tee -a "$results"
   # On the GPU machine the CUDA build is the point: a CPU-only configuration fails this check.
   ((!has_gpu)) || grep -q 'CUDA and NCCL code paths compiled in' "$out/configure.txt"
 }
-targets=(cuda_tests core_tests fashion_mnist distributed_worker)
+targets=(cuda_tests core_tests fashion_mnist distributed_worker trainer_vs_lightning)
 build_targets() { timeout 900 ninja -C "$build" -j "$jobs" "${targets[@]}"; }
 
 check unpack unpack
@@ -131,7 +131,7 @@ cuda_tests() {
 }
 check cuda_tests cuda_tests
 
-# ---- 2. the main job on cuda:0 in each precision, as README states its goal (the defaults: 5
+# ---- 2. the main job on cuda:0 in each precision, as docs/main_job.md states its goal (the defaults: 5
 # epochs of batch 128, seed 42): test accuracy >= 0.91, time, memory
 main_job() {
   local precision=$1 log=$out/main_job_$1.txt
@@ -146,6 +146,21 @@ main_job() {
 for precision in 32-true 16-mixed bf16-mixed; do
   check "main_job_$precision" main_job "$precision"
 done
+
+# ---- 3. volt against PyTorch Lightning and the raw loops, step for step (bench/trainer_vs_lightning:
+# the CNN, the MLP and the GPT decoder; docs/benchmarks.md "volt against PyTorch Lightning"): the tables go to
+# trainer_vs_lightning.txt, the goals' verdicts into the results. A missed goal is a figure to
+# read, not a failed check; a run that cannot compare (an error, different initial weights) fails.
+versus_lightning() {
+  ((has_gpu)) || { skip "no CUDA device visible"; return; }
+  local table=$out/trainer_vs_lightning.txt
+  timeout 420 "$build/bench/trainer_vs_lightning" --device cuda --python "$python" --root "$build/trainer_vs_lightning" \
+    >"$table" || { tail -30 "$table"; return 1; }
+  cat "$table"
+  grep -E '^(- |###|bf16|Python side)' "$table" | sed 's/^/  /' | tee -a "$results" >/dev/null
+  ! grep -q '| error:' "$table"
+}
+check versus_lightning versus_lightning
 
 record "failures: $failures"
 exit $((failures > 0))

@@ -46,7 +46,7 @@ cat build-test/setup_pytorch2.log
 # No ccache here: no other tree reuses this LibTorch's objects, and a cache miss costs a third more.
 # Two builds and two suites fill most of CI's hour on two cores, so this tree leaves out what
 # other runs cover: the benchmarks (~4 min to compile; CI compiles them against 1.13 above, a full
-# build against 2.11 as README's "LibTorch 1.13 and 2.x" says compiles them too) and the example
+# build against 2.11 as docs/libtorch.md says compiles them too) and the example
 # program's end-to-end runs (label e2e, ~1 min; tools/gpu_check.sh runs the main job on 2.11).
 build_and_test build-test-torch2 tools/ctest_cost_data_torch2.txt "-LE ^e2e$" -DVOLT_CCACHE=OFF -DVOLT_BUILD_BENCHMARKS=OFF \
   -DCMAKE_PREFIX_PATH="$PWD/.deps/pytorch2/torch/share/cmake"
@@ -72,7 +72,7 @@ cmake -S examples/subproject -B build-consumer/subproject "${ci_flags[@]}" -DVOL
   -DVOLT_BINARY_DIR="$PWD/build-subproject-volt" > /dev/null
 cmake --build build-consumer/subproject -j2 --target subproject
 build-consumer/subproject/subproject --logger none --enable-progress-bar false --enable-checkpointing false
-# A loop of the user's own (issue 20, README "Your own loop"): the example CNN through volt::Fabric
+# A loop of the user's own (docs/fabric.md): the example CNN through volt::Fabric
 # with DDP on two processes and limits, a few seconds.
 rm -rf build-own-loop && mkdir -p build-own-loop
 build-test/examples/own_loop --strategy ddp --devices 2 --max-epochs 1 --limit-train-batches 20 --limit-val-batches 10 \

@@ -65,7 +65,7 @@ class Trainer {
   std::vector<torch::Tensor> predict(std::shared_ptr<Module> module, std::shared_ptr<DataModule> data,
                                      const std::string& ckpt_path = "");
 
-  // Writes a checkpoint of the whole training state (README "Checkpoints"), or with
+  // Writes a checkpoint of the whole training state (docs/checkpoints.md), or with
   // `weights_only` the model's state dict and loop counters, atomically through the strategy:
   // global rank 0 writes unless the strategy shards. Valid once a model is attached (during or
   // after fit/validate/test/predict). [collective: every rank calls it]

@@ -35,7 +35,7 @@ struct TrainerOptions {
   // OpenBLAS one thread inside it. 0: automatic (OMP_NUM_THREADS / OPENBLAS_NUM_THREADS win).
   int64_t threads = 0;                // intra-op threads; >= 0
   int64_t blas_threads = 0;           // OpenBLAS threads; >= 0
-  // Several processes (README "Distributed runtime"): who starts them and where they meet.
+  // Several processes (docs/launching.md): who starts them and where they meet.
   std::string cluster_environment = "auto";  // auto | torchelastic | slurm | mpi | volt
   int64_t node_rank = -1;             // this machine's node with volt's launcher; -1: NODE_RANK or 0
   std::string master_addr;            // rendezvous host; "": MASTER_ADDR, else 127.0.0.1 on one node

@@ -1,4 +1,4 @@
-// Your own loop (README "Your own loop"): the main job's CNN on Fashion-MNIST (the same model and
+// Your own loop (docs/fabric.md): the main job's CNN on Fashion-MNIST (the same model and
 // data code as examples/fashion_mnist), trained by a loop written here, on any strategy and
 // precision through volt::Fabric. It reads the Trainer's flags that mean something to a loop of
 // one's own: --strategy, --devices, --num-nodes, --precision, --accelerator, --seed, --timeout,

@@ -5,7 +5,7 @@
 // averaged across nodes every localsgd_frequency steps, and every slowmo_frequency steps a slow
 // momentum step follows (strategies/averaging/slow_momentum_averager.h has the formula).
 //
-// Composition (../shared/DESIGN.md): DDPStrategy with its Reducer on the node group of the run's
+// Composition (docs/architecture.md): DDPStrategy with its Reducer on the node group of the run's
 // Topology (gradient_group), so bucketing, overlap with backward and no_sync for accumulation are
 // DDP's, plus the SlowMomentumAverager that DDP runs after every window's optimizer steps. The
 // Trainer calls it (after_optimizer_steps); fairscale's user calls perform_slowmo by hand.

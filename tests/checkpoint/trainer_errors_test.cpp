@@ -108,9 +108,9 @@ class TestableRegression : public RegressionModule {
   void test_step(const Batch& batch, int64_t batch_idx) override { validation_step(batch, batch_idx); }
 };
 
-// Issue 21.6: ckpt_path "last" with no checkpoint under the root: fit starts from scratch
-// (ResumeLast tests), validate/test/predict fail naming the root and what to pass (README
-// "Checkpoints"; Lightning warns and evaluates the weights in memory, which would report metrics
+// ckpt_path "last" with no checkpoint under the root: fit starts from scratch
+// (ResumeLast tests), validate/test/predict fail naming the root and what to pass
+// (docs/checkpoints.md; Lightning warns and evaluates the weights in memory, which would report metrics
 // of an untrained model as a checkpoint's). With a last.ckpt there, all three load it.
 TEST(TrainerCheckpointErrors, CkptPathLastWithoutACheckpointFailsEvaluation) {
   TemporaryDirectory dir;

@@ -171,3 +171,25 @@ TEST(CudaResume, AMidEpochResumeWithDropoutIsBitwiseTheUninterruptedRun) {
 
 }  // namespace
 }  // namespace volt::testing
+
+// A dataset already on the GPU (Note [Batches of tensors on the GPU]): a shuffled loader's
+// batches gather through an index uploaded asynchronously, an unshuffled one's are slices; both
+// are the CPU dataset's rows, on the GPU.
+TEST(CudaData, ATensorDatasetOnTheGpuGivesTheCpuRowsInEveryOrder) {
+  VOLT_REQUIRE_CUDA();
+  const auto input = torch::randn({100, 3});
+  const auto target = torch::randint(10, {100});
+  const torch::Device gpu(torch::kCUDA, 0);
+  for (const bool shuffle : {false, true}) {
+    const volt::DataLoaderOptions options{.batch_size = 16, .shuffle = shuffle, .seed = 7};
+    volt::DataLoader on_cpu(std::make_shared<volt::TensorDataset>(input, target), options);
+    volt::DataLoader on_gpu(std::make_shared<volt::TensorDataset>(input.to(gpu), target.to(gpu)), options);
+    for (int64_t i = 0; i < on_cpu.num_batches(); ++i) {
+      const auto expected = on_cpu.batch(i);
+      const auto got = on_gpu.batch(i);
+      ASSERT_TRUE(got.input.is_cuda() && got.target.is_cuda()) << "batch " << i << " left the GPU";
+      EXPECT_TRUE(got.input.cpu().equal(expected.input)) << "shuffle " << shuffle << ", batch " << i;
+      EXPECT_TRUE(got.target.cpu().equal(expected.target)) << "shuffle " << shuffle << ", batch " << i;
+    }
+  }
+}

@@ -1,6 +1,5 @@
-// Issue 21.6: README said "sparse gradients are refused at setup", but only sparse *parameters*
-// were; an Embedding(sparse=true) under DDP failed inside an autograd hook with LibTorch's
-// "copy_() between dense and sparse Tensors". Now (Note [Sparse gradients]) every distributed
+// Sparse gradients: an Embedding(sparse=true) under DDP would fail inside an autograd hook with
+// LibTorch's "copy_() between dense and sparse Tensors", so (Note [Sparse gradients]) every distributed
 // strategy refuses such modules at setup, and a sparse gradient from a functional op is refused
 // at the backward that produces it, naming the parameter. Through the Trainer and volt's launcher
 // for every registered distributed strategy; the reducers directly for the functional op.

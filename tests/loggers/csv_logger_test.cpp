@@ -82,7 +82,7 @@ TEST(CSVLogger, MetricsOfAFitMatchWhatTheTrainerLogged) {
 }
 
 // Issue 21.6: with --accumulate-grad-batches 3 the step column and --log-every-n-steps count
-// optimizer steps, not micro-batches (README "Training loop"): 12 batches an epoch are 4 steps;
+// optimizer steps, not micro-batches (docs/training_loop.md): 12 batches an epoch are 4 steps;
 // every 2nd step is logged, with the loss of the micro-batch that closed its window.
 TEST(CSVLogger, UnderAccumulationStepsAndTheLoggingCadenceCountOptimizerSteps) {
   TemporaryDirectory dir;

@@ -1,6 +1,6 @@
 #pragma once
 // volt::Fabric — the Trainer's strategies, precision and checkpoints for a loop the user writes
-// (README "Your own loop"). The user keeps the loop; the Fabric resolves the run exactly as the
+// (docs/fabric.md). The user keeps the loop; the Fabric resolves the run exactly as the
 // Trainer does (run_setup.h: cluster environment, strategy by name, device, launcher, precision)
 // and hands every step to the same Strategy the Trainer would drive:
 //

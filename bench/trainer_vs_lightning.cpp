@@ -1,0 +1,509 @@
+// volt against PyTorch Lightning and the raw loops of both worlds, step for step (docs/benchmarks.md,
+// "volt against PyTorch Lightning"): the same three models (bench/step_models.h, defined again in
+// bench/trainer_vs_lightning_worker.py), the same initial weights, synthetic data already on the
+// device (no loader work timed), batch, AdamW and precision on both sides.
+//
+// Rows. volt (this program re-executed with --worker): the Trainer at its defaults (progress bar,
+// CSV logger, checkpointing, model summary; logs train_loss every step), the Trainer barebones
+// (all four off, nothing logged), the Fabric loop, a raw LibTorch loop, and `ddp` / `fsdp` on one
+// rank (NCCL on the GPU, Gloo on the CPU). Python (the worker, under --python): Lightning's
+// Trainer with barebones=True and at its defaults, a raw PyTorch loop, Lightning's ddp and fsdp on
+// one rank. Each row: the median over rounds of the ms per step over `steps` steps after `warmup`
+// steps (the device synchronized at both ends of that window, not in between), samples (tokens
+// for the GPT) per second, and peak GPU memory allocated. Rounds alternate which side runs first;
+// within a worker the rows rotate by round.
+//
+//   build/bench/trainer_vs_lightning [--device cuda|cpu] [--models cnn,mlp,gpt] [--rounds 3]
+//       [--steps N --warmup W] [--python "python3"] [--peak-tflops T]
+// On the CPU (no GPU) the default is the CNN and the MLP, volt's rows only; --python adds the
+// Lightning rows (e.g. --python "PYTHONPATH=.deps/pytorch2:.deps/lightning /usr/bin/python3",
+// after tools/setup_lightning.sh).
+#include <boost/program_options.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <regex>
+#include <sstream>
+
+#include "bench/bench_support.h"
+#include "bench/step_models.h"
+#include "core/cpu_threads.h"
+#include "core/device_memory.h"
+#include "trainer/run_main.h"
+
+namespace po = boost::program_options;
+using volt::bench::StepModel;
+
+namespace {
+
+const std::vector<std::string> kVoltRows = {"volt_trainer", "volt_trainer_barebones", "volt_fabric",
+                                            "raw_libtorch", "volt_ddp", "volt_fsdp"};
+const std::vector<std::string> kPythonRows = {"lightning_default", "lightning_barebones", "raw_pytorch",
+                                              "lightning_ddp", "lightning_fsdp"};
+
+struct Window {
+  int64_t steps = 0, warmup = 0;
+};
+
+void synchronize(const torch::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize();
+}
+
+// Times the steps [warmup, warmup + steps): the device is synchronized at both ends only.
+class StepClock {
+ public:
+  StepClock(torch::Device device, Window window) : device_(device), window_(window) {}
+  void before_step(int64_t step) {
+    if (step != window_.warmup) return;
+    synchronize(device_);
+    start_ = std::chrono::steady_clock::now();
+  }
+  void after_step(int64_t step, const torch::Tensor& loss) {
+    if (step != window_.warmup + window_.steps - 1) return;
+    synchronize(device_);
+    seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    final_loss_ = loss.defined() ? loss.item<double>() : std::nan("");
+  }
+  double seconds() const {
+    volt::check<volt::Error>(seconds_ > 0, "trainer_vs_lightning: the timed window did not close (fewer steps ran)");
+    return seconds_;
+  }
+  double final_loss() const { return final_loss_; }
+
+ private:
+  torch::Device device_;
+  Window window_;
+  std::chrono::steady_clock::time_point start_;
+  double seconds_ = 0, final_loss_ = 0;
+};
+
+// The clock as a Trainer callback (batch_idx is the step: one epoch, no accumulation).
+class ClockCallback : public volt::Callback {
+ public:
+  explicit ClockCallback(StepClock& clock) : clock_(clock) {}
+  void on_train_batch_start(volt::Trainer&, volt::Module&, const volt::Batch&, int64_t batch_idx) override {
+    clock_.before_step(batch_idx);
+  }
+  void on_train_batch_end(volt::Trainer&, volt::Module&, const torch::Tensor& loss, const volt::Batch&,
+                          int64_t batch_idx) override {
+    clock_.after_step(batch_idx, loss);
+  }
+
+ private:
+  StepClock& clock_;
+};
+
+struct RunSettings {
+  std::string model;
+  torch::Device device = torch::kCPU;
+  Window window;
+  std::string root;
+  int64_t round = 0;  // seeds torch's generator for the row (dropout), as the worker does
+};
+
+std::shared_ptr<volt::DataLoader> make_loader(const RunSettings& run, const volt::bench::StepModelSpec& spec) {
+  auto [x, y] = volt::bench::step_models_data(run.model, (run.window.warmup + run.window.steps) * spec.batch, run.device);
+  return std::make_shared<volt::DataLoader>(std::make_shared<volt::TensorDataset>(x, y),
+                                            volt::DataLoaderOptions{.batch_size = spec.batch});
+}
+
+void train_with_trainer(const std::string& row, const RunSettings& run, const volt::bench::StepModelSpec& spec,
+                        const std::shared_ptr<StepModel>& model, StepClock& clock) {
+  volt::TrainerOptions options;
+  options.accelerator = run.device.is_cuda() ? "cuda" : "cpu";
+  options.precision = spec.precision;
+  options.max_epochs = 1;
+  options.max_steps = run.window.warmup + run.window.steps;
+  options.default_root_dir = run.root + "/" + row;
+  if (row == "volt_trainer") {
+    model->log_loss = true;  // and every other default left on, like Lightning's default row
+  } else {
+    options.enable_progress_bar = false;
+    options.loggers.clear();
+    options.enable_checkpointing = false;
+    options.enable_model_summary = false;
+    if (row == "volt_ddp") options.strategy = "ddp";
+    if (row == "volt_fsdp") options.strategy = "fsdp";
+  }
+  volt::Trainer trainer(options);
+  trainer.add_callback(std::make_shared<ClockCallback>(clock));
+  trainer.fit(model, make_loader(run, spec));
+}
+
+void train_with_fabric(const RunSettings& run, const volt::bench::StepModelSpec& spec,
+                       const std::shared_ptr<StepModel>& model, StepClock& clock) {
+  volt::FabricOptions options;
+  options.accelerator = run.device.is_cuda() ? "cuda" : "cpu";
+  options.precision = spec.precision;
+  volt::Fabric fabric(options);
+  fabric.launch();
+  auto [module, optimizer] = fabric.setup(model, StepModel::make_optimizer(model->parameters()));
+  auto loader = fabric.setup_dataloader(make_loader(run, spec));
+  for (int64_t i = 0; i < loader->num_batches(); ++i) {
+    clock.before_step(i);
+    const auto batch = loader->batch(i);
+    torch::Tensor loss;
+    {
+      auto autocast = fabric.autocast();  // the loss too, as the Trainer's training_step runs
+      loss = model->loss(module->forward(batch.input), batch.target);
+    }
+    fabric.backward(loss);
+    fabric.step(*optimizer);
+    fabric.zero_grad(*optimizer);
+    clock.after_step(i, loss);
+  }
+}
+
+// Autocast to bfloat16 on `device`'s type for one scope, as a LibTorch user writes it by hand.
+class BfloatAutocast {
+ public:
+  BfloatAutocast(c10::DeviceType type, bool enabled) : type_(type), enabled_(enabled) {
+    if (!enabled_) return;
+    volt::compat::set_autocast_dtype(type_, torch::kBFloat16);
+    volt::compat::set_autocast_enabled(type_, true);
+  }
+  ~BfloatAutocast() {
+    if (!enabled_) return;
+    volt::compat::set_autocast_enabled(type_, false);
+    at::autocast::clear_cache();
+  }
+  BfloatAutocast(const BfloatAutocast&) = delete;
+  BfloatAutocast& operator=(const BfloatAutocast&) = delete;
+
+ private:
+  c10::DeviceType type_;
+  bool enabled_;
+};
+
+// What a LibTorch user writes without a framework.
+void train_raw(const RunSettings& run, const volt::bench::StepModelSpec& spec, const std::shared_ptr<StepModel>& model,
+               StepClock& clock) {
+  model->to(run.device);
+  model->train();
+  auto optimizer = StepModel::make_optimizer(model->parameters());
+  auto [x, y] = volt::bench::step_models_data(run.model, (run.window.warmup + run.window.steps) * spec.batch, run.device);
+  for (int64_t i = 0; i < run.window.warmup + run.window.steps; ++i) {
+    clock.before_step(i);
+    torch::Tensor loss;
+    {
+      BfloatAutocast autocast(run.device.type(), spec.precision == "bf16-mixed");
+      loss = model->loss(model->forward(x.narrow(0, i * spec.batch, spec.batch)), y.narrow(0, i * spec.batch, spec.batch));
+    }
+    loss.backward();
+    optimizer->step();
+    optimizer->zero_grad();
+    clock.after_step(i, loss);
+  }
+}
+
+// One volt row in this process: prints "ROW <row> step_ms .. samples_per_s .. peak_bytes ..
+// init_sum .. final_loss .." (or "ROW <row> error <what>").
+void run_volt_row(const std::string& row, const RunSettings& run) {
+  const auto spec = volt::bench::step_model_spec(run.model);
+  try {
+    torch::manual_seed(run.round);
+    volt::reset_peak_allocated_bytes(run.device);
+    auto model = volt::bench::make_step_model(run.model);
+    const double init_sum = volt::bench::step_models_init(*model);
+    StepClock clock(run.device, run.window);
+    if (row == "volt_fabric") {
+      train_with_fabric(run, spec, model, clock);
+    } else if (row == "raw_libtorch") {
+      train_raw(run, spec, model, clock);
+    } else {
+      train_with_trainer(row, run, spec, model, clock);
+    }
+    const double seconds = clock.seconds();
+    std::printf("\nROW %s step_ms %.4f samples_per_s %.2f peak_bytes %lld init_sum %.9e final_loss %.6e\n",
+                row.c_str(), 1e3 * seconds / static_cast<double>(run.window.steps),
+                static_cast<double>(spec.batch * spec.sequence * run.window.steps) / seconds,
+                static_cast<long long>(volt::peak_allocated_bytes(run.device).value_or(0)), init_sum,
+                clock.final_loss());
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    std::replace(what.begin(), what.end(), '\n', ' ');
+    std::printf("\nROW %s error %s\n", row.c_str(), what.c_str());
+  }
+  std::fflush(stdout);
+}
+
+std::vector<std::string> split(const std::string& list) {
+  std::vector<std::string> items;
+  std::stringstream in(list);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (!item.empty()) items.push_back(item);
+  }
+  return items;
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : ",") + item;
+  return out;
+}
+
+// What one row measured in one round.
+struct Sample {
+  double step_ms = 0, per_s = 0, peak_bytes = 0, init_sum = 0, final_loss = 0;
+};
+
+// Every row's samples over the rounds, or the error it reported.
+struct RowResults {
+  std::vector<Sample> samples;
+  std::string error;
+};
+
+void parse_rows(const std::string& output, std::map<std::string, RowResults>& rows) {
+  static const std::regex measured(
+      R"(ROW (\S+) step_ms (\S+) samples_per_s (\S+) peak_bytes (\S+) init_sum (\S+) final_loss (\S+))");
+  static const std::regex failed(R"(ROW (\S+) error ([^\n]*))");
+  for (std::sregex_iterator it(output.begin(), output.end(), measured), end; it != end; ++it) {
+    rows[(*it)[1]].samples.push_back({std::stod((*it)[2]), std::stod((*it)[3]), std::stod((*it)[4]),
+                                      std::stod((*it)[5]), std::stod((*it)[6])});
+  }
+  for (std::sregex_iterator it(output.begin(), output.end(), failed), end; it != end; ++it) {
+    rows[(*it)[1]].error = (*it)[2];
+  }
+}
+
+struct Flags {
+  std::string device, models, python, root = "/tmp/trainer_vs_lightning";
+  int rounds = 3;
+  int64_t steps = 0, warmup = -1;
+  double peak_tflops = 0;
+};
+
+// Steps and warm-up per model: enough for a stable median, short enough for the GPU check's budget.
+Window window_for(const Flags& flags, const std::string& model, bool cuda) {
+  Window window{cuda ? (model == "gpt" ? 30 : model == "mlp" ? 100 : 200) : (model == "gpt" ? 2 : 10),
+                cuda ? (model == "gpt" ? 5 : 20) : 3};
+  if (flags.steps > 0) window.steps = flags.steps;
+  if (flags.warmup >= 0) window.warmup = flags.warmup;
+  return window;
+}
+
+// The bf16 dense peak of the GPU, from its name (NVIDIA's data sheets), for the GPT row's MFU.
+double peak_tflops_of(const std::string& gpu) {
+  if (gpu.find("H100") != std::string::npos) return gpu.find("PCIe") != std::string::npos ? 756.0 : 989.4;
+  if (gpu.find("H200") != std::string::npos) return 989.4;
+  if (gpu.find("A100") != std::string::npos) return 312.0;
+  return 0;
+}
+
+std::string describe_model(const std::string& model) {
+  if (model == "cnn") return "the main job's CNN";
+  if (model == "mlp") return "MLP 1024-4096-4096-10";
+  return "GPT decoder (6 layers, d_model 768, 12 heads, sequence 512, vocabulary 50304)";
+}
+
+const char* pair_of(const std::string& row) {
+  static const std::map<std::string, const char*> pairs = {
+      {"volt_trainer", "lightning_default"}, {"volt_trainer_barebones", "lightning_barebones"},
+      {"raw_libtorch", "raw_pytorch"},       {"volt_ddp", "lightning_ddp"},
+      {"volt_fsdp", "lightning_fsdp"}};
+  const auto it = pairs.find(row);
+  return it == pairs.end() ? nullptr : it->second;
+}
+
+// The table of one model, and its goals. Returns false when the sides' initial weights differ.
+bool print_model(const std::string& model, const Window& window, std::map<std::string, RowResults>& rows,
+                 double peak_tflops, bool cuda) {
+  const auto spec = volt::bench::step_model_spec(model);
+  std::map<std::string, Sample> medians;
+  for (auto& [row, results] : rows) {
+    if (results.samples.empty()) continue;
+    auto column = [&](double Sample::*field) {
+      std::vector<double> values;
+      for (const auto& s : results.samples) values.push_back(s.*field);
+      return volt::bench::median(values);
+    };
+    medians[row] = {column(&Sample::step_ms), column(&Sample::per_s), column(&Sample::peak_bytes),
+                    results.samples.front().init_sum, column(&Sample::final_loss)};
+  }
+  double flops_per_step = 0;
+  if (model == "gpt") {
+    const volt::bench::StepGpt gpt;
+    const double tokens = static_cast<double>(spec.batch * spec.sequence);
+    flops_per_step = tokens * (6.0 * static_cast<double>(gpt.matmul_parameters()) +
+                               12.0 * volt::bench::kGptLayers * volt::bench::kGptWidth * volt::bench::kGptSequence);
+  }
+  std::printf("\n### %s: batch %lld, %s, %lld steps timed after %lld, median of the rounds\n\n", describe_model(model).c_str(),
+              static_cast<long long>(spec.batch), spec.precision.c_str(), static_cast<long long>(window.steps),
+              static_cast<long long>(window.warmup));
+  std::printf("| row | ms/step | %s/s | peak %s MiB | / raw LibTorch | / its Lightning row |%s\n|---|---:|---:|---:|---:|---:|%s\n",
+              model == "gpt" ? "tokens" : "samples", cuda ? "GPU" : "device", flops_per_step > 0 && peak_tflops > 0 ? " MFU |" : "",
+              flops_per_step > 0 && peak_tflops > 0 ? "---:|" : "");
+  const auto raw = medians.find("raw_libtorch");
+  std::vector<std::string> order = kVoltRows;
+  order.insert(order.end(), kPythonRows.begin(), kPythonRows.end());
+  for (const auto& row : order) {
+    const auto found = rows.find(row);
+    if (found == rows.end()) continue;
+    if (!found->second.error.empty() && !medians.count(row)) {
+      std::printf("| %s | error: %s | | | | |\n", row.c_str(), found->second.error.substr(0, 160).c_str());
+      continue;
+    }
+    const auto& m = medians[row];
+    const char* pair = pair_of(row);
+    const auto lightning = pair ? medians.find(pair) : medians.end();
+    std::string vs_raw = "", vs_lightning = "";
+    char cell[64];
+    if (row.rfind("volt_", 0) == 0 && raw != medians.end()) {
+      std::snprintf(cell, sizeof cell, "%.3f", m.step_ms / raw->second.step_ms);
+      vs_raw = cell;
+    }
+    if (lightning != medians.end()) {
+      std::snprintf(cell, sizeof cell, "%.3f", m.step_ms / lightning->second.step_ms);
+      vs_lightning = cell;
+    }
+    std::string mfu;
+    if (flops_per_step > 0 && peak_tflops > 0) {
+      std::snprintf(cell, sizeof cell, " %.1f%% |", 100.0 * flops_per_step / (m.step_ms * 1e-3) / (peak_tflops * 1e12));
+      mfu = cell;
+    }
+    std::printf("| %s | %.3f | %.0f | %.1f | %s | %s |%s\n", row.c_str(), m.step_ms, m.per_s, volt::bench::mib(m.peak_bytes),
+                vs_raw.c_str(), vs_lightning.c_str(), mfu.c_str());
+  }
+  // Same weights on both sides, or the comparison means nothing.
+  bool same = true;
+  for (const auto& [row, m] : medians) {
+    for (const auto& [other, n] : medians) {
+      if (std::abs(m.init_sum - n.init_sum) > 1e-9 * std::max(1.0, std::abs(m.init_sum))) {
+        std::printf("\nNOT THE SAME INITIAL WEIGHTS: %s sums to %.9e, %s to %.9e\n", row.c_str(), m.init_sum,
+                    other.c_str(), n.init_sum);
+        same = false;
+      }
+    }
+    if (!same) break;
+  }
+  // The same training on both sides: each row's median final loss (rounds seed dropout alike).
+  double lowest = INFINITY, highest = -INFINITY;
+  for (const auto& [row, m] : medians) {
+    lowest = std::min(lowest, m.final_loss);
+    highest = std::max(highest, m.final_loss);
+  }
+  if (!medians.empty()) std::printf("\nFinal loss of every row (median over rounds): %.6f to %.6f\n", lowest, highest);
+  auto goal = [&](const std::string& what, const std::string& row, const std::string& base, double limit) {
+    if (!medians.count(row) || !medians.count(base)) return;
+    const double ratio = medians[row].step_ms / medians[base].step_ms;
+    std::printf("- %s: %s / %s = %.3f (goal <= %.2f): %s\n", what.c_str(), row.c_str(), base.c_str(), ratio, limit,
+                ratio <= limit ? "met" : "MISSED");
+  };
+  std::printf("\n");
+  goal("volt over raw LibTorch", "volt_trainer", "raw_libtorch", 1.03);
+  goal("volt over raw LibTorch", "volt_trainer_barebones", "raw_libtorch", 1.03);
+  const double lightning_limit = model == "gpt" ? 1.0 : 0.8;
+  goal("volt over Lightning", "volt_trainer", "lightning_default", lightning_limit);
+  goal("volt over Lightning", "volt_trainer_barebones", "lightning_barebones", lightning_limit);
+  goal("volt over Lightning", "volt_ddp", "lightning_ddp", lightning_limit);
+  goal("volt over Lightning", "volt_fsdp", "lightning_fsdp", lightning_limit);
+  if (flops_per_step > 0) {
+    std::printf("- GPT FLOPs per step: %.3e (6 x %lld matmul parameters x tokens + 12 x layers x d_model x sequence "
+                "x tokens)%s\n",
+                flops_per_step, static_cast<long long>(volt::bench::StepGpt().matmul_parameters()),
+                peak_tflops > 0 ? "" : "; MFU not printed: unknown device peak (--peak-tflops)");
+  }
+  return same;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return volt::run_main([&] {
+    Flags flags;
+    std::string worker, rows_flag;
+    int64_t round = 0;
+    po::options_description description("trainer_vs_lightning");
+    description.add_options()("help", "this text")(
+        "device", po::value(&flags.device), "cuda or cpu (default: cuda when LibTorch sees a GPU)")(
+        "models", po::value(&flags.models), "cnn,mlp,gpt (default: all three on the GPU, cnn,mlp on the CPU)")(
+        "rounds", po::value(&flags.rounds)->default_value(flags.rounds), "interleaved rounds")(
+        "steps", po::value(&flags.steps)->default_value(flags.steps), "timed steps per run (0: per model)")(
+        "warmup", po::value(&flags.warmup)->default_value(flags.warmup), "untimed steps first (-1: per model)")(
+        "python", po::value(&flags.python),
+        "command running the Lightning worker (default: $VOLT_LIGHTNING_PYTHON, else python3 on the GPU; "
+        "none on the CPU; \"\": volt's rows only)")(
+        "root", po::value(&flags.root)->default_value(flags.root), "where the Trainers write their logs")(
+        "peak-tflops", po::value(&flags.peak_tflops)->default_value(0.0),
+        "the GPU's bf16 dense peak for MFU (0: from its name)")(
+        "worker", po::value(&worker), "internal: run volt's rows of this model")(
+        "rows", po::value(&rows_flag), "internal: the rows to run")(
+        "round", po::value(&round), "internal: the round (rotates the rows)");
+    po::variables_map values;
+    po::store(po::parse_command_line(argc, argv, description), values);
+    po::notify(values);
+    if (values.count("help")) {
+      std::cout << description;
+      return;
+    }
+    const bool cuda = flags.device.empty() ? torch::cuda::is_available() : flags.device == "cuda";
+    volt::check<volt::ConfigurationError>(flags.device.empty() || flags.device == "cuda" || flags.device == "cpu",
+                                          "--device: expected cuda or cpu, got ", flags.device);
+    volt::check<volt::ConfigurationError>(!cuda || torch::cuda::is_available(),
+                                          "--device cuda: LibTorch sees no CUDA device (run with --device cpu)");
+    const torch::Device device = cuda ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+
+    if (!worker.empty()) {
+      // Every row under the thread settings the Trainer picks for one process (it applies them at
+      // fit; the raw loop would otherwise inherit whatever the row before it left).
+      volt::configure_cpu_threads({});
+      const RunSettings run{worker, device, window_for(flags, worker, cuda), flags.root, round};
+      auto rows = split(rows_flag);
+      std::rotate(rows.begin(), rows.begin() + static_cast<long>(round % static_cast<int64_t>(rows.size())), rows.end());
+      for (const auto& row : rows) run_volt_row(row, run);
+      return;
+    }
+
+    const auto models = split(flags.models.empty() ? (cuda ? "cnn,mlp,gpt" : "cnn,mlp") : flags.models);
+    for (const auto& model : models) (void)volt::bench::step_model_spec(model);  // a bad name fails now
+    if (!values.count("python")) {
+      const char* from_env = std::getenv("VOLT_LIGHTNING_PYTHON");
+      flags.python = from_env ? from_env : (cuda ? "python3" : "");
+    }
+    const std::string self = volt::bench::self_path("trainer_vs_lightning");
+    const std::string script = std::string(VOLT_SOURCE_DIR) + "/bench/trainer_vs_lightning_worker.py";
+    std::string gpu;
+    if (cuda) gpu = volt::bench::run_shell("nvidia-smi --query-gpu=name --format=csv,noheader | head -1", "trainer_vs_lightning");
+    gpu.erase(gpu.find_last_not_of(" \n") + 1);
+    const double peak_tflops = flags.peak_tflops > 0 ? flags.peak_tflops : peak_tflops_of(gpu);
+
+    std::map<std::string, std::map<std::string, RowResults>> results;  // model -> row -> results
+    for (int r = 0; r < flags.rounds; ++r) {
+      for (const auto& model : models) {
+        const Window window = window_for(flags, model, cuda);
+        const std::string common = " --device " + std::string(cuda ? "cuda" : "cpu") + " --steps " +
+                                   std::to_string(window.steps) + " --warmup " + std::to_string(window.warmup) +
+                                   " --round " + std::to_string(r) + " --root " + flags.root;
+        const std::string volt_command = self + " --worker " + model + " --rows " + join(kVoltRows) + common;
+        const std::string python_command = flags.python + " " + script + " --model " + model + " --rows " +
+                                           join(kPythonRows) + common;
+        std::vector<std::string> commands = {volt_command};
+        if (!flags.python.empty()) commands.insert(r % 2 ? commands.begin() : commands.end(), python_command);
+        for (const auto& command : commands) {
+          std::cerr << "trainer_vs_lightning: round " << r << ", " << model << ": " << command << "\n";
+          parse_rows(volt::bench::run_shell(command, "trainer_vs_lightning"), results[model]);
+        }
+      }
+    }
+
+    std::printf("trainer_vs_lightning: %s, LibTorch %s, %d rounds%s\n", cuda ? gpu.c_str() : "CPU", TORCH_VERSION,
+                flags.rounds, flags.python.empty() ? ", volt's rows only" : "");
+    if (!flags.python.empty()) {
+      // The version line only (the interpreter may warn on stderr, which run_shell keeps).
+      static const std::regex version_line("PyTorch [^\n]*");
+      const auto versions = volt::bench::run_shell(
+          flags.python + " -c 'import torch, pytorch_lightning as pl; print(\"PyTorch\", torch.__version__, "
+                         "\"Lightning\", pl.__version__)'",
+          "trainer_vs_lightning");
+      std::smatch match;
+      std::printf("Python side: %s\n", std::regex_search(versions, match, version_line) ? match.str().c_str() : "?");
+    }
+    if (cuda && peak_tflops > 0) std::printf("bf16 dense peak for MFU: %.1f TFLOP/s\n", peak_tflops);
+    bool same = true;
+    for (const auto& model : models) same = print_model(model, window_for(flags, model, cuda), results[model], peak_tflops, cuda) && same;
+    volt::check<volt::Error>(same, "trainer_vs_lightning: the sides did not start from the same weights (see above)");
+  });
+}
