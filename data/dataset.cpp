@@ -1,7 +1,6 @@
 #include "data/dataset.h"
 
 #include <algorithm>
-#include <unordered_map>
 #include <numeric>
 
 #include "core/error.h"
@@ -40,12 +39,11 @@ Batch TensorDataset::get_batch(const std::vector<int64_t>& indices) const {
   const bool consecutive =
       !indices.empty() &&
       std::adjacent_find(indices.begin(), indices.end(), [](int64_t a, int64_t b) { return b != a + 1; }) == indices.end();
-  std::unordered_map<torch::Device, torch::Tensor> index_on;  // the gather index, per device
+  torch::Tensor index;  // the gather index, on the device of the last tensor gathered
   auto select = [&](const torch::Tensor& t) {
     if (!t.defined()) return t;
     if (consecutive) return t.narrow(0, indices.front(), static_cast<int64_t>(indices.size())).clone();
-    auto& index = index_on[t.device()];
-    if (!index.defined()) {
+    if (!index.defined() || index.device() != t.device()) {
       index = index_tensor(indices);  // a view of `indices`, alive until this function returns
       if (!t.is_cpu()) index = index.pin_memory().to(t.device(), /*non_blocking=*/true);
     }

@@ -81,7 +81,7 @@ TEST(CSVLogger, MetricsOfAFitMatchWhatTheTrainerLogged) {
   EXPECT_TRUE(std::filesystem::exists(dir.file("volt_logs/version_1/hparams.yaml")));
 }
 
-// Issue 21.6: with --accumulate-grad-batches 3 the step column and --log-every-n-steps count
+// With --accumulate-grad-batches 3 the step column and --log-every-n-steps count
 // optimizer steps, not micro-batches (docs/training_loop.md): 12 batches an epoch are 4 steps;
 // every 2nd step is logged, with the loss of the micro-batch that closed its window.
 TEST(CSVLogger, UnderAccumulationStepsAndTheLoggingCadenceCountOptimizerSteps) {
