@@ -36,7 +36,8 @@ inline StepModelSpec step_model_spec(const std::string& name) {
 }
 
 // A model of the benchmark as the volt Module its Trainer and Fabric rows train: forward, the
-// loss, AdamW(lr 1e-4, weight decay 0.01). Logs train_loss on every step when `log_loss` (the
+// loss, AdamW(lr 1e-4, weight decay 0.01) as volt::FusedAdamW (Note [Fused AdamW]; the raw LibTorch
+// row also runs LibTorch's own per-parameter AdamW, `fused` false). Logs train_loss on every step when `log_loss` (the
 // default Trainer row, as Lightning's default row does; the barebones rows log nothing).
 class StepModel : public volt::Module {
  public:
@@ -52,8 +53,11 @@ class StepModel : public volt::Module {
     return value;
   }
   volt::OptimizerConfig configure_optimizers() override { return make_optimizer(parameters()); }
-  static std::shared_ptr<torch::optim::Optimizer> make_optimizer(const std::vector<torch::Tensor>& params) {
-    return std::make_shared<torch::optim::AdamW>(params, torch::optim::AdamWOptions(1e-4).weight_decay(0.01));
+  static std::shared_ptr<torch::optim::Optimizer> make_optimizer(const std::vector<torch::Tensor>& params,
+                                                                  bool fused = true) {
+    const auto options = torch::optim::AdamWOptions(1e-4).weight_decay(0.01);
+    if (fused) return std::make_shared<volt::FusedAdamW>(params, options);
+    return std::make_shared<torch::optim::AdamW>(params, options);
   }
 
   bool log_loss = false;

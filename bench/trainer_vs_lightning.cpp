@@ -14,7 +14,7 @@
 // within a worker the rows rotate by round.
 //
 //   build/bench/trainer_vs_lightning [--device cuda|cpu] [--models cnn,mlp,gpt] [--rounds 3]
-//       [--steps N --warmup W] [--python "python3"] [--peak-tflops T]
+//       [--steps N --warmup W] [--python "python3"] [--peak-tflops T] [--partial FILE]
 // On the CPU (no GPU) the default is the CNN and the MLP, volt's rows only; --python adds the
 // Lightning rows (e.g. --python "PYTHONPATH=.deps/pytorch2:.deps/lightning /usr/bin/python3",
 // after tools/setup_lightning.sh).
@@ -39,10 +39,10 @@ using volt::bench::StepModel;
 
 namespace {
 
-const std::vector<std::string> kVoltRows = {"volt_trainer", "volt_trainer_barebones", "volt_fabric",
-                                            "raw_libtorch", "volt_ddp", "volt_fsdp"};
+const std::vector<std::string> kVoltRows = {"volt_trainer", "volt_trainer_barebones", "volt_fabric", "raw_libtorch",
+                                            "raw_libtorch_fused", "volt_ddp", "volt_fsdp"};
 const std::vector<std::string> kPythonRows = {"lightning_default", "lightning_barebones", "raw_pytorch",
-                                              "lightning_ddp", "lightning_fsdp"};
+                                              "raw_pytorch_fused", "lightning_ddp", "lightning_fsdp"};
 
 struct Window {
   int64_t steps = 0, warmup = 0;
@@ -178,12 +178,13 @@ class BfloatAutocast {
   bool enabled_;
 };
 
-// What a LibTorch user writes without a framework.
+// What a LibTorch user writes without a framework: with LibTorch's AdamW, or with volt's fused one
+// (the optimizer of volt's rows, so that volt / raw_libtorch_fused is the framework's own cost).
 void train_raw(const RunSettings& run, const volt::bench::StepModelSpec& spec, const std::shared_ptr<StepModel>& model,
-               StepClock& clock) {
+               StepClock& clock, bool fused) {
   model->to(run.device);
   model->train();
-  auto optimizer = StepModel::make_optimizer(model->parameters());
+  auto optimizer = StepModel::make_optimizer(model->parameters(), fused);
   auto [x, y] = volt::bench::step_models_data(run.model, (run.window.warmup + run.window.steps) * spec.batch, run.device);
   for (int64_t i = 0; i < run.window.warmup + run.window.steps; ++i) {
     clock.before_step(i);
@@ -211,8 +212,8 @@ void run_volt_row(const std::string& row, const RunSettings& run) {
     StepClock clock(run.device, run.window);
     if (row == "volt_fabric") {
       train_with_fabric(run, spec, model, clock);
-    } else if (row == "raw_libtorch") {
-      train_raw(run, spec, model, clock);
+    } else if (row == "raw_libtorch" || row == "raw_libtorch_fused") {
+      train_raw(run, spec, model, clock, row == "raw_libtorch_fused");
     } else {
       train_with_trainer(row, run, spec, model, clock);
     }
@@ -270,7 +271,7 @@ void parse_rows(const std::string& output, std::map<std::string, RowResults>& ro
 }
 
 struct Flags {
-  std::string device, models, python, root = "/tmp/trainer_vs_lightning";
+  std::string device, models, python, root = "/tmp/trainer_vs_lightning", partial;
   int rounds = 3;
   int64_t steps = 0, warmup = -1;
   double peak_tflops = 0;
@@ -302,15 +303,15 @@ std::string describe_model(const std::string& model) {
 const char* pair_of(const std::string& row) {
   static const std::map<std::string, const char*> pairs = {
       {"volt_trainer", "lightning_default"}, {"volt_trainer_barebones", "lightning_barebones"},
-      {"raw_libtorch", "raw_pytorch"},       {"volt_ddp", "lightning_ddp"},
-      {"volt_fsdp", "lightning_fsdp"}};
+      {"raw_libtorch", "raw_pytorch"},       {"raw_libtorch_fused", "raw_pytorch_fused"},
+      {"volt_ddp", "lightning_ddp"},         {"volt_fsdp", "lightning_fsdp"}};
   const auto it = pairs.find(row);
   return it == pairs.end() ? nullptr : it->second;
 }
 
 // The table of one model, and its goals. Returns false when the sides' initial weights differ.
-bool print_model(const std::string& model, const Window& window, std::map<std::string, RowResults>& rows,
-                 double peak_tflops, bool cuda) {
+bool print_model(std::FILE* out, const std::string& model, const Window& window,
+                 std::map<std::string, RowResults>& rows, double peak_tflops, bool cuda) {
   const auto spec = volt::bench::step_model_spec(model);
   std::map<std::string, Sample> medians;
   for (auto& [row, results] : rows) {
@@ -331,20 +332,21 @@ bool print_model(const std::string& model, const Window& window, std::map<std::s
     flops_per_step = tokens * (6.0 * static_cast<double>(matmul_parameters) +
                                12.0 * volt::bench::kGptLayers * volt::bench::kGptWidth * volt::bench::kGptSequence);
   }
-  std::printf("\n### %s: batch %lld, %s, %lld steps timed after %lld, median of the rounds\n\n", describe_model(model).c_str(),
+  std::fprintf(out, "\n### %s: batch %lld, %s, %lld steps timed after %lld, median of the rounds\n\n", describe_model(model).c_str(),
               static_cast<long long>(spec.batch), spec.precision.c_str(), static_cast<long long>(window.steps),
               static_cast<long long>(window.warmup));
-  std::printf("| row | ms/step | %s/s | peak %s MiB | / raw LibTorch | / its Lightning row |%s\n|---|---:|---:|---:|---:|---:|%s\n",
+  std::fprintf(out, "| row | ms/step | %s/s | peak %s MiB | / raw LibTorch (same AdamW) | / its Python row |%s\n|---|---:|---:|---:|---:|---:|%s\n",
               model == "gpt" ? "tokens" : "samples", cuda ? "GPU" : "device", flops_per_step > 0 && peak_tflops > 0 ? " MFU |" : "",
               flops_per_step > 0 && peak_tflops > 0 ? "---:|" : "");
-  const auto raw = medians.find("raw_libtorch");
+  // volt's rows train with FusedAdamW: their "/ raw LibTorch" is against the raw loop with it.
+  const auto raw = medians.find("raw_libtorch_fused");
   std::vector<std::string> order = kVoltRows;
   order.insert(order.end(), kPythonRows.begin(), kPythonRows.end());
   for (const auto& row : order) {
     const auto found = rows.find(row);
     if (found == rows.end()) continue;
     if (!found->second.error.empty() && !medians.count(row)) {
-      std::printf("| %s | error: %s | | | | |\n", row.c_str(), found->second.error.substr(0, 160).c_str());
+      std::fprintf(out, "| %s | error: %s | | | | |\n", row.c_str(), found->second.error.substr(0, 160).c_str());
       continue;
     }
     const auto& m = medians[row];
@@ -365,7 +367,7 @@ bool print_model(const std::string& model, const Window& window, std::map<std::s
       std::snprintf(cell, sizeof cell, " %.1f%% |", 100.0 * flops_per_step / (m.step_ms * 1e-3) / (peak_tflops * 1e12));
       mfu = cell;
     }
-    std::printf("| %s | %.3f | %.0f | %.1f | %s | %s |%s\n", row.c_str(), m.step_ms, m.per_s, volt::bench::mib(m.peak_bytes),
+    std::fprintf(out, "| %s | %.3f | %.0f | %.1f | %s | %s |%s\n", row.c_str(), m.step_ms, m.per_s, volt::bench::mib(m.peak_bytes),
                 vs_raw.c_str(), vs_lightning.c_str(), mfu.c_str());
   }
   // Same weights on both sides, or the comparison means nothing.
@@ -373,7 +375,7 @@ bool print_model(const std::string& model, const Window& window, std::map<std::s
   for (const auto& [row, m] : medians) {
     const auto& [first, f] = *medians.begin();
     if (std::abs(m.init_sum - f.init_sum) > 1e-9 * std::max(1.0, std::abs(f.init_sum))) {
-      std::printf("\nNOT THE SAME INITIAL WEIGHTS: %s sums to %.9e, %s to %.9e\n", row.c_str(), m.init_sum,
+      std::fprintf(out, "\nNOT THE SAME INITIAL WEIGHTS: %s sums to %.9e, %s to %.9e\n", row.c_str(), m.init_sum,
                   first.c_str(), f.init_sum);
       same = false;
     }
@@ -384,23 +386,32 @@ bool print_model(const std::string& model, const Window& window, std::map<std::s
     lowest = std::min(lowest, m.final_loss);
     highest = std::max(highest, m.final_loss);
   }
-  if (!medians.empty()) std::printf("\nFinal loss of every row (median over rounds): %.6f to %.6f\n", lowest, highest);
+  if (!medians.empty()) std::fprintf(out, "\nFinal loss of every row (median over rounds): %.6f to %.6f\n", lowest, highest);
   auto goal = [&](const std::string& what, const std::string& row, const std::string& base, double limit) {
     if (!medians.count(row) || !medians.count(base)) return;
     const double ratio = medians[row].step_ms / medians[base].step_ms;
-    std::printf("- %s: %s / %s = %.3f (goal <= %.2f): %s\n", what.c_str(), row.c_str(), base.c_str(), ratio, limit,
+    std::fprintf(out, "- %s: %s / %s = %.3f (goal <= %.2f): %s\n", what.c_str(), row.c_str(), base.c_str(), ratio, limit,
                 ratio <= limit ? "met" : "MISSED");
   };
-  std::printf("\n");
-  goal("volt over raw LibTorch", "volt_trainer", "raw_libtorch", 1.03);
-  goal("volt over raw LibTorch", "volt_trainer_barebones", "raw_libtorch", 1.03);
+  std::fprintf(out, "\n");
+  goal("volt over raw LibTorch (same AdamW)", "volt_trainer", "raw_libtorch_fused", 1.03);
+  goal("volt over raw LibTorch (same AdamW)", "volt_trainer_barebones", "raw_libtorch_fused", 1.03);
   const double lightning_limit = model == "gpt" ? 1.0 : 0.8;
   goal("volt over Lightning", "volt_trainer", "lightning_default", lightning_limit);
   goal("volt over Lightning", "volt_trainer_barebones", "lightning_barebones", lightning_limit);
   goal("volt over Lightning", "volt_ddp", "lightning_ddp", lightning_limit);
   goal("volt over Lightning", "volt_fsdp", "lightning_fsdp", lightning_limit);
+  // Figures to read, no goals: what the optimizer costs on each side, and LibTorch against PyTorch.
+  auto ratio = [&](const std::string& what, const std::string& row, const std::string& base) {
+    if (!medians.count(row) || !medians.count(base)) return;
+    std::fprintf(out, "- %s: %s / %s = %.3f\n", what.c_str(), row.c_str(), base.c_str(),
+                 medians[row].step_ms / medians[base].step_ms);
+  };
+  ratio("LibTorch's AdamW over volt's FusedAdamW", "raw_libtorch", "raw_libtorch_fused");
+  ratio("PyTorch's default AdamW (foreach) over fused=True", "raw_pytorch", "raw_pytorch_fused");
+  ratio("raw LibTorch over raw PyTorch, each one's fused AdamW", "raw_libtorch_fused", "raw_pytorch_fused");
   if (flops_per_step > 0) {
-    std::printf("- GPT FLOPs per step: %.3e (6 x %lld matmul parameters x tokens + 12 x layers x d_model x sequence "
+    std::fprintf(out, "- GPT FLOPs per step: %.3e (6 x %lld matmul parameters x tokens + 12 x layers x d_model x sequence "
                 "x tokens)%s\n",
                 flops_per_step, static_cast<long long>(matmul_parameters),
                 peak_tflops > 0 ? "" : "; MFU not printed: unknown device peak (--peak-tflops)");
@@ -426,6 +437,7 @@ int main(int argc, char** argv) {
         "command running the Lightning worker (default: $VOLT_LIGHTNING_PYTHON, else python3 on the GPU; "
         "none on the CPU; \"\": volt's rows only)")(
         "root", po::value(&flags.root)->default_value(flags.root), "where the Trainers write their logs")(
+        "partial", po::value(&flags.partial), "rewrite this file with the tables after every round")(
         "peak-tflops", po::value(&flags.peak_tflops)->default_value(0.0),
         "the GPU's bf16 dense peak for MFU (0: from its name)")(
         "worker", po::value(&worker), "internal: run volt's rows of this model")(
@@ -469,7 +481,30 @@ int main(int argc, char** argv) {
     gpu.erase(gpu.find_last_not_of(" \n") + 1);
     const double peak_tflops = flags.peak_tflops > 0 ? flags.peak_tflops : peak_tflops_of(gpu);
 
+    std::string python_side;
+    if (!flags.python.empty()) {
+      // The version line only (the interpreter may warn on stderr, which run_shell keeps).
+      static const std::regex version_line("PyTorch [^\n]*");
+      const auto versions = volt::bench::run_shell(
+          flags.python + " -c 'import torch, pytorch_lightning as pl; print(\"PyTorch\", torch.__version__, "
+                         "\"Lightning\", pl.__version__)'",
+          "trainer_vs_lightning");
+      std::smatch match;
+      python_side = std::regex_search(versions, match, version_line) ? match.str() : "?";
+    }
     std::map<std::string, std::map<std::string, RowResults>> results;  // model -> row -> results
+    // The tables over the rounds done so far; false when the sides' initial weights differ.
+    auto print_tables = [&](std::FILE* out, int rounds_done) {
+      std::fprintf(out, "trainer_vs_lightning: %s, LibTorch %s, %d rounds%s\n", cuda ? gpu.c_str() : "CPU",
+                   TORCH_VERSION, rounds_done, flags.python.empty() ? ", volt's rows only" : "");
+      if (!python_side.empty()) std::fprintf(out, "Python side: %s\n", python_side.c_str());
+      if (cuda && peak_tflops > 0) std::fprintf(out, "bf16 dense peak for MFU: %.1f TFLOP/s\n", peak_tflops);
+      bool same = true;
+      for (const auto& model : models) {
+        same = print_model(out, model, window_for(flags, model, cuda), results[model], peak_tflops, cuda) && same;
+      }
+      return same;
+    };
     for (int r = 0; r < flags.rounds; ++r) {
       for (const auto& model : models) {
         const Window window = window_for(flags, model, cuda);
@@ -486,23 +521,15 @@ int main(int argc, char** argv) {
           parse_rows(volt::bench::run_shell(command, "trainer_vs_lightning"), results[model]);
         }
       }
+      // A run stopped by a time limit still leaves the tables of the rounds it finished.
+      if (!flags.partial.empty()) {
+        if (std::FILE* out = std::fopen(flags.partial.c_str(), "w")) {
+          print_tables(out, r + 1);
+          std::fclose(out);
+        }
+      }
     }
-
-    std::printf("trainer_vs_lightning: %s, LibTorch %s, %d rounds%s\n", cuda ? gpu.c_str() : "CPU", TORCH_VERSION,
-                flags.rounds, flags.python.empty() ? ", volt's rows only" : "");
-    if (!flags.python.empty()) {
-      // The version line only (the interpreter may warn on stderr, which run_shell keeps).
-      static const std::regex version_line("PyTorch [^\n]*");
-      const auto versions = volt::bench::run_shell(
-          flags.python + " -c 'import torch, pytorch_lightning as pl; print(\"PyTorch\", torch.__version__, "
-                         "\"Lightning\", pl.__version__)'",
-          "trainer_vs_lightning");
-      std::smatch match;
-      std::printf("Python side: %s\n", std::regex_search(versions, match, version_line) ? match.str().c_str() : "?");
-    }
-    if (cuda && peak_tflops > 0) std::printf("bf16 dense peak for MFU: %.1f TFLOP/s\n", peak_tflops);
-    bool same = true;
-    for (const auto& model : models) same = print_model(model, window_for(flags, model, cuda), results[model], peak_tflops, cuda) && same;
-    volt::check<volt::Error>(same, "trainer_vs_lightning: the sides did not start from the same weights (see above)");
+    volt::check<volt::Error>(print_tables(stdout, flags.rounds),
+                             "trainer_vs_lightning: the sides did not start from the same weights (see above)");
   });
 }

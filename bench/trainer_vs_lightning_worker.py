@@ -7,7 +7,9 @@
 #       --model {cnn,mlp,gpt} --device {cuda,cpu} --rows ROW[,ROW...] --steps N --warmup W \
 #       --round R --root DIR [--batch B]
 #
-# ROW is lightning_barebones, lightning_default, raw_pytorch, lightning_ddp or lightning_fsdp. The rows
+# ROW is lightning_barebones, lightning_default, raw_pytorch, raw_pytorch_fused, lightning_ddp or
+# lightning_fsdp (raw_pytorch_fused: the plain loop with AdamW(fused=True); every other row uses
+# AdamW's default, the foreach implementation on a GPU). The rows
 # run one after another in this process, in the given order rotated by R, each with its own model,
 # optimizer, data and Trainer (default_root_dir DIR/<row>). Each prints exactly one line to stdout:
 #
@@ -35,7 +37,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-ROWS = ("lightning_barebones", "lightning_default", "raw_pytorch", "lightning_ddp", "lightning_fsdp")
+ROWS = ("lightning_barebones", "lightning_default", "raw_pytorch", "raw_pytorch_fused", "lightning_ddp",
+        "lightning_fsdp")
 DEFAULT_BATCH = {"cnn": 256, "mlp": 512, "gpt": 8}
 GPT_VOCAB, GPT_SEQ, GPT_DIM, GPT_HEADS, GPT_LAYERS = 50304, 512, 768, 12, 6
 
@@ -193,7 +196,9 @@ class Batches:
         return len(self.batches)
 
 
-def make_optimizer(params):
+def make_optimizer(params, fused=False):
+    if fused:
+        return torch.optim.AdamW(params, lr=1e-4, weight_decay=0.01, fused=True)
     return torch.optim.AdamW(params, lr=1e-4, weight_decay=0.01)
 
 
@@ -225,9 +230,9 @@ class Window:
 
 # ---- rows -------------------------------------------------------------------------------------------
 
-def run_raw(args, net, batches, window):
+def run_raw(args, net, batches, window, fused):
     net.train()
-    optimizer = make_optimizer(net.parameters())
+    optimizer = make_optimizer(net.parameters(), fused)
     compute_loss = loss_fn(args.model)
     mixed = args.model == "gpt"  # bf16 autocast over forward and loss, as Lightning's "bf16-mixed"
     loss = None
@@ -311,8 +316,8 @@ def run_row(args, row):
     count = args.warmup + args.steps
     batches = make_batches(args.model, args.batch, count, args.device)
     window = Window(args.device, args.warmup, count - 1)
-    if row == "raw_pytorch":
-        final_loss = run_raw(args, net, batches, window)
+    if row in ("raw_pytorch", "raw_pytorch_fused"):
+        final_loss = run_raw(args, net, batches, window, fused=row == "raw_pytorch_fused")
     else:
         final_loss = run_lightning(args, row, net, batches, window)
     elapsed = window.elapsed()

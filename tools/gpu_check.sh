@@ -13,7 +13,9 @@
 # gpu_check.log beside it. Exit status 0 only when every check passed. Without a CUDA device
 # (a rehearsal on a CPU machine) the device checks are skipped, saying so, and the rest runs.
 # Options: --only a,b,...  runs only the named checks (see `checks` below); --jobs N (default:
-# the machine's cores).
+# the machine's cores); --deadline S: the script ends within S seconds of its start (the device
+# call's limit less a margin): the benchmark's time limit is what is left when it starts, and its
+# tables of the rounds it finished come back even when that limit stops it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,10 +37,12 @@ fi
 
 only=""
 jobs=$(nproc)
+deadline=0
 while (($#)); do
   case $1 in
     --only) only=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
+    --deadline) deadline=$2; shift 2 ;;
     *) echo "gpu_check: unknown argument $1 (see the head of $0)" >&2; exit 2 ;;
   esac
 done
@@ -153,9 +157,12 @@ done
 # read, not a failed check; a run that cannot compare (an error, different initial weights) fails.
 versus_lightning() {
   ((has_gpu)) || { skip "no CUDA device visible"; return; }
-  local table=$out/trainer_vs_lightning.txt
-  timeout 420 "$build/bench/trainer_vs_lightning" --device cuda --python "$python" --root "$build/trainer_vs_lightning" \
-    >"$table" || { tail -30 "$table"; return 1; }
+  local table=$out/trainer_vs_lightning.txt partial=$out/trainer_vs_lightning_partial.txt limit=420
+  ((deadline > 0)) && limit=$((deadline - SECONDS - 10))
+  ((limit > 60)) || { echo "versus_lightning: only ${limit} s left before the deadline"; return 1; }
+  echo "versus_lightning: time limit ${limit} s"
+  timeout "$limit" "$build/bench/trainer_vs_lightning" --device cuda --python "$python" --root "$build/trainer_vs_lightning" \
+    --partial "$partial" >"$table" || { tail -30 "$table"; cat "$partial" 2>/dev/null; return 1; }
   cat "$table"
   grep -E '^(- |###|bf16|Python side)' "$table" | sed 's/^/  /' | tee -a "$results" >/dev/null
   ! grep -q '| error:' "$table"

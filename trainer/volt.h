@@ -26,6 +26,7 @@
 #include "core/error.h"
 #include "trainer/fabric/fabric.h"
 #include "trainer/module.h"
+#include "trainer/optim/fused_adamw.h"
 #include "trainer/optim/lr_scheduler.h"
 #include "trainer/optim/optimizer_config.h"
 #include "core/reproducibility.h"

@@ -2,59 +2,19 @@
 // (_amp_foreach_non_finite_check_and_unscale_, _amp_update_scale_) are the ones that run, seen
 // through the dispatcher's RecordFunction observer, and they give what volt's CPU fallback gives,
 // bit for bit. Skipped without a CUDA device (cuda_test_support.h).
-#include <ATen/record_function.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "precision/amp_unscale.h"
 #include "tests/cuda/cuda_test_support.h"
+#include "tests/support/operator_counter.h"
 
 namespace volt::testing {
 namespace {
-
-// Counts the operators the dispatcher runs while it is alive, by name ("aten::add_", ...).
-class OperatorCounter {
- public:
-  OperatorCounter() {
-    instance() = this;
-    handle_ = at::addGlobalCallback(at::RecordFunctionCallback(&OperatorCounter::on_start)
-                                        .scopes({at::RecordScope::FUNCTION}));
-  }
-  ~OperatorCounter() {
-    at::removeCallback(handle_);
-    instance() = nullptr;
-  }
-  OperatorCounter(const OperatorCounter&) = delete;
-  OperatorCounter& operator=(const OperatorCounter&) = delete;
-
-  int64_t count(const std::string& name) const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    int64_t n = 0;
-    for (const auto& seen : names_) n += seen == name;
-    return n;
-  }
-
- private:
-  static OperatorCounter*& instance() {
-    static OperatorCounter* current = nullptr;
-    return current;
-  }
-  static std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
-    if (auto* self = instance()) {
-      std::lock_guard<std::mutex> lock(self->mutex_);
-      self->names_.emplace_back(fn.name());
-    }
-    return nullptr;
-  }
-  at::CallbackHandle handle_;
-  mutable std::mutex mutex_;
-  std::vector<std::string> names_;
-};
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
