@@ -52,20 +52,51 @@ void synchronize(const torch::Device& device) {
   if (device.is_cuda()) torch::cuda::synchronize();
 }
 
-// Times the steps [warmup, warmup + steps): the device is synchronized at both ends only.
+// Where the host's time goes within a step, marked in this order (a step marks each once): the
+// forward (and loss) ends, the backward ends, the optimizer step begins and ends. With the device
+// far behind the host these are launch times; a phase that waits for the device shows its wait.
+enum class Mark { ForwardEnd, BackwardEnd, OptimizerStart, OptimizerEnd };
+// Host microseconds per step: forward, backward, between backward and the optimizer step, the
+// optimizer step, after it until the step ends, and from the end of one step to the next's start.
+const std::vector<std::string> kPhases = {"forward", "backward", "pre_step", "optimizer", "post_step", "between"};
+
+// Times the steps [warmup, warmup + steps): the device is synchronized at both ends only. Within
+// the window it adds up the host time of each phase (kPhases) from the marks, synchronizing nothing.
 class StepClock {
  public:
-  StepClock(torch::Device device, Window window) : device_(device), window_(window) {}
+  StepClock(torch::Device device, Window window) : device_(device), window_(window), phase_seconds_(kPhases.size()) {}
   void before_step(int64_t step) {
+    const auto now = std::chrono::steady_clock::now();
+    if (step > window_.warmup && step < window_.warmup + window_.steps) add(5, last_, now);
+    last_ = now;
+    step_start_ = now;
     if (step != window_.warmup) return;
     synchronize(device_);
-    start_ = std::chrono::steady_clock::now();
+    start_ = last_ = step_start_ = std::chrono::steady_clock::now();
+  }
+  void mark(int64_t step, Mark mark) {
+    const auto now = std::chrono::steady_clock::now();
+    if (step >= window_.warmup && step < window_.warmup + window_.steps) add(static_cast<size_t>(mark), last_, now);
+    last_ = now;
   }
   void after_step(int64_t step, const torch::Tensor& loss) {
+    const auto now = std::chrono::steady_clock::now();
+    if (step >= window_.warmup && step < window_.warmup + window_.steps) add(4, last_, now);
+    last_ = now;
     if (step != window_.warmup + window_.steps - 1) return;
     synchronize(device_);
     seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     final_loss_ = loss.defined() ? loss.item<double>() : std::nan("");
+  }
+  // "us <forward>/<backward>/...": mean host microseconds per timed step and phase.
+  std::string phases() const {
+    std::string out;
+    for (const double seconds : phase_seconds_) {
+      char cell[32];
+      std::snprintf(cell, sizeof cell, "%s%.1f", out.empty() ? "" : "/", 1e6 * seconds / static_cast<double>(window_.steps));
+      out += cell;
+    }
+    return out;
   }
   double seconds() const {
     volt::check<volt::Error>(seconds_ > 0, "trainer_vs_lightning: the timed window did not close (fewer steps ran)");
@@ -74,10 +105,14 @@ class StepClock {
   double final_loss() const { return final_loss_; }
 
  private:
+  void add(size_t phase, std::chrono::steady_clock::time_point from, std::chrono::steady_clock::time_point to) {
+    phase_seconds_[phase] += std::chrono::duration<double>(to - from).count();
+  }
   torch::Device device_;
   Window window_;
-  std::chrono::steady_clock::time_point start_;
+  std::chrono::steady_clock::time_point start_, step_start_, last_;
   double seconds_ = 0, final_loss_ = 0;
+  std::vector<double> phase_seconds_;
 };
 
 // The clock as a Trainer callback (batch_idx is the step: one epoch, no accumulation).
@@ -90,6 +125,17 @@ class ClockCallback : public volt::Callback {
   void on_train_batch_end(volt::Trainer&, volt::Module&, const torch::Tensor& loss, const volt::Batch&,
                           int64_t batch_idx) override {
     clock_.after_step(batch_idx, loss);
+  }
+  void on_before_backward(volt::Trainer& t, volt::Module&, const torch::Tensor&) override {
+    clock_.mark(t.global_step(), Mark::ForwardEnd);
+  }
+  void on_after_backward(volt::Trainer& t, volt::Module&) override { clock_.mark(t.global_step(), Mark::BackwardEnd); }
+  void on_before_optimizer_step(volt::Trainer& t, volt::Module&, torch::optim::Optimizer&) override {
+    clock_.mark(t.global_step(), Mark::OptimizerStart);
+  }
+  void on_before_zero_grad(volt::Trainer& t, volt::Module&, torch::optim::Optimizer&) override {
+    // After the optimizer step, which counted the step: the step it belongs to is one less.
+    clock_.mark(t.global_step() - 1, Mark::OptimizerEnd);
   }
 
  private:
@@ -150,8 +196,12 @@ void train_with_fabric(const RunSettings& run, const volt::bench::StepModelSpec&
       auto autocast = fabric.autocast();  // the loss too, as the Trainer's training_step runs
       loss = model->loss(module->forward(batch.input), batch.target);
     }
+    clock.mark(i, Mark::ForwardEnd);
     fabric.backward(loss);
+    clock.mark(i, Mark::BackwardEnd);
+    clock.mark(i, Mark::OptimizerStart);
     fabric.step(*optimizer);
+    clock.mark(i, Mark::OptimizerEnd);
     fabric.zero_grad(*optimizer);
     clock.after_step(i, loss);
   }
@@ -193,8 +243,12 @@ void train_raw(const RunSettings& run, const volt::bench::StepModelSpec& spec, c
       BfloatAutocast autocast(run.device.type(), spec.precision == "bf16-mixed");
       loss = model->loss(model->forward(x.narrow(0, i * spec.batch, spec.batch)), y.narrow(0, i * spec.batch, spec.batch));
     }
+    clock.mark(i, Mark::ForwardEnd);
     loss.backward();
+    clock.mark(i, Mark::BackwardEnd);
+    clock.mark(i, Mark::OptimizerStart);
     optimizer->step();
+    clock.mark(i, Mark::OptimizerEnd);
     optimizer->zero_grad();
     clock.after_step(i, loss);
   }
@@ -218,11 +272,11 @@ void run_volt_row(const std::string& row, const RunSettings& run) {
       train_with_trainer(row, run, spec, model, clock);
     }
     const double seconds = clock.seconds();
-    std::printf("\nROW %s step_ms %.4f samples_per_s %.2f peak_bytes %lld init_sum %.9e final_loss %.6e\n",
+    std::printf("\nROW %s step_ms %.4f samples_per_s %.2f peak_bytes %lld init_sum %.9e final_loss %.6e phases_us %s\n",
                 row.c_str(), 1e3 * seconds / static_cast<double>(run.window.steps),
                 static_cast<double>(spec.batch * spec.sequence * run.window.steps) / seconds,
                 static_cast<long long>(volt::peak_allocated_bytes(run.device).value_or(0)), init_sum,
-                clock.final_loss());
+                clock.final_loss(), clock.phases().c_str());
   } catch (const std::exception& e) {
     std::string what = e.what();
     std::replace(what.begin(), what.end(), '\n', ' ');
@@ -254,6 +308,7 @@ struct Sample {
 // Every row's samples over the rounds, or the error it reported.
 struct RowResults {
   std::vector<Sample> samples;
+  std::vector<std::vector<double>> phases;  // per round: host microseconds per kPhases entry (volt's rows)
   std::string error;
 };
 
@@ -267,6 +322,13 @@ void parse_rows(const std::string& output, std::map<std::string, RowResults>& ro
   }
   for (std::sregex_iterator it(output.begin(), output.end(), failed), end; it != end; ++it) {
     rows[(*it)[1]].error = (*it)[2];
+  }
+  static const std::regex phased(R"(ROW (\S+) step_ms [^\n]* phases_us (\S+))");
+  for (std::sregex_iterator it(output.begin(), output.end(), phased), end; it != end; ++it) {
+    std::vector<double> phases;
+    std::stringstream in((*it)[2].str());
+    for (std::string value; std::getline(in, value, '/');) phases.push_back(std::stod(value));
+    rows[(*it)[1]].phases.push_back(phases);
   }
 }
 
@@ -387,6 +449,26 @@ bool print_model(std::FILE* out, const std::string& model, const Window& window,
     highest = std::max(highest, m.final_loss);
   }
   if (!medians.empty()) std::fprintf(out, "\nFinal loss of every row (median over rounds): %.6f to %.6f\n", lowest, highest);
+  // Where volt's rows spend host time per step (medians over the rounds); no synchronization added.
+  std::fprintf(out, "\nHost time per step and phase, microseconds (volt's rows; median of the rounds):\n\n| row |");
+  for (const auto& phase : kPhases) std::fprintf(out, " %s |", phase.c_str());
+  std::fprintf(out, " sum |\n|---|");
+  for (size_t i = 0; i <= kPhases.size(); ++i) std::fprintf(out, "---:|");
+  std::fprintf(out, "\n");
+  for (const auto& row : kVoltRows) {
+    const auto found = rows.find(row);
+    if (found == rows.end() || found->second.phases.empty()) continue;
+    std::fprintf(out, "| %s |", row.c_str());
+    double sum = 0;
+    for (size_t i = 0; i < kPhases.size(); ++i) {
+      std::vector<double> values;
+      for (const auto& round : found->second.phases) values.push_back(i < round.size() ? round[i] : 0.0);
+      const double value = volt::bench::median(values);
+      sum += value;
+      std::fprintf(out, " %.1f |", value);
+    }
+    std::fprintf(out, " %.1f |\n", sum);
+  }
   auto goal = [&](const std::string& what, const std::string& row, const std::string& base, double limit) {
     if (!medians.count(row) || !medians.count(base)) return;
     const double ratio = medians[row].step_ms / medians[base].step_ms;

@@ -23,6 +23,10 @@ struct CollectiveHandle::State {
   std::function<torch::Tensor()> finish;  // after the work: copy back, divide, slice
   std::deque<Step> steps;
   std::chrono::milliseconds timeout{0};
+  // Note [Waiting for NCCL without blocking the host] (collective_handle.cpp): wait() orders the
+  // caller's CUDA stream after the collective and returns; the process group's watchdog enforces
+  // the timeout.
+  bool stream_ordered = false;
   std::string what;                       // "Communicator (rank 1 of 2): all_reduce #7 ..."
   std::function<std::string()> diagnose;  // why peers may have failed (may be empty)
   bool done = false;

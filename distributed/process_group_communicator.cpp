@@ -496,6 +496,7 @@ class ProcessGroupCommunicator : public Communicator {
     state->what = describe() + ": " + to_string(kind) + " #" + std::to_string(++sequence_) + detail +
                   (payload.defined() ? " of " + std::to_string(bytes) + " bytes" : "");
     state->timeout = timeout();
+    state->stream_ordered = backend_name_ == "nccl";  // Note [Waiting for NCCL without blocking the host]
     state->finish = std::forward<Finish>(finish);
     if (monitor_) {
       // Note [Naming the failed rank]: only the root communicator's numbering is comparable

@@ -7,15 +7,23 @@
 #   tools/gpu_check.sh             there: unpacks them, configures volt against that machine's
 #                                  LibTorch (torch.utils.cmake_prefix_path), builds with ninja -j16
 #                                  and runs every check, each under its own time limit
+#   tools/gpu_check.sh --pack      here: copies the programs the checks run, built in build-gpu
+#                                  against the same PyTorch wheel as that machine's
+#                                  (tools/setup_pytorch2.sh), into .gpu/prebuilt
+#   tools/gpu_check.sh --prebuilt  there: runs those programs instead of configuring and building
+#                                  (about two minutes of device time saved; check `prebuilt`
+#                                  refuses them when that machine's torch is another version)
 #
 # Results: one file, $OUT/gpu_check.txt (./build-gpu/gpu_check.txt without OUT): the device and
 # versions, then a PASS/FAIL/SKIP line per check with its figures; the full output goes to
-# gpu_check.log beside it. Exit status 0 only when every check passed. Without a CUDA device
+# gpu_check.log beside it. With the configuration, the main jobs and the benchmark's tables, eight
+# files at most land in $OUT: all that a device call brings back. Exit status 0 only when every check passed. Without a CUDA device
 # (a rehearsal on a CPU machine) the device checks are skipped, saying so, and the rest runs.
 # Options: --only a,b,...  runs only the named checks (see `checks` below); --jobs N (default:
 # the machine's cores); --deadline S: the script ends within S seconds of its start (the device
 # call's limit less a margin): the benchmark's time limit is what is left when it starts, and its
-# tables of the rounds it finished come back even when that limit stops it.
+# tables of the rounds it finished come back even when that limit stops it; --versus-flags "..."
+# passes flags to that benchmark (e.g. "--models gpt --rounds 2").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,6 +36,18 @@ packages=(
   dataset-fashion-mnist           # the main job's data
 )
 
+prebuilt_programs=(tests/cuda_tests tests/core_tests tests/distributed_worker bench/trainer_vs_lightning
+                   examples/fashion_mnist)
+if [[ ${1:-} == --pack ]]; then
+  rm -rf "$gpu/prebuilt" && mkdir -p "$gpu/prebuilt"
+  for program in "${prebuilt_programs[@]}"; do
+    mkdir -p "$gpu/prebuilt/$(dirname "$program")" && cp "build-gpu/$program" "$gpu/prebuilt/$program" || exit 1
+  done
+  grep -o 'torch-[0-9][^/]*dist-info' <(ls .deps/pytorch2) | sed 's/^torch-//; s/\.dist-info$//' >"$gpu/prebuilt/torch_version" || exit 1
+  du -sh "$gpu/prebuilt"
+  exit 0
+fi
+
 if [[ ${1:-} == --prepare ]]; then
   rm -rf "$gpu/debs" && mkdir -p "$gpu/debs"
   (cd "$gpu/debs" && apt-get download "${packages[@]}") || exit 1
@@ -38,11 +58,15 @@ fi
 only=""
 jobs=$(nproc)
 deadline=0
+prebuilt=0
+versus_flags=""
 while (($#)); do
   case $1 in
     --only) only=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
     --deadline) deadline=$2; shift 2 ;;
+    --prebuilt) prebuilt=1; shift ;;
+    --versus-flags) versus_flags=$2; shift 2 ;;
     *) echo "gpu_check: unknown argument $1 (see the head of $0)" >&2; exit 2 ;;
   esac
 done
@@ -122,15 +146,55 @@ configure() {
 targets=(cuda_tests core_tests fashion_mnist distributed_worker trainer_vs_lightning)
 build_targets() { timeout 900 ninja -C "$build" -j "$jobs" "${targets[@]}"; }
 
+# Programs built elsewhere against the same wheel: the machine's torch/lib stands in for the
+# build's .deps/pytorch2 (their RUNPATH), the unpacked .gpu/root for Boost.
+use_prebuilt() {
+  local version torch_lib
+  version=$($python -c 'import torch; print(torch.__version__)') || return 1
+  torch_lib=$($python -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))') || return 1
+  [[ ${version%%+*} == "$(cat "$gpu/prebuilt/torch_version")" ]] ||
+    { echo "the programs in $gpu/prebuilt were built against torch $(cat "$gpu/prebuilt/torch_version"), this machine has $version"; return 1; }
+  for program in "${prebuilt_programs[@]}"; do
+    mkdir -p "$build/$(dirname "$program")" && cp "$gpu/prebuilt/$program" "$build/$program" || return 1
+  done
+  export LD_LIBRARY_PATH=$torch_lib:$sysroot/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  record "prebuilt programs (torch $version) from $gpu/prebuilt"
+}
+
 check unpack unpack
-check configure configure
-check build build_targets
+if ((prebuilt)); then
+  check prebuilt use_prebuilt
+else
+  check configure configure
+  check build build_targets
+fi
 
 # ---- 1. the CUDA tests (tests/cuda, label "cuda"; without a device they skip, naming it) and the
 # core tests (one libstdc++ in a program built against this LibTorch, Note [LibTorch's copy of libstdc++])
 cuda_tests() {
-  VOLT_REFERENCE_PYTHON=$python timeout 900 ctest --test-dir "$build" -L "^(cuda|core)$" --output-on-failure --timeout 600 -j 4 ||
-    return 1
+  if ((prebuilt)); then
+    # No CTest files travel with the programs: each suite binary in four gtest shards at once. Their
+    # logs stay in $build (the device call brings back 8 files at most); failures go to the log.
+    local suite shard pid failed=0 pids=()
+    for suite in cuda_tests core_tests; do
+      for shard in 0 1 2 3; do
+        VOLT_REFERENCE_PYTHON=$python GTEST_TOTAL_SHARDS=4 GTEST_SHARD_INDEX=$shard timeout 600 \
+          "$build/tests/$suite" >"$build/${suite}_$shard.log" 2>&1 &
+        pids+=($!)
+      done
+    done
+    # 77: every test of the shard skipped itself (tests/support/gtest_main.cpp, ctest's SKIP).
+    for pid in "${pids[@]}"; do
+      wait "$pid"
+      shard=$?
+      ((shard == 0 || shard == 77)) || failed=1
+    done
+    grep -h '^\[  FAILED  \]\|^\[  PASSED  \]\|^\[       OK \]' "$build"/*_tests_?.log
+    ((failed == 0)) || { grep -h -B30 '^\[  FAILED  \]' "$build"/*_tests_?.log | head -200; return 1; }
+  else
+    VOLT_REFERENCE_PYTHON=$python timeout 900 ctest --test-dir "$build" -L "^(cuda|core)$" --output-on-failure --timeout 600 -j 4 ||
+      return 1
+  fi
   ((has_gpu)) || skip "no CUDA device visible: every CUDA test skipped itself"
 }
 check cuda_tests cuda_tests
@@ -161,8 +225,9 @@ versus_lightning() {
   ((deadline > 0)) && limit=$((deadline - SECONDS - 10))
   ((limit > 60)) || { echo "versus_lightning: only ${limit} s left before the deadline"; return 1; }
   echo "versus_lightning: time limit ${limit} s"
+  # shellcheck disable=SC2086 # the flags are words
   timeout "$limit" "$build/bench/trainer_vs_lightning" --device cuda --python "$python" --root "$build/trainer_vs_lightning" \
-    --partial "$partial" >"$table" || { tail -30 "$table"; cat "$partial" 2>/dev/null; return 1; }
+    --partial "$partial" $versus_flags >"$table" || { tail -30 "$table"; cat "$partial" 2>/dev/null; return 1; }
   cat "$table"
   grep -E '^(- |###|bf16|Python side)' "$table" | sed 's/^/  /' | tee -a "$results" >/dev/null
   ! grep -q '| error:' "$table"

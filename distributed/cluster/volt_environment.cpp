@@ -57,8 +57,10 @@ VoltEnvironment::VoltEnvironment(const EnvironmentVariables& variables, const Cl
     } else if (t.num_nodes > 1) {
       port = kDefaultMultiNodePort;
     } else {
-      // One node: any free port; the launcher hands it to the children. One process needs none.
-      port = t.world_size > 1 ? find_free_port(address) : kDefaultMultiNodePort;
+      // One node: any free port; the launcher hands it to the children. One process too: a
+      // distributed strategy on one rank (ddp or fsdp on one GPU) still starts the rendezvous
+      // store, and two such runs on one host (two jobs, ctest -j) must not meet on a fixed port.
+      port = find_free_port(address);
     }
   }
   set_rendezvous(address, port);

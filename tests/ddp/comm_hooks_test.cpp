@@ -6,7 +6,6 @@
 // PyTorch's own hooks is tests/ddp/comm_hook_parity_test.cpp.
 #include <gtest/gtest.h>
 
-#include "distributed/network.h"
 #include "precision/precision.h"
 #include "strategies/ddp/comm_hook_registry.h"
 #include "strategies/ddp/ddp_strategy.h"
@@ -305,9 +304,6 @@ TEST(CommHooks, Fp16AroundPowerSGDNeedsFloat16MatrixProducts) {
   auto options = testing::quiet_options(dir.path());
   options.strategy = "ddp:comm_hook=powersgd,comm_wrapper=fp16";
   options.max_epochs = 1;
-  // One process still starts a rendezvous store, on 29500 unless told otherwise: tests running
-  // beside this one (ctest -j, other checkouts) may hold that port.
-  options.master_port = find_free_port();
   Trainer trainer(options);
   try {
     trainer.fit(std::make_shared<testing::RegressionModule>(), std::make_shared<testing::RegressionData>(8, 4));

@@ -223,7 +223,9 @@ void FitLoop::run_batch(int64_t batch_idx) {
       check<ConfigurationError>(loss.requires_grad(),
                                 "training_step: the returned loss does not require grad; return a loss "
                                 "computed from the module's parameters (or an undefined tensor to skip)");
-      const auto scaled = loss / static_cast<double>(window.size);
+      // Dividing by 1 changes no bit of the loss or its gradient, and would cost two kernels and
+      // an autograd node per step.
+      const auto scaled = window.size == 1 ? loss : loss / static_cast<double>(window.size);
       backward_with_hooks(t, module, scaled);
       p.window_has_backward = true;
       backward_ran = true;
