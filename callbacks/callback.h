@@ -18,9 +18,17 @@ namespace volt {
 class Trainer;
 class Module;
 
+// Which of the Trainer's default callbacks a callback stands in for: the Trainer adds a default
+// progress bar, model summary or checkpoint callback (Lightning's defaults) only where none of
+// the user's callbacks has that role, and runs the checkpoint callbacks last at every hook.
+enum class CallbackRole { Other, ProgressBar, ModelSummary, Checkpoint };
+
 class Callback {
  public:
   virtual ~Callback() = default;
+  // The built-ins say theirs; a user's callback that replaces one (its own progress bar, say)
+  // returns that role, and the Trainer adds no default of it.
+  virtual CallbackRole role() const { return CallbackRole::Other; }
 
   // Identifies this callback's state in a checkpoint. Two instances of one class with different
   // settings must return different keys (e.g. "ModelCheckpoint{monitor=val_acc,mode=max}").

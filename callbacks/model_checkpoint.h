@@ -43,6 +43,7 @@ struct ModelCheckpointOptions {
 // logged with sync_dist so that every rank formats the same file name.
 class ModelCheckpoint : public Callback {
  public:
+  CallbackRole role() const override { return CallbackRole::Checkpoint; }
   explicit ModelCheckpoint(ModelCheckpointOptions options = {});
 
   std::string state_key() const override;

@@ -18,6 +18,7 @@ struct ModelSummaryOptions {
 // (name, type, parameter count) and totals: trainable, frozen, all, and their size in MB.
 class ModelSummary : public Callback {
  public:
+  CallbackRole role() const override { return CallbackRole::ModelSummary; }
   explicit ModelSummary(ModelSummaryOptions options);
   explicit ModelSummary(int64_t max_depth = 1);
   // The table is taken at setup, before the strategy prepares the module: a strategy that shards

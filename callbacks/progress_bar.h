@@ -22,6 +22,7 @@ struct ProgressBarOptions {
 // `refresh_rate` batches and at the end of each loop.
 class ProgressBar : public Callback {
  public:
+  CallbackRole role() const override { return CallbackRole::ProgressBar; }
   explicit ProgressBar(ProgressBarOptions options);
   explicit ProgressBar(int64_t refresh_rate = 1, bool force_plain = false);
 

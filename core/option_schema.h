@@ -230,6 +230,14 @@ class OptionSchema {
                 std::move(requirements)...);
   }
 
+  // Declares the options `declare(*this)` adds: keys that several schemas share, declared once in a
+  // function (strategies/shared_strategy_options.h).
+  template <typename Declare>
+  OptionSchema& with(Declare&& declare) {
+    declare(*this);
+    return *this;
+  }
+
   // Another name accepted for the key declared last (e.g. Lightning's name for it).
   OptionSchema& alias(std::string name) {
     check<ConfigurationError>(!bindings_.empty(), owner_, ": alias '", name, "' declared before any option");

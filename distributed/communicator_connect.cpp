@@ -119,9 +119,15 @@ std::shared_ptr<Communicator> Communicator::connect(const CommunicatorOptions& o
                              cause_of(e));
     }
   }
-  return make_process_group_communicator(options.rank, options.world_size, options.timeout, backend,
-                                         std::move(store), std::move(device), options.device, std::move(monitor),
-                                         options.inline_all_reduce_max_bytes, options.ring_thread);
+  return make_process_group_communicator(options.rank, options.world_size,
+                                         {.backend = backend,
+                                          .timeout = options.timeout,
+                                          .store = std::move(store),
+                                          .device = std::move(device),
+                                          .compute_device = options.device,
+                                          .monitor = std::move(monitor),
+                                          .inline_max_bytes = options.inline_all_reduce_max_bytes,
+                                          .ring_thread = options.ring_thread});
 }
 
 }  // namespace volt

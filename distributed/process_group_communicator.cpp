@@ -82,55 +82,43 @@ class ProcessGroupCommunicator : public Communicator {
  public:
   // `store` is this communicator's own key space; the process group and every sub-group get a
   // prefix inside it.
-  ProcessGroupCommunicator(int64_t rank, int64_t size, std::vector<int64_t> global_ranks,
-                           std::chrono::milliseconds timeout, std::string backend,
-                           c10::intrusive_ptr<c10d::Store> store,
-                           std::shared_ptr<gloo::transport::Device> device, torch::Device compute_device,
-                           std::shared_ptr<PeerMonitor> monitor, bool is_root, int64_t inline_max_bytes,
-                           bool ring_thread)
-      : Communicator(rank, size, std::move(global_ranks), timeout),
-        backend_name_(std::move(backend)),
-        store_(std::move(store)),
-        device_(std::move(device)),
-        compute_device_(compute_device),
-        monitor_(std::move(monitor)),
-        is_root_(is_root),
-        inline_max_bytes_(inline_max_bytes),
-        ring_thread_(ring_thread) {
+  ProcessGroupCommunicator(int64_t rank, int64_t size, std::vector<int64_t> global_ranks, ProcessGroupSetup setup,
+                           bool is_root)
+      : Communicator(rank, size, std::move(global_ranks), setup.timeout), setup_(std::move(setup)), is_root_(is_root) {
     try {
-      process_group_ = make_process_group(backend_name_, c10::make_intrusive<c10d::PrefixStore>("pg", store_),
-                                          rank, size, device_, timeout, compute_device_);
-      if (backend_name_ == "gloo" && ring_thread_) rings_ = std::make_unique<RingWorker>();
-      if (backend_name_ == "gloo" && size > 1 && inline_max_bytes_ > 0 && InlineGlooAllReduce::compiled_in()) {
-        inline_ = std::make_unique<InlineGlooAllReduce>(c10::make_intrusive<c10d::PrefixStore>("inline", store_),
-                                                        rank, size, device_, timeout, inline_max_bytes_);
+      process_group_ = make_process_group(setup_.backend, c10::make_intrusive<c10d::PrefixStore>("pg", setup_.store),
+                                          rank, size, setup_.device, setup_.timeout, setup_.compute_device);
+      if (setup_.backend == "gloo" && setup_.ring_thread) rings_ = std::make_unique<RingWorker>();
+      if (setup_.backend == "gloo" && size > 1 && setup_.inline_max_bytes > 0 && InlineGlooAllReduce::compiled_in()) {
+        inline_ = std::make_unique<InlineGlooAllReduce>(c10::make_intrusive<c10d::PrefixStore>("inline", setup_.store),
+                                                        rank, size, setup_.device, setup_.timeout, setup_.inline_max_bytes);
       }
-      if (backend_name_ == "gloo" && size > 1) {
+      if (setup_.backend == "gloo" && size > 1) {
         // A Gloo connection is complete on one side before the other has read its handshake: a
         // rank that used no collective and left at once failed a peer still connecting to it
         // ("Connection closed by peer"; seen with node_groups' leaders). An uncounted barrier
         // makes joining a rendezvous: nobody returns before everyone has connected.
         c10d::BarrierOptions barrier;
-        barrier.timeout = timeout;
-        process_group_->barrier(barrier)->wait(timeout);
+        barrier.timeout = setup_.timeout;
+        process_group_->barrier(barrier)->wait(setup_.timeout);
       }
     } catch (const std::exception& e) {
       throw DistributedError(describe() + ": could not connect to the other " + std::to_string(size - 1) +
-                             " rank(s) within the timeout of " + std::to_string(timeout.count()) +
+                             " rank(s) within the timeout of " + std::to_string(setup_.timeout.count()) +
                              " ms: " + cause_of(e) +
                              ". Check that every rank was started, with the same world size, and that "
                              "the ranks can reach each other (GLOO_SOCKET_IFNAME)");
     }
   }
 
-  std::string backend_name() const override { return backend_name_; }
+  std::string backend_name() const override { return setup_.backend; }
 
   torch::Device tensor_device() const override {
-    return backend_name_ == "nccl" ? compute_device_ : torch::Device(torch::kCPU);
+    return setup_.backend == "nccl" ? setup_.compute_device : torch::Device(torch::kCPU);
   }
 
   std::string bf16_reduction() const override {
-    return backend_name_ != "gloo" || inline_ || compat::kGlooReducesBfloat16 ? "native" : "float32";
+    return setup_.backend != "gloo" || inline_ || compat::kGlooReducesBfloat16 ? "native" : "float32";
   }
 
   CollectiveHandle all_reduce_async(torch::Tensor tensor, ReduceOp op) override {
@@ -229,7 +217,7 @@ class ProcessGroupCommunicator : public Communicator {
 
   CollectiveHandle all_gather_chunks_async(torch::Tensor flat, std::vector<int64_t> counts) override {
     check_chunks(flat, counts, "all_gather_chunks");
-    if (backend_name_ != "gloo") {
+    if (setup_.backend != "gloo") {
       all_gather_chunks_by_padding(*this, flat, counts);
       return completed(flat);
     }
@@ -247,7 +235,7 @@ class ProcessGroupCommunicator : public Communicator {
     check_chunks(input, counts, "reduce_scatter_chunks");
     check_mean(input, op, "reduce_scatter_chunks");
     check_output(output, input, counts[static_cast<size_t>(rank())], "reduce_scatter_chunks", "counts[rank()]");
-    if (backend_name_ != "gloo") {
+    if (setup_.backend != "gloo") {
       reduce_scatter_chunks_by_padding(*this, output, input, counts, op);
       return completed(output);
     }
@@ -280,7 +268,7 @@ class ProcessGroupCommunicator : public Communicator {
   CollectiveHandle barrier_async() override {
     c10d::BarrierOptions opts;
     opts.timeout = timeout();
-    if (backend_name_ == "nccl") opts.device_ids = {compute_device_.index()};  // Note [NCCL and this rank's device]
+    if (setup_.backend == "nccl") opts.device_ids = {setup_.compute_device.index()};  // Note [NCCL and this rank's device]
     return launch(CollectiveKind::Barrier, torch::Tensor(), "",
                   [&] { return process_group_->barrier(opts); }, [] { return torch::Tensor(); });
   }
@@ -300,15 +288,15 @@ class ProcessGroupCommunicator : public Communicator {
     if (me == ranks.end()) return nullptr;
     std::vector<int64_t> global;
     for (const int64_t r : ranks) global.push_back(global_ranks()[static_cast<size_t>(r)]);
-    auto store = c10::make_intrusive<c10d::PrefixStore>("group_" + std::to_string(index), store_);
+    auto store = c10::make_intrusive<c10d::PrefixStore>("group_" + std::to_string(index), setup_.store);
+    ProcessGroupSetup setup = setup_;
+    setup.store = std::move(store);
     return std::make_shared<ProcessGroupCommunicator>(me - ranks.begin(), static_cast<int64_t>(ranks.size()),
-                                                      std::move(global), timeout(), backend_name_,
-                                                      std::move(store), device_, compute_device_, monitor_, false,
-                                                      inline_max_bytes_, ring_thread_);
+                                                      std::move(global), std::move(setup), false);
   }
 
   void report_failure(const std::string& message) override {
-    if (monitor_) monitor_->report_failure(message);
+    if (setup_.monitor) setup_.monitor->report_failure(message);
   }
 
  private:
@@ -348,7 +336,7 @@ class ProcessGroupCommunicator : public Communicator {
   // Counters count what is handed to the wire: 2 or 4 bytes an element. NCCL (CUDA tensors)
   // reduces bfloat16 itself; none of this applies there.
   bool gloo_bf16(const torch::Tensor& tensor) const {
-    return backend_name_ == "gloo" && tensor.scalar_type() == torch::kBFloat16;
+    return setup_.backend == "gloo" && tensor.scalar_type() == torch::kBFloat16;
   }
   // The tensor Gloo moves for `tensor`: itself, or a bfloat16 one viewed as Half (same storage).
   at::Tensor movable(const torch::Tensor& tensor) const {
@@ -383,7 +371,7 @@ class ProcessGroupCommunicator : public Communicator {
     auto wire_in = movable(input);
     auto wire_out = movable(output).view({-1});
 #if defined(VOLT_WITH_CUDA)
-    if (backend_name_ == "nccl") {
+    if (setup_.backend == "nccl") {
       return launch(CollectiveKind::AllGather, input, "",
                     [&] { return process_group_->_allgather_base(wire_out, wire_in, opts); }, [output] { return output; });
     }
@@ -410,7 +398,7 @@ class ProcessGroupCommunicator : public Communicator {
     const std::string detail = std::string("(") + op_name(op) + ")";
     const int64_t n = size();
 #if defined(VOLT_WITH_CUDA)
-    if (backend_name_ == "nccl") {
+    if (setup_.backend == "nccl") {
       c10d::ReduceScatterOptions opts;
       opts.reduceOp = to_c10d(op);
       opts.timeout = timeout();
@@ -496,14 +484,14 @@ class ProcessGroupCommunicator : public Communicator {
     state->what = describe() + ": " + to_string(kind) + " #" + std::to_string(++sequence_) + detail +
                   (payload.defined() ? " of " + std::to_string(bytes) + " bytes" : "");
     state->timeout = timeout();
-    state->stream_ordered = backend_name_ == "nccl";  // Note [Waiting for NCCL without blocking the host]
+    state->stream_ordered = setup_.backend == "nccl";  // Note [Waiting for NCCL without blocking the host]
     state->finish = std::forward<Finish>(finish);
-    if (monitor_) {
+    if (setup_.monitor) {
       // Note [Naming the failed rank]: only the root communicator's numbering is comparable
       // across ranks (every rank runs the same root collectives); sub-groups pass -1.
       const int64_t comparable = is_root_ ? sequence_ : -1;
-      if (is_root_) monitor_->set_progress(sequence_);
-      state->diagnose = [monitor = monitor_, comparable] { return monitor->diagnose(comparable); };
+      if (is_root_) setup_.monitor->set_progress(sequence_);
+      state->diagnose = [monitor = setup_.monitor, comparable] { return monitor->diagnose(comparable); };
     }
     return state;
   }
@@ -512,8 +500,8 @@ class ProcessGroupCommunicator : public Communicator {
     check<ConfigurationError>(tensor.defined(), describe(), ": ", what, " expects a defined tensor, got an undefined one");
     check<ConfigurationError>(tensor.layout() == torch::kStrided, describe(), ": ", what,
                               " expects a dense tensor, got layout ", tensor.layout());
-    check<ConfigurationError>(backend_name_ != "nccl" || tensor.device() == compute_device_, describe(), ": ", what,
-                              " on the nccl backend expects a tensor on this rank's device ", compute_device_.str(),
+    check<ConfigurationError>(setup_.backend != "nccl" || tensor.device() == setup_.compute_device, describe(), ": ", what,
+                              " on the nccl backend expects a tensor on this rank's device ", setup_.compute_device.str(),
                               " (Note [NCCL and this rank's device]), got one on ", tensor.device().str(),
                               "; move it there first (the blocking form takes a CPU tensor)");
   }
@@ -560,14 +548,8 @@ class ProcessGroupCommunicator : public Communicator {
                               size(), "), got ", root);
   }
 
-  std::string backend_name_;
-  c10::intrusive_ptr<c10d::Store> store_;
-  std::shared_ptr<gloo::transport::Device> device_;  // Gloo's network device (null for nccl)
-  torch::Device compute_device_;                     // this rank's device (Note [NCCL and this rank's device])
-  std::shared_ptr<PeerMonitor> monitor_;  // shared by the root communicator and its sub-groups
+  ProcessGroupSetup setup_;  // the monitor is shared by the root communicator and its sub-groups
   bool is_root_;
-  int64_t inline_max_bytes_;
-  bool ring_thread_;
   c10::intrusive_ptr<compat::C10dBackend> process_group_;
   std::unique_ptr<InlineGlooAllReduce> inline_;  // null: every collective on the process group
   std::unique_ptr<RingWorker> rings_;            // null: volt's rings run on the calling thread
@@ -577,18 +559,10 @@ class ProcessGroupCommunicator : public Communicator {
 
 }  // namespace
 
-std::shared_ptr<Communicator> make_process_group_communicator(int64_t rank, int64_t size,
-                                                              std::chrono::milliseconds timeout, std::string backend,
-                                                              c10::intrusive_ptr<c10d::Store> store,
-                                                              std::shared_ptr<gloo::transport::Device> device,
-                                                              torch::Device compute_device,
-                                                              std::shared_ptr<PeerMonitor> monitor,
-                                                              int64_t inline_max_bytes, bool ring_thread) {
+std::shared_ptr<Communicator> make_process_group_communicator(int64_t rank, int64_t size, ProcessGroupSetup setup) {
   std::vector<int64_t> global_ranks(static_cast<size_t>(size));
   for (int64_t r = 0; r < size; ++r) global_ranks[static_cast<size_t>(r)] = r;
-  return std::make_shared<ProcessGroupCommunicator>(rank, size, std::move(global_ranks), timeout, std::move(backend),
-                                                    std::move(store), std::move(device), compute_device,
-                                                    std::move(monitor), true, inline_max_bytes, ring_thread);
+  return std::make_shared<ProcessGroupCommunicator>(rank, size, std::move(global_ranks), std::move(setup), true);
 }
 
 }  // namespace volt

@@ -11,16 +11,22 @@
 
 namespace volt {
 
-// The root communicator (global ranks 0..size-1) of a rendezvous over `store`: builds the
-// `backend` process group ("gloo" over `device`, or "nccl" bound to `compute_device`), and with
-// Gloo the inline all_reduce context when inline_max_bytes > 0 and the ring thread when
-// `ring_thread` (CommunicatorOptions). [collective]
-std::shared_ptr<Communicator> make_process_group_communicator(int64_t rank, int64_t size,
-                                                              std::chrono::milliseconds timeout, std::string backend,
-                                                              c10::intrusive_ptr<c10d::Store> store,
-                                                              std::shared_ptr<gloo::transport::Device> device,
-                                                              torch::Device compute_device,
-                                                              std::shared_ptr<PeerMonitor> monitor,
-                                                              int64_t inline_max_bytes, bool ring_thread);
+// What a communicator over a process group is built from; its sub-groups inherit all of it (with
+// their own prefix of the store).
+struct ProcessGroupSetup {
+  std::string backend;  // "gloo" or "nccl"
+  std::chrono::milliseconds timeout{0};
+  c10::intrusive_ptr<c10d::Store> store;                    // the rendezvous
+  std::shared_ptr<gloo::transport::Device> device;          // Gloo's network device (null for nccl)
+  torch::Device compute_device = torch::kCPU;               // this rank's device (Note [NCCL and this rank's device])
+  std::shared_ptr<PeerMonitor> monitor;                     // may be null
+  int64_t inline_max_bytes = 0;                             // Gloo: the inline all_reduce context when > 0
+  bool ring_thread = false;                                 // Gloo: volt's rings on their own thread
+};
+
+// The root communicator (global ranks 0..size-1) of a rendezvous: builds the backend's process
+// group, and with Gloo the inline all_reduce context and the ring thread as `setup` asks
+// (CommunicatorOptions). [collective]
+std::shared_ptr<Communicator> make_process_group_communicator(int64_t rank, int64_t size, ProcessGroupSetup setup);
 
 }  // namespace volt

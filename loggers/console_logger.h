@@ -13,6 +13,7 @@ namespace volt {
 // docs/callbacks_and_loggers.md), or beside it. Writes to `out` (std::cout by default); no files.
 class ConsoleLogger : public Logger {
  public:
+  bool prints_to_terminal() const override { return true; }
   explicit ConsoleLogger(std::ostream* out = nullptr);
   std::string name() const override { return "console"; }
   int64_t version() const override { return 0; }

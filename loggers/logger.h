@@ -27,6 +27,9 @@ class Logger {
   // global rank 0 and calls this on every other rank, so that log_dir() (and what sits under it,
   // such as checkpoints) is the same directory on every rank. Loggers without versions ignore it.
   virtual void set_version(int64_t version) {}
+  // Whether it prints the epochs' metrics on the terminal (the console logger): without a
+  // progress bar the Trainer adds one such logger unless the user has one.
+  virtual bool prints_to_terminal() const { return false; }
 
   // `step` is the number of optimizer steps taken so far; `metrics` includes "epoch".
   virtual void log_metrics(const std::map<std::string, double>& metrics, int64_t step) = 0;

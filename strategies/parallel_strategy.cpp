@@ -171,8 +171,9 @@ void ParallelStrategy::synchronize_accumulated_gradients(torch::nn::Module& modu
 }
 
 std::map<std::string, double> ParallelStrategy::metrics() const {
-  if (!communicator_) return {};
-  auto metrics = communicator_->counters().as_metrics("comm/");
+  auto metrics = Strategy::metrics();
+  if (!communicator_) return metrics;
+  for (const auto& [name, value] : communicator_->counters().as_metrics("comm/")) metrics[name] = value;
   metrics["comm/step_bytes"] = static_cast<double>(world_counters_.last_step.total_bytes());
   if (!topology_) return metrics;
   for (const auto& [name, group] : topology_->groups()) {

@@ -28,6 +28,10 @@ void Strategy::set_precision(std::shared_ptr<Precision> precision) {
       [this](const torch::Tensor& found_inf) { return all_reduce(found_inf, ReduceOp::Max); });
 }
 
+std::map<std::string, double> Strategy::metrics() const {
+  return precision_ ? precision_->metrics() : std::map<std::string, double>{};
+}
+
 Precision& Strategy::precision() const {
   VOLT_INTERNAL_ASSERT(precision_ != nullptr, "the Trainer sets a precision before using a strategy");
   return *precision_;

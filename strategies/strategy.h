@@ -152,9 +152,10 @@ class Strategy : public StrategyCheckpointing {
                                      double norm_type = 2.0);
   virtual void clip_gradients_value(torch::optim::Optimizer& optimizer, double clip_value);
 
-  // Numbers the strategy publishes beside the training metrics (e.g. bytes communicated); the
-  // fit loop logs them with every logged step.
-  virtual std::map<std::string, double> metrics() const { return {}; }
+  // Numbers the strategy publishes beside the training metrics: its precision's (the loss scale)
+  // and its own (e.g. bytes communicated; an override adds to this one's). The fit loop logs them
+  // with every logged step.
+  virtual std::map<std::string, double> metrics() const;
 
  protected:
   // Refuses, with a ConfigurationError at Trainer construction, a precision this strategy's

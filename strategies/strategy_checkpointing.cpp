@@ -11,6 +11,7 @@
 #include "strategies/strategy_checkpointing.h"
 #include "checkpoint/atomic_file.h"
 #include "checkpoint/module_state.h"
+#include "checkpoint/per_rank_entries.h"
 #include "core/error.h"
 #include "core/warning.h"
 #include "strategies/rank_gather.h"
@@ -127,9 +128,7 @@ StateDict StrategyCheckpointing::accumulated_gradients(torch::nn::Module& module
       if (flags[r][index].item<int32_t>() != 0) per_rank[r].set(parameters[i].key(), all[r]);
     }
   }
-  c10::impl::GenericList list(c10::AnyType::get());
-  for (const auto& grads : per_rank) list.push_back(grads.to_ivalue());
-  section.set("accumulated_grads_per_rank", list);
+  section.set("accumulated_grads_per_rank", state_dict_list(per_rank));
   return section;
 }
 
@@ -138,13 +137,11 @@ void StrategyCheckpointing::load_accumulated_gradients(torch::nn::Module& module
   StateDict grads = section.contains("accumulated_grads") ? section.child("accumulated_grads") : StateDict();
   if (section.contains("accumulated_grads_per_rank")) {
     const auto topology = this->topology();
-    const auto per_rank = section.at("accumulated_grads_per_rank");
-    check<CheckpointError>(per_rank.isList(), source, ": 'accumulated_grads_per_rank' is not a list");
-    const auto& list = per_rank.toListRef();
-    if (static_cast<int64_t>(list.size()) == topology.world_size) {
-      grads = StateDict::from_ivalue(list[static_cast<size_t>(topology.global_rank)], source + " accumulated gradients");
+    auto found = per_rank_entry(section, "accumulated_grads_per_rank", topology.global_rank, topology.world_size, source);
+    if (found.entry) {
+      grads = std::move(*found.entry);
     } else if (is_global_zero()) {
-      warn(source + " was written inside an accumulation window by " + std::to_string(list.size()) +
+      warn(source + " was written inside an accumulation window by " + std::to_string(found.saved_ranks) +
            " ranks, this run has " + std::to_string(topology.world_size) +
            ": the window's gradients so far are dropped, so its step averages fewer micro-batches");
     }

@@ -3,9 +3,10 @@
 #include <set>
 
 #include "checkpoint/checkpoint_format.h"
+#include "checkpoint/per_rank_entries.h"
 #include "checkpoint/rng_state.h"
 #include "core/warning.h"
-#include "strategies/checkpoint_header.h"
+#include "trainer/checkpoint_header.h"
 #include "strategies/rank_gather.h"
 #include "trainer/trainer.h"
 #include "trainer/training_state.h"
@@ -221,14 +222,12 @@ c10::IValue CheckpointConnector::gather_rng_states() {
   if (device.is_cuda()) {
     cuda = gather_from_ranks(strategy, at::globalContext().defaultGenerator(device).get_state());
   }
-  c10::impl::GenericList per_rank(c10::AnyType::get());
+  std::vector<StateDict> per_rank(cpu.size());
   for (size_t r = 0; r < cpu.size(); ++r) {
-    StateDict entry;
-    entry.set("torch", cpu[r]);
-    if (!cuda.empty()) entry.set("torch.cuda.device", cuda[r]);
-    per_rank.push_back(entry.to_ivalue());
+    per_rank[r].set("torch", cpu[r]);
+    if (!cuda.empty()) per_rank[r].set("torch.cuda.device", cuda[r]);
   }
-  return per_rank;
+  return state_dict_list(per_rank);
 }
 
 StateDict CheckpointConnector::rng_state_for_this_rank(const StateDict& checkpoint, const std::string& source) {
@@ -241,15 +240,13 @@ StateDict CheckpointConnector::rng_state_for_this_rank(const StateDict& checkpoi
     }
     return states;
   }
-  const auto per_rank = checkpoint.at("rng_states_per_rank");
-  check<CheckpointError>(per_rank.isList(), source, ": 'rng_states_per_rank' is not a list");
-  const auto& list = per_rank.toListRef();
-  if (static_cast<int64_t>(list.size()) != topology.world_size) {
-    warn(trainer_, source + " holds the random states of " + std::to_string(list.size()) + " ranks, this run has " +
-                       std::to_string(topology.world_size) + ": every rank continues from rank 0's");
+  const auto found = per_rank_entry(checkpoint, "rng_states_per_rank", topology.global_rank, topology.world_size, source);
+  if (!found.entry) {
+    warn(trainer_, source + " holds the random states of " + std::to_string(found.saved_ranks) +
+                       " ranks, this run has " + std::to_string(topology.world_size) + ": every rank continues from rank 0's");
     return states;
   }
-  const auto mine = StateDict::from_ivalue(list[static_cast<size_t>(topology.global_rank)], source + " rng state");
+  const StateDict& mine = *found.entry;
   states.set("torch", mine.get_tensor("torch"));
   if (mine.contains("torch.cuda.device")) states.set("torch.cuda.device", mine.get_tensor("torch.cuda.device"));
   return states;

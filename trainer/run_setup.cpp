@@ -30,17 +30,17 @@ RunPlacement resolve_run(const TrainerOptions& options, TrainerComponents compon
     placement.owned_launcher = std::make_unique<ProcessLauncher>();
     placement.launcher = placement.owned_launcher.get();
   }
-  if (components.precision) {
+  std::shared_ptr<Precision> precision = std::move(components.precision);
+  if (precision) {
     const auto asked = canonical_precision_name(options.precision);
-    check<ConfigurationError>(components.precision->name() == asked, who, ": the Precision object given is '",
-                              components.precision->name(), "' but options.precision is '", options.precision,
-                              "'; set options.precision to '", components.precision->name(), "'");
-    placement.precision = std::move(components.precision);
+    check<ConfigurationError>(precision->name() == asked, who, ": the Precision object given is '", precision->name(),
+                              "' but options.precision is '", options.precision, "'; set options.precision to '",
+                              precision->name(), "'");
   } else {
-    placement.precision = make_precision(options.precision, placement.device);
+    precision = make_precision(options.precision, placement.device);
   }
   placement.strategy = std::move(components.strategy);
-  placement.strategy->set_precision(placement.precision);
+  placement.strategy->set_precision(std::move(precision));  // its one owner
   return placement;
 }
 

@@ -38,8 +38,7 @@ struct RunPlacement {
   ProcessLauncher* launcher = nullptr;           // the caller's, or owned_launcher's
   std::shared_ptr<const ClusterEnvironment> cluster;
   torch::Device device = torch::kCPU;            // cuda:<local rank> or the CPU (device_choice.h)
-  std::shared_ptr<Strategy> strategy;            // holding `precision`
-  std::shared_ptr<Precision> precision;
+  std::shared_ptr<Strategy> strategy;            // holding the precision
 
   RunPlacement();
   RunPlacement(RunPlacement&&) noexcept;

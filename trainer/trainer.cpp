@@ -67,7 +67,6 @@ Trainer::Trainer(TrainerOptions options, TrainerComponents components)
   launcher_ = placement.launcher;
   owned_launcher_ = std::move(placement.owned_launcher);
   strategy_ = std::move(placement.strategy);
-  precision_ = std::move(placement.precision);
   init();
 }
 
@@ -132,31 +131,28 @@ void Trainer::setup(TrainerFn fn, const std::shared_ptr<Module>& module,
   set_deterministic(options_.deterministic);
   if (fn == TrainerFn::Fitting) {
     // Defaults Lightning adds unless the user configured their own.
-    bool has_progress_bar = false, has_summary = false, has_checkpoint = false;
-    for (const auto& c : callbacks_) {
-      has_progress_bar |= dynamic_cast<ProgressBar*>(c.get()) != nullptr;
-      has_summary |= dynamic_cast<ModelSummary*>(c.get()) != nullptr;
-      has_checkpoint |= dynamic_cast<ModelCheckpoint*>(c.get()) != nullptr;
+    if (options_.enable_model_summary && !has_callback(CallbackRole::ModelSummary)) {
+      callbacks_.push_back(std::make_shared<ModelSummary>());
     }
-    if (options_.enable_model_summary && !has_summary) callbacks_.push_back(std::make_shared<ModelSummary>());
-    if (options_.enable_progress_bar && !has_progress_bar) callbacks_.push_back(std::make_shared<ProgressBar>());
-    if (options_.enable_checkpointing && !has_checkpoint) callbacks_.push_back(std::make_shared<ModelCheckpoint>());
+    if (options_.enable_progress_bar && !has_callback(CallbackRole::ProgressBar)) {
+      callbacks_.push_back(std::make_shared<ProgressBar>());
+    }
+    if (options_.enable_checkpointing && !has_callback(CallbackRole::Checkpoint)) {
+      callbacks_.push_back(std::make_shared<ModelCheckpoint>());
+    }
     // Checkpoints run last at every hook (Lightning's order), so that what they save includes
     // what the other callbacks did at that hook (EarlyStopping's count, for example).
     std::stable_partition(callbacks_.begin(), callbacks_.end(),
-                          [](const auto& c) { return dynamic_cast<ModelCheckpoint*>(c.get()) == nullptr; });
+                          [](const auto& c) { return c->role() != CallbackRole::Checkpoint; });
     // Without a progress bar, epoch summaries still reach the terminal, unless the user asked for
     // no loggers at all (--logger none).
-    const bool has_console = std::any_of(loggers_.begin(), loggers_.end(), [](const auto& l) {
-      return dynamic_cast<ConsoleLogger*>(l.get()) != nullptr;
-    });
+    const bool has_console =
+        std::any_of(loggers_.begin(), loggers_.end(), [](const auto& l) { return l->prints_to_terminal(); });
     if (!options_.enable_progress_bar && !loggers_.empty() && !has_console) {
       loggers_.push_back(std::make_shared<ConsoleLogger>());
     }
     state_.accumulate_grad_batches = options_.accumulate_grad_batches;
-  } else if (options_.enable_progress_bar &&
-             std::none_of(callbacks_.begin(), callbacks_.end(),
-                          [](const auto& c) { return dynamic_cast<ProgressBar*>(c.get()) != nullptr; })) {
+  } else if (options_.enable_progress_bar && !has_callback(CallbackRole::ProgressBar)) {
     callbacks_.push_back(std::make_shared<ProgressBar>());
   }
   data->setup(fn);
@@ -164,6 +160,10 @@ void Trainer::setup(TrainerFn fn, const std::shared_ptr<Module>& module,
   // through the precision, to the device, and wrapped: the strategy owns that order.
   call_callbacks(*this, *module, &Callback::setup, to_string(fn));
   strategy_->setup_module(*module);
+}
+
+bool Trainer::has_callback(CallbackRole role) const {
+  return std::any_of(callbacks_.begin(), callbacks_.end(), [role](const auto& c) { return c->role() == role; });
 }
 
 void Trainer::setup_optimizers() {

@@ -119,7 +119,8 @@ class Trainer {
   Strategy& strategy() const { return *strategy_; }
   // Who started the processes of this run and where they meet (torchelastic, slurm, mpi, volt).
   const ClusterEnvironment& cluster_environment() const { return *cluster_; }
-  Precision& precision() const { return *precision_; }
+  // The strategy's (it holds the precision).
+  Precision& precision() const { return strategy_->precision(); }
   // The device this process computes on: cuda:<local rank> with CUDA, else the CPU
   // (trainer/device_choice.h); chosen at construction, the strategy's root_device() once set up.
   torch::Device root_device() const { return device_; }
@@ -142,6 +143,8 @@ class Trainer {
   void setup(TrainerFn fn, const std::shared_ptr<Module>& module, const std::shared_ptr<DataModule>& data);
   // configure_optimizers, through the strategy (fit only).
   void setup_optimizers();
+  // Whether one of the callbacks has `role` (Callback::role()).
+  bool has_callback(CallbackRole role) const;
   void teardown();
   // Runs `body` with status bookkeeping, on_exception callbacks and teardown around it.
   template <typename Body>
@@ -166,7 +169,6 @@ class Trainer {
   ProcessLauncher* launcher_ = nullptr;
   std::unique_ptr<ProcessLauncher> owned_launcher_;
   std::shared_ptr<Strategy> strategy_;
-  std::shared_ptr<Precision> precision_;
   std::vector<std::shared_ptr<Callback>> callbacks_;
   std::vector<std::shared_ptr<Logger>> loggers_;
   bool environment_ready_ = false;

@@ -1,5 +1,7 @@
 #include "strategies/ddp/comm_hook_registry.h"
 
+#include <map>
+
 #include "core/error.h"
 #include "strategies/ddp/hooks/compression_wrapper.h"
 #include "strategies/ddp/hooks/post_local_sgd_hook.h"
@@ -44,28 +46,48 @@ CommHookRegistry& comm_hook_registry() {
                         ", divide by the world size, all-reduce, decompress (PyTorch's " + name + "_hook)",
                     [dtype = dtype](Communicator& communicator) {
                       return std::make_unique<CompressionWrapper>(dtype, std::make_unique<AllReduceHook>(communicator));
-                    });
+                    },
+                    {.compresses_to_16_bits = true});
     }
     add_comm_hook(r, "noop", "communicate nothing: every rank keeps its own gradients (for measuring)",
-                  [](Communicator&) { return std::make_unique<NoOpHook>(); });
+                  [](Communicator&) { return std::make_unique<NoOpHook>(); }, {.communicates = false});
     add_comm_hook(r, "powersgd", "PowerSGD low-rank compression per gradient matrix (PyTorch's powerSGD_hook)",
                   PowerSGDOptions::schema(), [](Communicator& communicator, const PowerSGDOptions& options) {
                     return std::make_unique<PowerSGDHook>(communicator, options);
-                  });
+                  },
+                  {.multiplies_matrices = true});
     add_comm_hook(r, "batched_powersgd",
                   "PowerSGD on the whole bucket as one square matrix (PyTorch's batched_powerSGD_hook)",
                   PowerSGDOptions::batched_schema(), [](Communicator& communicator, const PowerSGDOptions& options) {
                     return std::make_unique<BatchedPowerSGDHook>(communicator, options);
-                  });
+                  },
+                  {.multiplies_matrices = true});
     add_post_local_sgd_hook(r);
     return r;
   }();
   return registry;
 }
 
+namespace {
+std::map<std::string, CommHookTraits>& traits_by_name() {
+  static std::map<std::string, CommHookTraits> traits;
+  return traits;
+}
+}  // namespace
+
+const CommHookTraits& comm_hook_traits(const std::string& name) {
+  static const CommHookTraits defaults;
+  if (!comm_hook_registry().contains(name)) return defaults;  // a hook object made by the user's factory
+  const auto found = traits_by_name().find(comm_hook_registry().canonical_name(name));
+  return found == traits_by_name().end() ? defaults : found->second;
+}
+
+void set_comm_hook_traits(const std::string& name, CommHookTraits traits) { traits_by_name()[name] = traits; }
+
 void add_comm_hook(CommHookRegistry& registry, const std::string& name, std::string description,
-                   CommHookSpec::Make make) {
+                   CommHookSpec::Make make, CommHookTraits traits) {
   registry.add(name, std::move(description), [name, make] { return std::make_shared<CommHookSpec>(name, make); });
+  set_comm_hook_traits(name, traits);
 }
 
 }  // namespace volt::ddp

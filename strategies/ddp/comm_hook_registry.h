@@ -68,21 +68,39 @@ class CommHookSpec {
 
 using CommHookRegistry = Registry<CommHookSpec>;
 
+// What DDP checks about a hook when it validates the options around it, declared with the hook
+// where it is registered (the defaults: a hook that all-reduces full-precision gradients).
+struct CommHookTraits {
+  bool communicates = true;            // false: noop (nothing for comm_wrapper to compress)
+  bool compresses_to_16_bits = false;  // fp16/bf16_compress: no comm_wrapper around it, no 16-bit precision
+  bool multiplies_matrices = false;    // PowerSGD: comm_wrapper=fp16 needs float16 matrix products
+  bool steps_locally = false;          // post_local_sgd: ranks' models differ between averages
+};
+
 // Every comm hook `ddp` accepts.
 CommHookRegistry& comm_hook_registry();
 
+// The traits the hook `name` (a registered name or alias) was registered with; the defaults for a
+// hook registered without any, or a name not registered.
+const CommHookTraits& comm_hook_traits(const std::string& name);
+// Records `traits` for the hook registered as `name` (add_comm_hook does; a hook registered with
+// registry.add directly calls it itself).
+void set_comm_hook_traits(const std::string& name, CommHookTraits traits);
+
 // Adds a hook without options to `registry`.
 void add_comm_hook(CommHookRegistry& registry, const std::string& name, std::string description,
-                   CommHookSpec::Make make);
+                   CommHookSpec::Make make, CommHookTraits traits = {});
 
 // Adds a hook whose options `schema` declares to `registry`; `make` gets them validated.
 template <typename Options>
 void add_comm_hook(CommHookRegistry& registry, const std::string& name, std::string description,
                    const OptionSchema<Options>& schema,
-                   std::type_identity_t<std::function<std::unique_ptr<CommHook>(Communicator&, const Options&)>> make) {
+                   std::type_identity_t<std::function<std::unique_ptr<CommHook>(Communicator&, const Options&)>> make,
+                   CommHookTraits traits = {}) {
   registry.add(name, std::move(description), schema, [name, make](const Options& options) {
     return std::make_shared<CommHookSpec>(name, [make, options](Communicator& c) { return make(c, options); });
   });
+  set_comm_hook_traits(name, traits);
 }
 
 }  // namespace volt::ddp

@@ -2,7 +2,9 @@
 
 #include "checkpoint/module_state.h"
 #include "checkpoint/optimizer_state.h"
+#include "checkpoint/per_rank_entries.h"
 #include "core/error.h"
+#include "strategies/shared_strategy_options.h"
 #include "core/registry.h"
 #include "core/warning.h"
 #include "strategies/ddp/hooks/compression_wrapper.h"
@@ -13,16 +15,14 @@ namespace volt {
 const OptionSchema<DDPOptions>& DDPOptions::schema() {
   static const auto schema =
       OptionSchema<DDPOptions>("--strategy ddp")
-          .option("bucket_cap_mb", &DDPOptions::bucket_cap_mb,
-                  "bucket size in MiB (the first bucket holds at most 1 MiB)", greater_than(0.0),
-                  at_most(1024.0 * 1024.0))
+          .with(ddp_bucket_cap_mb_option(&DDPOptions::bucket_cap_mb))
           .option("static_graph", &DDPOptions::static_graph,
                   "every iteration uses the same parameters: record them once, skip the search")
           .option("gradient_as_bucket_view", &DDPOptions::gradient_as_bucket_view,
                   "gradients are views into the bucket buffers")
           .option("find_unused_parameters", &DDPOptions::find_unused_parameters,
                   "search the autograd graph for parameters that get no gradient")
-          .option("broadcast_buffers", &DDPOptions::broadcast_buffers, "rank 0's buffers before every training forward")
+          .with(broadcast_buffers_option(&DDPOptions::broadcast_buffers))
           .option("comm_hook", &DDPOptions::comm_hook,
                   "how a gradient bucket is reduced; the hook's own options (below) are ddp's too",
                   satisfies([](const std::string& name) { return ddp::comm_hook_registry().contains(name); },
@@ -47,24 +47,21 @@ void DDPOptions::validate() const {
                             "--strategy ddp: state_dict_type=sharded needs shard_optimizer=true (without it every "
                             "rank holds the same whole state; there is nothing to shard)");
   const std::string hook = ddp::comm_hook_registry().canonical_name(comm_hook);
-  ddp::check_no_sharded_optimizer_with_local_sgd(*this, hook);
+  const auto& traits = ddp::comm_hook_traits(hook);
+  check<ConfigurationError>(!traits.steps_locally || !shard_optimizer, "--strategy ddp: comm_hook=", hook,
+                            " with shard_optimizer=true: a sharded optimizer makes every rank's parameters those of "
+                            "their owners after each step, which undoes local SGD (Note [Post-local-SGD and a sharded "
+                            "optimizer]); drop one of the two");
   if (comm_wrapper == CommWrapper::None) return;
-  check<ConfigurationError>(hook != "noop", "--strategy ddp: comm_wrapper around comm_hook=noop has nothing to "
-                            "compress (noop communicates nothing); drop comm_wrapper or choose another hook");
-  check<ConfigurationError>(hook != "fp16_compress" && hook != "bf16_compress", "--strategy ddp: comm_hook=", hook,
+  check<ConfigurationError>(traits.communicates, "--strategy ddp: comm_wrapper around comm_hook=", hook,
+                            " has nothing to compress (", hook,
+                            " communicates nothing); drop comm_wrapper or choose another hook");
+  check<ConfigurationError>(!traits.compresses_to_16_bits, "--strategy ddp: comm_hook=", hook,
                             " already compresses to 16 bits; drop comm_wrapper, or wrap allreduce or powersgd");
 }
 
-void ddp::check_no_sharded_optimizer_with_local_sgd(const DDPOptions& options, const std::string& canonical_hook) {
-  check<ConfigurationError>(canonical_hook != "post_local_sgd" || !options.shard_optimizer,
-                            "--strategy ddp: comm_hook=post_local_sgd with shard_optimizer=true: a sharded "
-                            "optimizer makes every rank's parameters those of their owners after each step, which "
-                            "undoes local SGD (Note [Post-local-SGD and a sharded optimizer]); drop one of the two");
-}
-
 bool DDPOptions::compresses_to_16_bits() const {
-  const std::string hook = ddp::comm_hook_registry().canonical_name(comm_hook);
-  return comm_wrapper != CommWrapper::None || hook == "fp16_compress" || hook == "bf16_compress";
+  return comm_wrapper != CommWrapper::None || ddp::comm_hook_traits(comm_hook).compresses_to_16_bits;
 }
 
 DDPStrategy::DDPStrategy(DDPOptions options, std::shared_ptr<const ddp::CommHookSpec> comm_hook)
@@ -90,7 +87,8 @@ void DDPStrategy::set_comm_hook(std::function<std::unique_ptr<ddp::CommHook>(Com
 std::unique_ptr<ddp::CommHook> DDPStrategy::build_hook() {
   auto hook = make_hook_(gradient_group());
   if (options_.comm_wrapper == CommWrapper::None) return hook;
-  check<ConfigurationError>(hook->name() != "noop", "ddp: comm_wrapper around the noop hook has nothing to compress");
+  check<ConfigurationError>(ddp::comm_hook_traits(hook->name()).communicates, "ddp: comm_wrapper around the ",
+                            hook->name(), " hook has nothing to compress");
   const auto dtype = options_.comm_wrapper == CommWrapper::FP16 ? torch::kHalf : torch::kBFloat16;
   return std::make_unique<ddp::CompressionWrapper>(dtype, std::move(hook));
 }
@@ -98,7 +96,7 @@ std::unique_ptr<ddp::CommHook> DDPStrategy::build_hook() {
 void DDPStrategy::setup_environment(const StrategyEnvironment& environment) {
   ParallelStrategy::setup_environment(environment);
   const std::string hook = ddp::comm_hook_registry().canonical_name(options_.comm_hook);
-  const bool multiplies = hook == "powersgd" || hook == "batched_powersgd";
+  const bool multiplies = ddp::comm_hook_traits(hook).multiplies_matrices;
   check<NotSupportedError>(options_.comm_wrapper != CommWrapper::FP16 || !multiplies ||
                                float16_matmul_available(root_device()),
                            "--strategy ddp: comm_wrapper=fp16 around ", hook, " multiplies float16 matrices, which "
@@ -213,27 +211,16 @@ void DDPStrategy::zero_grad(torch::optim::Optimizer& optimizer) {
 
 namespace {
 
-c10::impl::GenericList as_list(const std::vector<StateDict>& states) {
-  c10::impl::GenericList list(c10::AnyType::get());
-  for (const auto& state : states) list.push_back(state.to_ivalue());
-  return list;
-}
-
 // This rank's entry of a per-rank list `key` in `state`; nullopt (after a warning on global rank
 // 0 saying what starts afresh) when the list was written by another number of ranks.
 std::optional<StateDict> entry_of_this_rank(const StateDict& state, const std::string& key, const ProcessTopology& topology,
                                             const std::string& what_starts_afresh) {
-  const auto per_rank = state.at(key);
-  check<CheckpointError>(per_rank.isList(), "ddp: the checkpoint's '", key, "' is not a list");
-  const auto& list = per_rank.toListRef();
-  if (static_cast<int64_t>(list.size()) != topology.world_size) {
-    if (topology.global_rank == 0) {
-      warn("ddp: the checkpoint's '" + key + "' holds " + std::to_string(list.size()) + " ranks, this run has " +
-           std::to_string(topology.world_size) + ": " + what_starts_afresh);
-    }
-    return std::nullopt;
+  auto found = per_rank_entry(state, key, topology.global_rank, topology.world_size, "ddp: the checkpoint");
+  if (!found.entry && topology.global_rank == 0) {
+    warn("ddp: the checkpoint's '" + key + "' holds " + std::to_string(found.saved_ranks) + " ranks, this run has " +
+         std::to_string(topology.world_size) + ": " + what_starts_afresh);
   }
-  return StateDict::from_ivalue(list[static_cast<size_t>(topology.global_rank)], "ddp " + key);
+  return std::move(found.entry);
 }
 
 }  // namespace
@@ -244,13 +231,13 @@ StateDict DDPStrategy::strategy_state_dict(CheckpointLayout layout) {
   if (layout == CheckpointLayout::Sharded) {
     section.set("reducer", mine);
   } else if (const auto all = gather_states(mine); !all.empty()) {
-    section.set("reducer_per_rank", as_list(all));
+    section.set("reducer_per_rank", state_dict_list(all));
   }
   if (!averager_) return section;
   if (!averager_->state_differs_per_rank() || layout == CheckpointLayout::Sharded) {
     section.set("model_averager", averager_->state_dict());
   } else if (const auto all = gather_states(averager_->state_dict()); !all.empty()) {
-    section.set("model_averager_per_rank", as_list(all));
+    section.set("model_averager_per_rank", state_dict_list(all));
   }
   // Note [Local models in a checkpoint]: past the warm-up, ranks hold models and optimizer
   // states of their own (each subgroup stepped with its own gradients since the last average, and
@@ -259,7 +246,7 @@ StateDict DDPStrategy::strategy_state_dict(CheckpointLayout layout) {
   // own. (A Sharded checkpoint's files already hold each rank's own.)
   if (layout == CheckpointLayout::Full && averager_->past_warmup()) {
     const auto all = gather_states(local_model_state());
-    if (!all.empty()) section.set("local_models_per_rank", as_list(all));
+    if (!all.empty()) section.set("local_models_per_rank", state_dict_list(all));
   }
   return section;
 }
@@ -306,7 +293,7 @@ StateDict DDPStrategy::local_model_state() const {
   state.set("state_dict", module_state_dict(*module_));
   std::vector<StateDict> optimizers;
   for (const auto& optimizer : optimizers_) optimizers.push_back(volt::optimizer_state_dict(*optimizer));
-  state.set("optimizer_states", as_list(optimizers));
+  state.set("optimizer_states", state_dict_list(optimizers));
   return state;
 }
 

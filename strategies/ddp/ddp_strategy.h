@@ -45,22 +45,18 @@ struct DDPOptions {
   // Every key above with its help and requirement (ddp_strategy.cpp): the registry's declaration.
   static const OptionSchema<DDPOptions>& schema();
   // Also refuses a wrapper around `noop` (nothing to compress) or around a hook that already
-  // compresses (fp16_compress, bf16_compress).
+  // compresses (fp16_compress, bf16_compress), and a hook that steps locally (post_local_sgd) with
+  // shard_optimizer.
+  //
+  // Note [Post-local-SGD and a sharded optimizer]: a sharded optimizer (ZeRO-1, `shard_optimizer`)
+  // steps only this rank's shard and then all-gathers the updated parameters from their owners,
+  // which makes every rank's model the owners' again after every step: local steps, and their
+  // per-subgroup gradients, would be overwritten. The two are refused together.
   void validate() const;
   // Whether buckets travel in 16 bits (a compressing hook, or a wrapper).
   bool compresses_to_16_bits() const;
 };
 
-namespace ddp {
-
-// Note [Post-local-SGD and a sharded optimizer]: a sharded optimizer (ZeRO-1, `shard_optimizer`)
-// steps only this rank's shard and then all-gathers the updated parameters from their owners,
-// which makes every rank's model the owners' again after every step: local steps, and their
-// per-subgroup gradients, would be overwritten. The two are refused together.
-// Throws ConfigurationError when `options` combine comm_hook=post_local_sgd with shard_optimizer.
-void check_no_sharded_optimizer_with_local_sgd(const DDPOptions& options, const std::string& canonical_hook);
-
-}  // namespace ddp
 
 class DDPStrategy : public ParallelStrategy {
  public:

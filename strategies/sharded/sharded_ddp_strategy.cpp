@@ -1,6 +1,7 @@
 #include "strategies/sharded/sharded_ddp_strategy.h"
 
 #include "core/error.h"
+#include "strategies/shared_strategy_options.h"
 
 namespace volt {
 
@@ -13,8 +14,7 @@ const OptionSchema<ShardedDDPOptions>& ShardedDDPOptions::schema() {
           .option("reduce_fp16", &ShardedDDPOptions::reduce_fp16, "reduce gradients in float16")
           .option("broadcast_fp16", &ShardedDDPOptions::broadcast_fp16,
                   "send updated parameters in float16 (every rank keeps the rounded values)")
-          .option("broadcast_buffers", &ShardedDDPOptions::broadcast_buffers,
-                  "rank 0's buffers before every training forward")
+          .with(broadcast_buffers_option(&ShardedDDPOptions::broadcast_buffers))
           .choice("state_dict_type", &ShardedDDPOptions::state_dict_type,
                   {{"full", CheckpointLayout::Full}, {"sharded", CheckpointLayout::Sharded}},
                   "checkpoint layout: one consolidated file, or each rank's shard");

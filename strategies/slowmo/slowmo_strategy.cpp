@@ -3,6 +3,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "strategies/shared_strategy_options.h"
 #include "core/warning.h"
 
 namespace volt {
@@ -27,11 +28,8 @@ const OptionSchema<SlowMoOptions>& SlowMoOptions::schema() {
                   "shards of the slow momentum buffers with memory_efficient (at most the world size)",
                   at_least(int64_t{1}))
           .alias("slowmo_num_shards")  // fairscale's name
-          .option("broadcast_buffers", &SlowMoOptions::broadcast_buffers,
-                  "rank 0's buffers to every rank before every training forward (over the world, as fairscale)")
-          .option("bucket_cap_mb", &SlowMoOptions::bucket_cap_mb,
-                  "bucket size in MiB of the gradient all-reduce within the node", greater_than(0.0),
-                  at_most(1024.0 * 1024.0))
+          .with(broadcast_buffers_option(&SlowMoOptions::broadcast_buffers, " (over the world, as fairscale)"))
+          .with(ddp_bucket_cap_mb_option(&SlowMoOptions::bucket_cap_mb, " within the node"))
           .option("find_unused_parameters", &SlowMoOptions::find_unused_parameters,
                   "search the autograd graph for parameters that get no gradient");
   return schema;

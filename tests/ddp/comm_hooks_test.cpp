@@ -267,13 +267,15 @@ std::string error_of(const std::function<void()>& body) {
   return "";
 }
 
+// Builds a Trainer (no fit): what the options fail with, at construction.
+void trainer_with(const std::string& strategy, const std::string& precision) {
+  auto options = testing::quiet_options("/tmp");
+  options.strategy = strategy;
+  options.precision = precision;
+  Trainer trainer(options);
+}
+
 TEST(CommHooks, BadCombinationsFailWhenTheTrainerIsBuilt) {
-  auto trainer_with = [](const std::string& strategy, const std::string& precision) {
-    auto options = testing::quiet_options("/tmp");
-    options.strategy = strategy;
-    options.precision = precision;
-    Trainer trainer(options);
-  };
   EXPECT_NE(error_of([&] { trainer_with("ddp:comm_hook=powersgd,start_powersgd_iter=1", "32-true"); })
                 .find("expected start_powersgd_iter > 1 with error feedback or warm start"),
             std::string::npos);
@@ -296,6 +298,26 @@ TEST(CommHooks, BadCombinationsFailWhenTheTrainerIsBuilt) {
   EXPECT_NE(error_of([&] { trainer_with("ddp:matrix_approximation_rank=2", "32-true"); }).find("powersgd"),
             std::string::npos)
       << "a PowerSGD key without comm_hook=powersgd names the hook it belongs to";
+}
+
+// DDP checks a hook by the traits it was registered with, not by its name: a user's hook that
+// compresses is refused under a wrapper and with a 16-bit precision, as fp16_compress is.
+TEST(CommHooks, AUsersHookIsCheckedByTheTraitsItWasRegisteredWith) {
+  add_comm_hook(
+      comm_hook_registry(), "test_half_hook", "all-reduce in float16 (a test's hook)",
+      [](Communicator& c) { return std::make_unique<CompressionWrapper>(torch::kHalf, std::make_unique<AllReduceHook>(c)); },
+      {.compresses_to_16_bits = true});
+  EXPECT_TRUE(comm_hook_traits("test_half_hook").compresses_to_16_bits);
+  EXPECT_FALSE(comm_hook_traits("allreduce").compresses_to_16_bits);
+  EXPECT_FALSE(comm_hook_traits("noop").communicates);
+  EXPECT_TRUE(comm_hook_traits("powersgd").multiplies_matrices);
+  EXPECT_TRUE(comm_hook_traits("post_local_sgd").steps_locally);
+  EXPECT_NE(error_of([&] { trainer_with("ddp:comm_hook=test_half_hook,comm_wrapper=bf16", "32-true"); })
+                .find("comm_hook=test_half_hook already compresses to 16 bits"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { trainer_with("ddp:comm_hook=test_half_hook", "bf16-true"); }).find("nothing to compress"),
+            std::string::npos);
+  EXPECT_EQ(error_of([&] { trainer_with("ddp:comm_hook=test_half_hook", "32-true"); }), "");
 }
 
 TEST(CommHooks, Fp16AroundPowerSGDNeedsFloat16MatrixProducts) {

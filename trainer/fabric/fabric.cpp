@@ -7,7 +7,7 @@
 #include "core/error.h"
 #include "core/reproducibility.h"
 #include "distributed/process_launcher.h"
-#include "strategies/checkpoint_header.h"
+#include "trainer/checkpoint_header.h"
 
 namespace volt {
 

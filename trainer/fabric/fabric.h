@@ -207,7 +207,7 @@ class Fabric {
   StateDict load(const std::filesystem::path& path, const CheckpointItems& items, bool strict = true);
 
   Strategy& strategy() const { return *strategy_; }
-  Precision& precision() const { return *placement_.precision; }
+  Precision& precision() const { return placement_.strategy->precision(); }
   const ClusterEnvironment& cluster_environment() const { return *placement_.cluster; }
   const FabricOptions& options() const { return options_; }
 

@@ -264,7 +264,6 @@ void FitLoop::run_batch(int64_t batch_idx) {
   const int64_t every = t.options().log_every_n_steps;
   if (stepped && p.global_step / every != steps_before / every) {
     auto metrics = step_values.logger;
-    for (const auto& [name, value] : t.precision().metrics()) metrics[name] = value;
     for (const auto& [name, value] : strategy.metrics()) metrics[name] = value;
     if (!metrics.empty()) log_to_loggers(t, state_, metrics);
   }

@@ -128,6 +128,7 @@ void add_post_local_sgd_hook(CommHookRegistry& registry) {
                "averaged every model_averaging_period steps (PyTorch's post_localSGD_hook + model averager)",
                PostLocalSGDOptions::schema(),
                [](const PostLocalSGDOptions& options) { return post_local_sgd_spec(options); });
+  set_comm_hook_traits("post_local_sgd", {.steps_locally = true});
 }
 
 }  // namespace volt::ddp

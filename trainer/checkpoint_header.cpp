@@ -1,4 +1,4 @@
-#include "strategies/checkpoint_header.h"
+#include "trainer/checkpoint_header.h"
 
 #include "checkpoint/checkpoint_format.h"
 #include "core/error.h"

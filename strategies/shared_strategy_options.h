@@ -1,0 +1,30 @@
+#pragma once
+// Option keys that several strategies take with one meaning, declared once: each strategy's schema
+// adds them with OptionSchema::with(...), so that the key, its help and its bounds cannot drift
+// apart between strategies. FSDP's bucket_cap_mb is another concept (units' flat gradients
+// waiting to be reduce-scattered together, 0 allowed) and is declared by FSDP alone.
+#include <string>
+
+#include "core/option_schema.h"
+
+namespace volt {
+
+// broadcast_buffers: DDP, ShardedDDP, SlowMo. `scope` ends the help (e.g. over which ranks).
+template <typename Options>
+auto broadcast_buffers_option(bool Options::*member, std::string scope = "") {
+  return [member, scope = std::move(scope)](OptionSchema<Options>& schema) {
+    schema.option("broadcast_buffers", member, "rank 0's buffers to every rank before every training forward" + scope);
+  };
+}
+
+// bucket_cap_mb of DDP's gradient reducer: DDP, and SlowMo's DDP within the node.
+template <typename Options>
+auto ddp_bucket_cap_mb_option(double Options::*member, std::string scope = "") {
+  return [member, scope = std::move(scope)](OptionSchema<Options>& schema) {
+    schema.option("bucket_cap_mb", member,
+                  "bucket size in MiB of the gradient all-reduce" + scope + " (the first bucket holds at most 1 MiB)",
+                  greater_than(0.0), at_most(1024.0 * 1024.0));
+  };
+}
+
+}  // namespace volt
