@@ -87,11 +87,11 @@ class ProcessGroupCommunicator : public Communicator {
       : Communicator(rank, size, std::move(global_ranks), setup.timeout), setup_(std::move(setup)), is_root_(is_root) {
     try {
       process_group_ = make_process_group(setup_.backend, c10::make_intrusive<c10d::PrefixStore>("pg", setup_.store),
-                                          rank, size, setup_.device, setup_.timeout, setup_.compute_device);
+                                          rank, size, setup_.device, timeout(), setup_.compute_device);
       if (setup_.backend == "gloo" && setup_.ring_thread) rings_ = std::make_unique<RingWorker>();
       if (setup_.backend == "gloo" && size > 1 && setup_.inline_max_bytes > 0 && InlineGlooAllReduce::compiled_in()) {
         inline_ = std::make_unique<InlineGlooAllReduce>(c10::make_intrusive<c10d::PrefixStore>("inline", setup_.store),
-                                                        rank, size, setup_.device, setup_.timeout, setup_.inline_max_bytes);
+                                                        rank, size, setup_.device, timeout(), setup_.inline_max_bytes);
       }
       if (setup_.backend == "gloo" && size > 1) {
         // A Gloo connection is complete on one side before the other has read its handshake: a
@@ -99,12 +99,12 @@ class ProcessGroupCommunicator : public Communicator {
         // ("Connection closed by peer"; seen with node_groups' leaders). An uncounted barrier
         // makes joining a rendezvous: nobody returns before everyone has connected.
         c10d::BarrierOptions barrier;
-        barrier.timeout = setup_.timeout;
-        process_group_->barrier(barrier)->wait(setup_.timeout);
+        barrier.timeout = timeout();
+        process_group_->barrier(barrier)->wait(timeout());
       }
     } catch (const std::exception& e) {
       throw DistributedError(describe() + ": could not connect to the other " + std::to_string(size - 1) +
-                             " rank(s) within the timeout of " + std::to_string(setup_.timeout.count()) +
+                             " rank(s) within the timeout of " + std::to_string(timeout().count()) +
                              " ms: " + cause_of(e) +
                              ". Check that every rank was started, with the same world size, and that "
                              "the ranks can reach each other (GLOO_SOCKET_IFNAME)");
@@ -548,7 +548,7 @@ class ProcessGroupCommunicator : public Communicator {
                               size(), "), got ", root);
   }
 
-  ProcessGroupSetup setup_;  // the monitor is shared by the root communicator and its sub-groups
+  ProcessGroupSetup setup_;  // its timeout is timeout(); the monitor is shared with the sub-groups
   bool is_root_;
   c10::intrusive_ptr<compat::C10dBackend> process_group_;
   std::unique_ptr<InlineGlooAllReduce> inline_;  // null: every collective on the process group

@@ -35,7 +35,7 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
     auto& options = static_cast<torch::optim::AdamWOptions&>(group.options());
     // Keyed by device, dtype and step count: a parameter that joined late (its first gradient
     // came later) is at another step and gets its own call.
-    std::map<std::tuple<std::string, int, int64_t>, FusedGroup> calls;
+    std::map<std::tuple<int, int, int, int64_t>, FusedGroup> calls;  // device type, index, dtype, step
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       check<NotSupportedError>(!p.grad().is_sparse(), "FusedAdamW: parameter gradients are sparse; AdamW does not support "
@@ -54,7 +54,8 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
         s.max_exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));  // amsgrad switched on later
       }
       s.step(s.step() + 1);
-      auto& call = calls[{p.device().str(), static_cast<int>(p.scalar_type()), s.step()}];
+      auto& call = calls[{static_cast<int>(p.device().type()), p.device().index(), static_cast<int>(p.scalar_type()),
+                          s.step()}];
       call.params.push_back(p);
       call.grads.push_back(p.grad());
       call.exp_avgs.push_back(s.exp_avg());
@@ -64,7 +65,7 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
     const auto [beta1, beta2] = options.betas();
     for (auto& [key, call] : calls) {
       // The kernel reads one step tensor per parameter; they share one (read-only) tensor.
-      const auto step = torch::full({}, static_cast<double>(std::get<2>(key)),
+      const auto step = torch::full({}, static_cast<double>(std::get<3>(key)),
                                     torch::TensorOptions().dtype(torch::kFloat).device(call.params.front().device()));
       const std::vector<torch::Tensor> steps(call.params.size(), step);
       at::_fused_adamw_(call.params, call.grads, call.exp_avgs, call.exp_avg_sqs, call.max_exp_avg_sqs, steps,
