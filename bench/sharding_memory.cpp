@@ -82,13 +82,13 @@ class MemoryProbe : public volt::bench::RankReporter {
   }
 
  private:
-  static int64_t buffer_bytes(volt::Strategy& strategy) {
-    if (auto* ddp = dynamic_cast<volt::DDPStrategy*>(&strategy)) {
+  static int64_t buffer_bytes(const volt::Strategy& strategy) {
+    if (auto* ddp = dynamic_cast<const volt::DDPStrategy*>(&strategy)) {
       std::vector<torch::Tensor> buffers;
       for (size_t b = 0; b < ddp->reducer().num_buckets(); ++b) buffers.push_back(ddp->reducer().bucket(b).buffer());
       return storage_bytes(buffers);
     }
-    if (auto* sharded = dynamic_cast<volt::ShardedDDPStrategy*>(&strategy)) return sharded->reducer().peak_buffer_bytes();
+    if (auto* sharded = dynamic_cast<const volt::ShardedDDPStrategy*>(&strategy)) return sharded->reducer().peak_buffer_bytes();
     return 0;
   }
 

@@ -5,7 +5,7 @@
 //
 // Hooks run on every rank; a callback that writes files or prints checks
 // trainer.is_global_zero(), and a decision that must agree across ranks goes through
-// trainer.strategy().broadcast_decision().
+// trainer.collectives().broadcast_decision().
 #include <torch/torch.h>
 
 #include <string>

@@ -83,7 +83,7 @@ void EarlyStopping::run_check(Trainer& trainer) {
   std::string reason;
   bool stop = evaluate(*current, reason);
   // Rank 0 decides for everyone: ranks whose metrics differ must still stop together.
-  stop = trainer.strategy().broadcast_decision(stop);
+  stop = trainer.collectives().broadcast_decision(stop);
   if (options_.verbose && trainer.is_global_zero() && !reason.empty()) std::cout << reason << std::endl;
   if (stop) {
     trainer.set_should_stop(true);

@@ -134,7 +134,7 @@ void ModelCheckpoint::on_train_batch_end(Trainer& trainer, Module&, const torch:
   if (options_.train_time_interval) {
     const auto elapsed = std::chrono::steady_clock::now() - last_time_saved_;
     // Rank 0's clock decides, so that every rank saves at the same step.
-    due |= trainer.strategy().broadcast_decision(elapsed >= *options_.train_time_interval);
+    due |= trainer.collectives().broadcast_decision(elapsed >= *options_.train_time_interval);
   }
   if (due) save_checkpoints(trainer);
 }
@@ -174,7 +174,7 @@ std::string ModelCheckpoint::unique_path(Trainer& trainer, const std::string& na
   std::string path = (dir / (name + kExtension)).string();
   // Rank 0 looks at the disk for everyone: every rank must pick the same name.
   for (int64_t version = 1;
-       trainer.strategy().broadcast_decision(path != replaceable && std::filesystem::exists(path)); ++version) {
+       trainer.collectives().broadcast_decision(path != replaceable && std::filesystem::exists(path)); ++version) {
     path = (dir / (name + "-v" + std::to_string(version) + kExtension)).string();
   }
   return path;
@@ -204,7 +204,7 @@ void ModelCheckpoint::remove(Trainer& trainer, const std::string& path) {
   // Rank 0 looks at the disk for everyone, as for names: the removal is a collective, and a rank
   // deciding alone could skip it (weakly_canonical fails for a file that rank 0 removes between
   // its checks), after which every collective of the run pairs with the wrong one.
-  if (!trainer.strategy().broadcast_decision(may_remove(trainer, path))) {
+  if (!trainer.collectives().broadcast_decision(may_remove(trainer, path))) {
     if (options_.verbose && trainer.is_global_zero()) {
       std::cout << "ModelCheckpoint: kept " << path << " (outside " << dirpath_
                 << ", or the checkpoint this fit resumed from)" << std::endl;
@@ -258,7 +258,7 @@ void ModelCheckpoint::save_top_k(Trainer& trainer, const std::map<std::string, d
   const int64_t k = options_.save_top_k;
   bool better = k == -1 || static_cast<int64_t>(best_k_models_.size()) < k ||
                 is_better(current, best_k_models_.at(kth_best_model_path_), options_.mode);
-  better = trainer.strategy().broadcast_decision(better);
+  better = trainer.collectives().broadcast_decision(better);
   if (!better) {
     if (options_.verbose && trainer.is_global_zero()) {
       std::cout << "ModelCheckpoint: " << options_.monitor << " = " << current << " is not in the top " << k

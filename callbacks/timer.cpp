@@ -95,7 +95,7 @@ void Timer::on_train_epoch_end(Trainer& trainer, Module&) {
 void Timer::check_time(Trainer& trainer) {
   const double elapsed = time_elapsed("train");
   // Rank 0's clock decides: ranks that disagree by a few milliseconds must still stop together.
-  const bool stop = trainer.strategy().broadcast_decision(elapsed >= static_cast<double>(duration_.count()));
+  const bool stop = trainer.collectives().broadcast_decision(elapsed >= static_cast<double>(duration_.count()));
   if (!stop) return;
   if (verbose_ && trainer.is_global_zero() && !trainer.should_stop()) {
     std::cout << "Timer: time limit of " << duration_.count() << " s reached after " << std::fixed

@@ -3,15 +3,18 @@
 #include <map>
 
 #include "core/error.h"
-#include "strategies/decision_site.h"
 #include "distributed/flat_buffers.h"
 #include "distributed/process_group_setup.h"
-#include "distributed/state_gather.h"
-#include "strategies/averaging/parameter_mean.h"
-#include "strategies/dense_gradients.h"
+#include "strategies/averaging_gradient_synchronization.h"
+#include "strategies/communicator_collectives.h"
 #include "strategies/model_agreement.h"
 
 namespace volt {
+
+ParallelStrategy::ParallelStrategy() {
+  hold(std::make_shared<CommunicatorCollectives>(*this));
+  hold(std::make_shared<AveragingGradientSynchronization>(*this));
+}
 
 void ParallelStrategy::setup_environment(const StrategyEnvironment& environment) {
   Strategy::setup_environment(environment);
@@ -93,7 +96,7 @@ void ParallelStrategy::on_exception(const std::exception& error) {
   communicator_->report_failure(error.what());
 }
 
-ProcessTopology ParallelStrategy::topology() const {
+ProcessTopology ParallelStrategy::cluster_topology() const {
   return cluster_ ? cluster_->topology() : ProcessTopology{};
 }
 
@@ -105,69 +108,6 @@ Communicator& ParallelStrategy::communicator() const {
 const ClusterEnvironment& ParallelStrategy::cluster() const {
   VOLT_INTERNAL_ASSERT(cluster_ != nullptr, name(), ": the cluster environment is used before setup_environment()");
   return *cluster_;
-}
-
-torch::Tensor ParallelStrategy::all_reduce(const torch::Tensor& value, ReduceOp op) {
-  auto reduced = value.detach().clone();
-  communicator().all_reduce(reduced, op);
-  return reduced;
-}
-
-torch::Tensor ParallelStrategy::broadcast(const torch::Tensor& value, int64_t root) {
-  auto copy = value.detach().clone();
-  communicator().broadcast(copy, root);
-  return copy;
-}
-
-bool ParallelStrategy::broadcast_decision(bool decision, std::source_location where) {
-  const auto site = decision_site(where);
-  auto message = torch::tensor({int64_t{decision ? 1 : 0}, site.id, site.line}, torch::kLong);
-  communicator().broadcast(message, 0);
-  check_decision_site(site, message[1].item<int64_t>(), message[2].item<int64_t>(), topology(), "broadcast_decision",
-                      "rank 0");
-  return message[0].item<int64_t>() != 0;
-}
-
-bool ParallelStrategy::reduce_boolean_decision(bool decision, bool all, std::source_location where) {
-  // One Min reduction for all three: "any" is "not all false", and the sites agree when the
-  // smallest id is also the largest (the smallest of the negated ids).
-  const auto site = decision_site(where);
-  const int64_t value = (all ? decision : !decision) ? 1 : 0;
-  auto message = torch::tensor({value, site.id, -site.id}, torch::kLong);
-  communicator().all_reduce(message, ReduceOp::Min);
-  const int64_t smallest = message[1].item<int64_t>(), largest = -message[2].item<int64_t>();
-  check_decision_site(site, smallest == site.id ? largest : smallest, -1, topology(), "reduce_boolean_decision",
-                      "another rank");
-  const bool reduced = message[0].item<int64_t>() != 0;
-  return all ? reduced : !reduced;
-}
-
-void ParallelStrategy::barrier(const std::string&) { communicator().barrier(); }
-
-std::vector<StateDict> ParallelStrategy::gather_states(const StateDict& mine, int64_t root) {
-  return gather_state_dicts(communicator(), mine, root);
-}
-
-void ParallelStrategy::synchronize_accumulated_gradients(torch::nn::Module& module) {
-  torch::NoGradGuard no_grad;
-  auto& comm = gradient_group();
-  std::vector<torch::Tensor> params;
-  for (const auto& item : module.named_parameters()) {
-    if (!item.value().requires_grad()) continue;
-    check_dense_gradient(item.value(), item.key(), name());  // Note [Sparse gradients]
-    params.push_back(item.value());
-  }
-  auto has_grad = torch::zeros({static_cast<int64_t>(params.size())}, torch::kInt);
-  for (size_t i = 0; i < params.size(); ++i) has_grad[static_cast<int64_t>(i)] = params[i].grad().defined() ? 1 : 0;
-  comm.all_reduce(has_grad, ReduceOp::Max);
-  std::vector<torch::Tensor> grads;
-  for (size_t i = 0; i < params.size(); ++i) {
-    if (has_grad[static_cast<int64_t>(i)].item<int>() == 0) continue;
-    auto& p = params[i];
-    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-    grads.push_back(p.grad());
-  }
-  averaging::replace_by_mean(grads, comm);  // in place: bucket views stay views
 }
 
 std::map<std::string, double> ParallelStrategy::metrics() const {

@@ -2,14 +2,15 @@
 // The base of every strategy that runs several processes (DDP, sharded, FSDP, SlowMo build on it).
 // It owns the process group: setup_environment() starts the other local ranks when this process
 // must (through the ProcessLauncher in its StrategyEnvironment) and joins the group through the
-// cluster environment's rendezvous; the Trainer's collectives (metric reduction, decisions, barrier) go through its
-// Communicator, whose counters it publishes as metrics ("comm/bytes", "comm/step_bytes", ...). A
+// cluster environment's rendezvous; its collectives part (communicator_collectives.h: metric
+// reduction, decisions, barrier) goes through its Communicator, whose counters it publishes as metrics ("comm/bytes", "comm/step_bytes", ...). A
 // strategy that works within process subgroups (post-local-SGD, SlowMo) builds the run's Topology
 // here (build_topology), so that every such strategy shares one and its groups' counters are
 // published beside the world's.
 //
-// Subclasses add the gradient synchronization (pre_backward / post_backward / optimizer_step)
-// and call the base versions of the methods they override.
+// Its gradients part averages accumulated gradients over gradient_group()
+// (averaging_gradient_synchronization.h); subclasses hold their own synchronization (a reducer,
+// FSDP's units) and call the base versions of the lifecycle methods they override.
 // Not thread-safe (one Trainer, one thread), like every Strategy.
 #include <map>
 #include <memory>
@@ -37,16 +38,10 @@ class ParallelStrategy : public Strategy {
   // a DistributedError, i.e. this rank is failing because of another one.
   void on_exception(const std::exception& error) override;
 
-  ProcessTopology topology() const override;
+  ParallelStrategy();
 
-  torch::Tensor all_reduce(const torch::Tensor& value, ReduceOp op) override;      // [collective]
-  torch::Tensor broadcast(const torch::Tensor& value, int64_t root = 0) override;  // [collective]
-  bool broadcast_decision(bool decision,
-                          std::source_location site = std::source_location::current()) override;  // [collective]
-  bool reduce_boolean_decision(bool decision, bool all = true,
-                               std::source_location site = std::source_location::current()) override;  // [collective]
-  void barrier(const std::string& name = "") override;                             // [collective]
-  std::vector<StateDict> gather_states(const StateDict& mine, int64_t root = 0) override;  // [collective]
+  // The cluster's topology once setup_environment ran (one process of one before).
+  ProcessTopology cluster_topology() const;
 
   // Communication so far: "comm/<kind>_calls", "comm/<kind>_bytes", "comm/calls", "comm/bytes"
   // (payload bytes since setup, every collective of this process's root communicator, i.e. over
@@ -56,10 +51,6 @@ class ParallelStrategy : public Strategy {
   // "comm/<group>/calls", "comm/<group>/bytes", "comm/<group>/step_bytes", e.g. "comm/node/bytes"
   // for the bytes within this node (or simulated node).
   std::map<std::string, double> metrics() const override;
-  // Averages every trainable parameter's gradient over gradient_group() (averaging::replace_by_mean,
-  // after one all_reduce that tells which parameters have a gradient on some rank of it: those get
-  // one everywhere, the others stay without). [collective]
-  void synchronize_accumulated_gradients(torch::nn::Module& module) override;
 
   // The root communicator; throws InternalError before setup_environment().
   Communicator& communicator() const;
@@ -74,6 +65,13 @@ class ParallelStrategy : public Strategy {
   Topology& node_topology() const;
   bool has_topology() const { return topology_ != nullptr; }
 
+  // Rank 0's buffers (e.g. BatchNorm statistics) into every rank's, one flat broadcast per dtype:
+  // DDP's broadcast_buffers before each training forward. [collective]
+  void broadcast_module_buffers(torch::nn::Module& module);
+  // The ranks whose gradients are averaged every step: the world; SlowMo: this process's node.
+  // [collective the first time for a strategy that builds its topology here]
+  virtual Communicator& gradient_group() { return communicator(); }
+
  protected:
   // Makes every rank start from rank 0's parameters and buffers (after checking that every rank
   // built the same model). [collective]
@@ -81,12 +79,6 @@ class ParallelStrategy : public Strategy {
   // Broadcasts every parameter and buffer of `module` from rank 0, in registration order.
   // [collective]
   void broadcast_module_state(torch::nn::Module& module);
-  // Rank 0's buffers (e.g. BatchNorm statistics) into every rank's, one flat broadcast per dtype:
-  // DDP's broadcast_buffers before each training forward. [collective]
-  void broadcast_module_buffers(torch::nn::Module& module);
-  // The ranks whose gradients are averaged every step: the world; SlowMo: this process's node.
-  // [collective the first time for a strategy that builds its topology here]
-  virtual Communicator& gradient_group() { return communicator(); }
   // Where strategies that average models periodically (post-local-SGD, SlowMo) do it: after every
   // optimizer of the window stepped (global_step counts windows so far) and the precision updated.
   // Nothing by default. [collective for such strategies]

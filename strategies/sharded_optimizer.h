@@ -1,12 +1,14 @@
 #pragma once
 // An optimizer whose state is spread over the ranks (volt::OSS): what the Strategy's checkpoint
-// and clipping seams need from it, so that they handle any such optimizer without knowing its
-// type (StrategyCheckpointing::optimizer_state_dict, Strategy::clip_gradients_norm).
+// and clipping parts need from it, so that they handle any such optimizer without knowing its
+// type (CheckpointState::optimizer_state_dict, GradientSynchronization::clip_norm), for a
+// strategy that declares it shards optimizer state (Strategy::shards_optimizer_state).
 #include <torch/torch.h>
 
 #include <string>
 
 #include "checkpoint/optimizer_state.h"
+#include "core/error.h"
 #include "core/state_dict.h"
 
 namespace volt {
@@ -30,5 +32,16 @@ class ShardedOptimizer {
   // clipping. [collective]
   virtual double clip_grad_norm(double max_norm, double norm_type) = 0;
 };
+
+// `optimizer` as the ShardedOptimizer a strategy that shards optimizer state wrapped it in
+// (setup_optimizers); `strategy` names it when it is not one (an optimizer built outside the
+// strategy's setup_optimizers).
+inline ShardedOptimizer& as_sharded_optimizer(torch::optim::Optimizer& optimizer, const std::string& strategy) {
+  auto* sharded = dynamic_cast<ShardedOptimizer*>(&optimizer);
+  check<ConfigurationError>(sharded != nullptr, strategy, " shards optimizer state, but this optimizer was not set up "
+                            "by it; pass the optimizers its setup_optimizers returned (trainer.optimizers(), "
+                            "fabric.setup_optimizers)");
+  return *sharded;
+}
 
 }  // namespace volt

@@ -1,14 +1,43 @@
 #include "strategies/strategy.h"
 
 #include "core/error.h"
-#include "data/sampler.h"
+#include "strategies/checkpoint_files.h"
 #include "strategies/dense_gradients.h"
-#include "strategies/sharded_optimizer.h"
 
 namespace volt {
 
+Strategy::Strategy()
+    : collectives_(std::make_shared<StrategyCollectives>()),
+      gradients_(std::make_shared<GradientSynchronization>(*this)),
+      placement_(std::make_shared<Placement>(*this)),
+      checkpointing_(std::make_shared<CheckpointState>(*this)),
+      checkpoint_io_(std::make_shared<CheckpointIO>()) {}
+
+Strategy::~Strategy() = default;
+
+void Strategy::hold(std::shared_ptr<StrategyCollectives> part) {
+  VOLT_INTERNAL_ASSERT(part != nullptr, "Strategy::hold() expects a part, got nullptr");
+  collectives_ = std::move(part);
+}
+
+void Strategy::hold(std::shared_ptr<GradientSynchronization> part) {
+  VOLT_INTERNAL_ASSERT(part != nullptr, "Strategy::hold() expects a part, got nullptr");
+  gradients_ = std::move(part);
+}
+
+void Strategy::hold(std::shared_ptr<Placement> part) {
+  VOLT_INTERNAL_ASSERT(part != nullptr, "Strategy::hold() expects a part, got nullptr");
+  placement_ = std::move(part);
+}
+
+void Strategy::hold(std::shared_ptr<CheckpointState> part) {
+  VOLT_INTERNAL_ASSERT(part != nullptr, "Strategy::hold() expects a part, got nullptr");
+  checkpointing_ = std::move(part);
+}
+
 void Strategy::setup_environment(const StrategyEnvironment& environment) {
   environment_ = environment;
+  if (environment_.devices.empty()) environment_.devices = {environment_.device};
 }
 
 void Strategy::setup_module(torch::nn::Module& module) {
@@ -23,13 +52,10 @@ void Strategy::set_precision(std::shared_ptr<Precision> precision) {
   check_precision(*precision);
   precision_ = std::move(precision);
   // The skip decision of a GradScaler is global: any rank's inf skips every rank's step. On one
-  // process all_reduce is the identity; strategies that override it make this a collective.
+  // process all_reduce is the identity. Read through this strategy at each call: the collectives
+  // part may be replaced after this (setup_environment).
   precision_->set_found_inf_reducer(
-      [this](const torch::Tensor& found_inf) { return all_reduce(found_inf, ReduceOp::Max); });
-}
-
-std::map<std::string, double> Strategy::metrics() const {
-  return precision_ ? precision_->metrics() : std::map<std::string, double>{};
+      [this](const torch::Tensor& found_inf) { return collectives().all_reduce(found_inf, ReduceOp::Max); });
 }
 
 Precision& Strategy::precision() const {
@@ -37,38 +63,25 @@ Precision& Strategy::precision() const {
   return *precision_;
 }
 
-std::shared_ptr<DataLoader> Strategy::distribute_loader(std::shared_ptr<DataLoader> loader, RunningStage stage) const {
-  const auto topology = this->topology();
-  if (topology.world_size == 1) return loader;
-  auto copy = std::make_shared<DataLoader>(loader->dataset_ptr(), loader->options());
-  const int64_t n = loader->dataset().size();
-  const auto& options = loader->options();
-  if (stage == RunningStage::Training) {
-    copy->set_sampler(std::make_shared<DistributedSampler>(n, topology.world_size, topology.global_rank,
-                                                           options.shuffle, loader->seed(), options.drop_last));
-  } else if (evaluation_needs_equal_steps()) {
-    copy->set_sampler(std::make_shared<DistributedSampler>(n, topology.world_size, topology.global_rank,
-                                                           /*shuffle=*/false, loader->seed(), /*drop_last=*/false));
-  } else {
-    copy->set_sampler(std::make_shared<UnpaddedDistributedSampler>(n, topology.world_size, topology.global_rank));
-  }
-  return copy;
+void Strategy::set_checkpoint_io(std::shared_ptr<CheckpointIO> checkpoint_io) {
+  check<ConfigurationError>(checkpoint_io != nullptr, "Strategy::set_checkpoint_io: expected a CheckpointIO, got nullptr");
+  checkpoint_io_ = std::move(checkpoint_io);
 }
 
-Batch Strategy::batch_to_device(const Batch& batch) const { return precision().convert_input(batch.to(root_device())); }
+std::map<std::string, double> Strategy::metrics() const {
+  return precision_ ? precision_->metrics() : std::map<std::string, double>{};
+}
 
 torch::Tensor Strategy::run_step(RunningStage stage, torch::nn::Module& module, const Batch& batch,
                                  const StepFunction& step) {
-  auto context = forward_context(stage);
+  auto context = placement_->forward_context(stage);
   return step(module, batch);
 }
 
-ScopeGuard Strategy::forward_context(RunningStage stage) { return precision().forward_context(); }
-
 void Strategy::backward(const torch::Tensor& loss) {
-  pre_backward(loss);
+  gradients_->pre_backward(loss);
   precision().backward(loss);
-  post_backward(loss);
+  gradients_->post_backward(loss);
 }
 
 bool Strategy::optimizer_step(torch::optim::Optimizer& optimizer,
@@ -80,39 +93,26 @@ bool Strategy::optimizer_step(torch::optim::Optimizer& optimizer,
 
 void Strategy::after_optimizer_steps(int64_t global_step) { precision().update(); }
 
-namespace {
-
-std::vector<torch::Tensor> parameters_with_grad(torch::optim::Optimizer& optimizer) {
-  std::vector<torch::Tensor> params;
-  for (auto& group : optimizer.param_groups()) {
-    for (auto& p : group.params()) {
-      if (p.grad().defined()) params.push_back(p);
-    }
-  }
-  return params;
-}
-
-}  // namespace
-
-void Strategy::zero_grad(torch::optim::Optimizer& optimizer) {
-  for (auto& group : optimizer.param_groups()) {
-    for (auto& p : group.params()) {
-      if (p.grad().defined()) p.mutable_grad().reset();
-    }
-  }
-}
-
-double Strategy::clip_gradients_norm(torch::optim::Optimizer& optimizer, double max_norm,
-                                     double norm_type) {
+double Strategy::clip_gradients_norm(torch::optim::Optimizer& optimizer, double max_norm, double norm_type) {
   precision().unscale_gradients(optimizer);  // once per step: inside optimizer_step it already ran
-  // Over every rank's shard, each parameter counted once.
-  if (auto* sharded = dynamic_cast<ShardedOptimizer*>(&optimizer)) return sharded->clip_grad_norm(max_norm, norm_type);
-  return torch::nn::utils::clip_grad_norm_(parameters_with_grad(optimizer), max_norm, norm_type);
+  return gradients_->clip_norm(optimizer, max_norm, norm_type);
 }
 
 void Strategy::clip_gradients_value(torch::optim::Optimizer& optimizer, double clip_value) {
   precision().unscale_gradients(optimizer);
-  torch::nn::utils::clip_grad_value_(parameters_with_grad(optimizer), clip_value);
+  gradients_->clip_value(optimizer, clip_value);
+}
+
+void Strategy::save_checkpoint(const StateDict& checkpoint, const std::filesystem::path& path) {
+  save_checkpoint_files(*collectives_, *checkpoint_io_, checkpointing_->layout(), checkpoint, path);
+}
+
+StateDict Strategy::load_checkpoint(const std::filesystem::path& path) const {
+  return load_checkpoint_files(*collectives_, *checkpoint_io_, path);
+}
+
+void Strategy::remove_checkpoint(const std::filesystem::path& path) {
+  remove_checkpoint_files(*collectives_, *checkpoint_io_, path);
 }
 
 }  // namespace volt

@@ -1,9 +1,9 @@
 #pragma once
-// The first of the Strategy's three seams (strategy.h): who this process is among the run's
-// processes and where it computes, and the collectives the Trainer, its loops and callbacks use:
+// A part of the Strategy (strategy.h), and all that callbacks need of it: who this process is
+// among the run's processes, and the collectives the Trainer, its loops and callbacks use:
 // reducing a logged metric, agreeing on a decision (stop, save), a barrier. On one process every
-// collective is the identity; a distributed strategy overrides them over its Communicator
-// (ParallelStrategy).
+// collective is the identity; a distributed strategy holds one over its Communicator
+// (communicator_collectives.h).
 //
 // Every method marked [collective] must be called by every rank at the same point.
 #include <torch/torch.h>
@@ -24,7 +24,7 @@ class StrategyCollectives {
 
   virtual ProcessTopology topology() const { return {}; }
   bool is_global_zero() const { return topology().global_rank == 0; }
-  // The device this process computes on; tensors handed to a collective live there.
+  // Where tensors handed to a collective must live (the communicator's device).
   virtual torch::Device root_device() const { return torch::kCPU; }
 
   virtual torch::Tensor all_reduce(const torch::Tensor& value, ReduceOp op) { return value; }  // [collective]

@@ -10,6 +10,7 @@
 #include "strategies/rank_gather.h"
 #include "trainer/trainer.h"
 #include "trainer/training_state.h"
+#include "trainer/trainer_internals.h"
 
 namespace volt {
 namespace {
@@ -31,27 +32,27 @@ StateDict CheckpointConnector::dump(bool weights_only) {
   check<ConfigurationError>(state_.module != nullptr, "Trainer::save_checkpoint: no model is attached; call it during "
                                                   "or after fit, validate, test or predict");
   Module& module = *state_.module;
-  Strategy& strategy = t.strategy();
-  const auto layout = strategy.checkpoint_layout();
+  Strategy& strategy = TrainerInternals::strategy(t);
+  const auto layout = strategy.checkpointing().layout();
   const auto topology = strategy.topology();
 
   StateDict checkpoint = checkpoint_header(strategy, layout);
   checkpoint.set("weights_only", weights_only);
   checkpoint.set("epoch", state_.progress.epoch);
   checkpoint.set("global_step", state_.progress.global_step);
-  checkpoint.set("state_dict", strategy.model_state_dict(module, layout));
+  checkpoint.set("state_dict", strategy.checkpointing().model_state_dict(module, layout));
   StateDict hparams;
   for (const auto& [name, value] : module.hparams()) hparams.set(name, to_ivalue(value));
   checkpoint.set("hyper_parameters", hparams);
   StateDict strategy_section;
   strategy_section.set("name", strategy.name());
   strategy_section.set("world_size", topology.world_size);
-  if (!weights_only) strategy_section.set("state", strategy.strategy_state_dict(layout));
+  if (!weights_only) strategy_section.set("state", strategy.checkpointing().strategy_state_dict(layout));
   checkpoint.set("strategy", strategy_section);
 
   if (!weights_only) {
     c10::impl::GenericList optimizers(c10::AnyType::get());
-    for (auto& optimizer : state_.optimizers) optimizers.push_back(strategy.optimizer_state_dict(*optimizer, layout).to_ivalue());
+    for (auto& optimizer : state_.optimizers) optimizers.push_back(strategy.checkpointing().optimizer_state_dict(*optimizer, layout).to_ivalue());
     checkpoint.set("optimizer_states", optimizers);
     c10::impl::GenericList schedulers(c10::AnyType::get());
     for (const auto& config : state_.schedulers) schedulers.push_back(config.scheduler->state_dict().to_ivalue());
@@ -104,7 +105,7 @@ StateDict CheckpointConnector::dump_fit_loop() {
   fit_loop.set("accumulate_grad_batches", state_.accumulate_grad_batches);
   fit_loop.set("accumulate_grad_batches_option", t.options().accumulate_grad_batches);
   fit_loop.set("num_training_batches", state_.num_training_batches);
-  const auto topology = t.strategy().topology();
+  const auto topology = TrainerInternals::strategy(t).topology();
   if (state_.train_loader) fit_loop.set("train_data", train_data_state(*state_.train_loader, topology.world_size));
   // What has been logged: the open epoch's aggregates, and the values callbacks monitor.
   if (state_.train_collector.stage() == RunningStage::Training) fit_loop.set("train_metrics", state_.train_collector.state_dict());
@@ -114,7 +115,7 @@ StateDict CheckpointConnector::dump_fit_loop() {
   // Inside an accumulation window the gradients accumulated so far are part of the state: the
   // step at the window's end needs them. The strategy knows where they live.
   if (p.window_micro_batches > 0 && p.window_has_backward) {
-    const StateDict section = t.strategy().accumulated_gradients(*state_.module, t.strategy().checkpoint_layout());
+    const StateDict section = TrainerInternals::strategy(t).checkpointing().accumulated_gradients(*state_.module, TrainerInternals::strategy(t).checkpointing().layout());
     for (const auto& key : section.keys()) fit_loop.set(key, section.at(key));
   }
   return fit_loop;
@@ -122,7 +123,7 @@ StateDict CheckpointConnector::dump_fit_loop() {
 
 void CheckpointConnector::restore(const StateDict& checkpoint, const std::string& source) {
   Trainer& t = trainer_;
-  check_checkpoint_readable(checkpoint, t.strategy(), source);
+  check_checkpoint_readable(checkpoint, TrainerInternals::strategy(t), source);
   state_.module->on_load_checkpoint(checkpoint);
   restore_model(checkpoint, source);
   if (state_.fn != TrainerFn::Fitting) return;
@@ -139,7 +140,7 @@ void CheckpointConnector::restore(const StateDict& checkpoint, const std::string
 
 void CheckpointConnector::restore_model(const StateDict& checkpoint, const std::string& source) {
   Trainer& t = trainer_;
-  t.strategy().load_model_state_dict(*state_.module, checkpoint.child("state_dict"), checkpoint_layout_of(checkpoint), /*strict=*/true,
+  TrainerInternals::strategy(t).checkpointing().load_model_state_dict(*state_.module, checkpoint.child("state_dict"), checkpoint_layout_of(checkpoint), /*strict=*/true,
                                      source);
 }
 
@@ -167,7 +168,7 @@ void CheckpointConnector::restore_callbacks(const StateDict& checkpoint) {
 
 void CheckpointConnector::restore_training_state(const StateDict& checkpoint, const std::string& source) {
   Trainer& t = trainer_;
-  Strategy& strategy = t.strategy();
+  Strategy& strategy = TrainerInternals::strategy(t);
   const auto layout = checkpoint_layout_of(checkpoint);
 
   const auto precision = checkpoint.child("precision");
@@ -185,7 +186,7 @@ void CheckpointConnector::restore_training_state(const StateDict& checkpoint, co
                          "; it must build the same optimizers as the run that wrote the checkpoint");
   const ParameterNamer name_of = parameter_namer(*state_.module);
   for (size_t i = 0; i < state_.optimizers.size(); ++i) {
-    strategy.load_optimizer_state_dict(*state_.optimizers[i],
+    strategy.checkpointing().load_optimizer_state_dict(*state_.optimizers[i],
                                        StateDict::from_ivalue(optimizers.toListRef()[i], source + " optimizer " + std::to_string(i)),
                                        layout, source + ", optimizer " + std::to_string(i), name_of);
   }
@@ -204,7 +205,7 @@ void CheckpointConnector::restore_training_state(const StateDict& checkpoint, co
   const auto strategy_section = checkpoint.child("strategy");
   const auto strategy_state = strategy_section.contains("state") ? strategy_section.child("state") : StateDict();
   if (strategy_section.get_string("name") == strategy.name()) {
-    strategy.load_strategy_state_dict(strategy_state, layout);
+    strategy.checkpointing().load_strategy_state_dict(strategy_state, layout);
   } else if (!strategy_state.empty()) {
     warn(t, source + " was written by strategy '" + strategy_section.get_string("name") + "', this run uses '" +
                 strategy.name() + "': that strategy's own state is not restored");
@@ -215,12 +216,12 @@ void CheckpointConnector::restore_training_state(const StateDict& checkpoint, co
 c10::IValue CheckpointConnector::gather_rng_states() {
   // The CPU generator's state and, on CUDA, that of this rank's device: what a rank's random
   // numbers come from (ranks may be seeded differently).
-  Strategy& strategy = trainer_.strategy();
+  Strategy& strategy = TrainerInternals::strategy(trainer_);
   const auto device = strategy.root_device();
-  const auto cpu = gather_from_ranks(strategy, rng_state_dict().get_tensor("torch"));
+  const auto cpu = gather_from_ranks(strategy.collectives(), rng_state_dict().get_tensor("torch"));
   std::vector<torch::Tensor> cuda;
   if (device.is_cuda()) {
-    cuda = gather_from_ranks(strategy, at::globalContext().defaultGenerator(device).get_state());
+    cuda = gather_from_ranks(strategy.collectives(), at::globalContext().defaultGenerator(device).get_state());
   }
   std::vector<StateDict> per_rank(cpu.size());
   for (size_t r = 0; r < cpu.size(); ++r) {
@@ -231,7 +232,7 @@ c10::IValue CheckpointConnector::gather_rng_states() {
 }
 
 StateDict CheckpointConnector::rng_state_for_this_rank(const StateDict& checkpoint, const std::string& source) {
-  const auto topology = trainer_.strategy().topology();
+  const auto topology = TrainerInternals::strategy(trainer_).topology();
   StateDict states = checkpoint.child("rng_states");
   if (!checkpoint.contains("rng_states_per_rank")) {
     if (topology.world_size > 1 && checkpoint_layout_of(checkpoint) == CheckpointLayout::Full) {
@@ -280,7 +281,7 @@ void CheckpointConnector::restore_fit_loop(const StateDict& fit_loop, const std:
     }
     if (fit_loop.contains("train_data") && state_.train_loader) {
       for (auto& change : train_data_differences(fit_loop.child("train_data"),
-                                                 train_data_state(*state_.train_loader, t.strategy().topology().world_size))) {
+                                                 train_data_state(*state_.train_loader, TrainerInternals::strategy(t).topology().world_size))) {
         changes.push_back(std::move(change));
       }
     }
@@ -299,7 +300,7 @@ void CheckpointConnector::restore_fit_loop(const StateDict& fit_loop, const std:
     for (const auto& name : metrics.keys()) state_.callback_metrics[name] = metrics.get_double(name);
   }
   // The gradients of an open accumulation window (none: the window is empty).
-  t.strategy().load_accumulated_gradients(*state_.module, fit_loop, source);
+  TrainerInternals::strategy(t).checkpointing().load_accumulated_gradients(*state_.module, fit_loop, source);
 }
 
 }  // namespace volt

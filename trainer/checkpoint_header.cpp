@@ -40,7 +40,7 @@ void check_checkpoint_readable(const StateDict& checkpoint, const Strategy& stra
     const auto shard = checkpoint.child("shard");
     const auto writer = checkpoint.child("strategy").get_string("name");
     const auto topology = strategy.topology();
-    check<CheckpointError>(strategy.checkpoint_layout() == CheckpointLayout::Sharded && writer == strategy.name() &&
+    check<CheckpointError>(strategy.checkpointing().layout() == CheckpointLayout::Sharded && writer == strategy.name() &&
                                shard.get_int("world_size") == topology.world_size,
                            source, ": a sharded checkpoint written by strategy '", writer, "' with ",
                            shard.get_int("world_size"), " ranks; this run uses '", strategy.name(), "' with ",

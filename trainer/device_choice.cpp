@@ -9,27 +9,45 @@
 
 namespace volt {
 
-torch::Device choose_device(const std::string& accelerator, const ProcessTopology& topology,
-                            int64_t visible_cuda_devices) {
+std::vector<torch::Device> choose_devices(const std::string& accelerator, const ProcessTopology& topology,
+                                          int64_t visible_cuda_devices, int64_t devices_per_process) {
   check<ConfigurationError>(accelerator == "cpu" || accelerator == "cuda" || accelerator == "auto",
                             "--accelerator: expected cpu, cuda or auto, got '", accelerator, "'");
+  VOLT_INTERNAL_ASSERT(devices_per_process >= 1, "a process drives at least one device, got ", devices_per_process);
   const bool cuda = accelerator == "cuda" || (accelerator == "auto" && visible_cuda_devices > 0);
-  if (!cuda) return torch::kCPU;
-  const auto index = topology.local_rank;
-  const std::string which = "this process (local rank " + std::to_string(index) + " of " +
-                            std::to_string(topology.local_world_size) + " on its node) computes on cuda:" +
-                            std::to_string(index);
+  if (!cuda) return std::vector<torch::Device>(static_cast<size_t>(devices_per_process), torch::kCPU);
+  const auto first = topology.local_rank * devices_per_process;
+  const auto needed = topology.local_world_size * devices_per_process;
+  const std::string which =
+      "this process (local rank " + std::to_string(topology.local_rank) + " of " +
+      std::to_string(topology.local_world_size) + " on its node) computes on cuda:" + std::to_string(first) +
+      (devices_per_process > 1 ? " to cuda:" + std::to_string(first + devices_per_process - 1) : std::string());
   check<NotSupportedError>(visible_cuda_devices > 0, "--accelerator cuda: LibTorch sees no CUDA device",
                            compat::kBuiltWithCuda ? "" : " (this LibTorch is CPU-only)", "; ", which,
                            ". Use --accelerator cpu, or run where CUDA devices are visible");
-  check<ConfigurationError>(topology.local_world_size <= visible_cuda_devices, "--accelerator ", accelerator,
-                            ": ", topology.local_world_size, " processes per node need a CUDA device each (local rank "
-                            "r computes on cuda:r), but this process sees ", visible_cuda_devices, "; ", which,
-                            ". Start at most ", visible_cuda_devices, " processes per node (--devices ",
-                            visible_cuda_devices, "), make more devices visible to every process "
-                            "(CUDA_VISIBLE_DEVICES lists the node's GPUs for each local rank alike), or use "
-                            "--accelerator cpu");
-  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
+  const std::string need =
+      devices_per_process == 1
+          ? std::to_string(topology.local_world_size) + " processes per node need a CUDA device each (local rank r "
+                                                        "computes on cuda:r)"
+          : std::to_string(topology.local_world_size) + " processes per node × " + std::to_string(devices_per_process) +
+                " devices each need " + std::to_string(needed) + " CUDA devices (local rank r computes on cuda:r·" +
+                std::to_string(devices_per_process) + " onwards)";
+  check<ConfigurationError>(needed <= visible_cuda_devices, "--accelerator ", accelerator, ": ", need,
+                            ", but this process sees ", visible_cuda_devices, "; ", which, ". Start at most ",
+                            visible_cuda_devices / devices_per_process, " processes per node (--devices ",
+                            visible_cuda_devices / devices_per_process * devices_per_process,
+                            "), make more devices visible to every process (CUDA_VISIBLE_DEVICES lists the node's "
+                            "GPUs for each local rank alike), or use --accelerator cpu");
+  std::vector<torch::Device> devices;
+  for (int64_t i = 0; i < devices_per_process; ++i) {
+    devices.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>(first + i));
+  }
+  return devices;
+}
+
+torch::Device choose_device(const std::string& accelerator, const ProcessTopology& topology,
+                            int64_t visible_cuda_devices) {
+  return choose_devices(accelerator, topology, visible_cuda_devices, 1).front();
 }
 
 void make_current_device(const torch::Device& device) {

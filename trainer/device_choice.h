@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "distributed/process_topology.h"
 
@@ -23,6 +24,11 @@ namespace volt {
 // unknown accelerator; each message names this process's device and what to do.
 torch::Device choose_device(const std::string& accelerator, const ProcessTopology& topology,
                             int64_t visible_cuda_devices);
+// The same for a process that drives `devices_per_process` devices (a strategy that replicates
+// the model inside its process, Placement::devices_per_process): local rank r computes on
+// cuda:r·k to cuda:r·k+k-1, the first being its root device; on the CPU, k times the CPU.
+std::vector<torch::Device> choose_devices(const std::string& accelerator, const ProcessTopology& topology,
+                                          int64_t visible_cuda_devices, int64_t devices_per_process);
 
 // Makes `device` the calling thread's current CUDA device (c10::cuda::set_device), so that
 // whatever allocates on "the current device" (NCCL's communicators and streams, CUDA's caching

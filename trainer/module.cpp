@@ -3,6 +3,7 @@
 #include "trainer/loops/loop_hooks.h"
 #include "trainer/loops/loop_state.h"
 #include "trainer/trainer.h"
+#include "trainer/trainer_internals.h"
 
 namespace volt {
 
@@ -59,12 +60,12 @@ std::optional<double> Module::clip_gradients(ManualOptimizer& optimizer, double 
                                              GradientClipAlgorithm algorithm) {
   require_manual_optimization(loop_state_, *this, "clip_gradients");
   check<ConfigurationError>(clip_val > 0, "clip_gradients: expected clip_val > 0, got ", clip_val);
-  return volt::clip_gradients(trainer_->strategy(), optimizer.optimizer(), clip_val, algorithm);
+  return volt::clip_gradients(TrainerInternals::strategy(*trainer_), optimizer.optimizer(), clip_val, algorithm);
 }
 
 ScopeGuard Module::no_sync() {
   require_manual_optimization(loop_state_, *this, "no_sync");
-  return trainer_->strategy().no_sync();
+  return TrainerInternals::strategy(*trainer_).gradients().no_sync();
 }
 
 void Module::log(const std::string& name, const torch::Tensor& value, const LogOptions& options) {
@@ -75,6 +76,15 @@ void Module::log(const std::string& name, const torch::Tensor& value, const LogO
 
 void Module::log(const std::string& name, double value, const LogOptions& options) {
   log(name, torch::scalar_tensor(value, torch::kDouble), options);
+}
+
+Module& TrainerInternals::step_module(torch::nn::Module& given, Module& running) {
+  if (&given == &running) return running;
+  auto* replica = dynamic_cast<Module*>(&given);
+  VOLT_INTERNAL_ASSERT(replica != nullptr, "the strategy handed a step a module that is not a volt::Module");
+  replica->trainer_ = running.trainer_;
+  replica->loop_state_ = running.loop_state_;
+  return *replica;
 }
 
 }  // namespace volt

@@ -98,6 +98,7 @@ class Module : public torch::nn::Module {
 
  private:
   friend class Trainer;
+  friend struct TrainerInternals;
   // Set by the Trainer for the duration of fit/validate/test/predict: who runs this module, and
   // the loop state whose active metric collector log() feeds.
   Trainer* trainer_ = nullptr;

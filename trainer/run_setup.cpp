@@ -4,6 +4,7 @@
 #include "core/malloc_tuning.h"
 #include "distributed/process_launcher.h"
 #include "strategies/strategy_registry.h"
+#include "core/option_spec.h"
 #include "trainer/device_choice.h"
 
 namespace volt {
@@ -15,15 +16,28 @@ RunPlacement::~RunPlacement() = default;
 
 RunPlacement resolve_run(const TrainerOptions& options, TrainerComponents components, const std::string& who) {
   RunPlacement placement;
-  placement.cluster =
-      make_cluster_environment(options.cluster_environment, current_environment(), options.cluster_request());
+  // A named strategy is built first: it declares how many of the node's devices one process
+  // drives (Placement::devices_per_process), which decides how many processes the node runs.
+  // "auto" picks by the number of processes, so it is resolved after them (one device each).
+  const bool automatic = !components.strategy && parse_named_spec(options.strategy, "--strategy").name == "auto";
+  if (!components.strategy && !automatic) components.strategy = strategy_registry().create(options.strategy);
+  const int64_t per_process =
+      components.strategy ? components.strategy->placement().devices_per_process(options.devices) : 1;
+  check<ConfigurationError>(per_process >= 1 && options.devices % per_process == 0, "--strategy ",
+                            components.strategy ? components.strategy->name() : options.strategy,
+                            ": drives ", per_process, " device(s) per process, which does not divide --devices ",
+                            options.devices, "; ask for a multiple of ", per_process, " devices");
+  auto request = options.cluster_request();
+  request.devices = options.devices / per_process;  // processes per node
+  placement.cluster = make_cluster_environment(options.cluster_environment, current_environment(), request);
   const auto& topology = placement.cluster->topology();
   const std::string origin = std::to_string(topology.local_world_size) + " per node × " +
                              std::to_string(topology.num_nodes) + " node(s) from the " +
                              placement.cluster->name() + " cluster environment";
-  if (!components.strategy) components.strategy = create_strategy(options.strategy, topology.world_size, origin);
+  if (automatic) components.strategy = create_strategy(options.strategy, topology.world_size, origin);
   check_strategy_fits(*components.strategy, topology.world_size, origin);
-  placement.device = choose_device(options.accelerator, topology, torch::cuda::device_count());
+  placement.devices = choose_devices(options.accelerator, topology, torch::cuda::device_count(), per_process);
+  placement.device = placement.devices.front();
   placement.launcher = components.launcher;
   if (placement.launcher == nullptr && !placement.cluster->creates_processes_externally() &&
       topology.local_world_size > 1) {
@@ -44,17 +58,18 @@ RunPlacement resolve_run(const TrainerOptions& options, TrainerComponents compon
   return placement;
 }
 
-CpuThreads setup_run_environment(Strategy& strategy, const std::shared_ptr<const ClusterEnvironment>& cluster,
-                           const torch::Device& device, ProcessLauncher* launcher, const TrainerOptions& options) {
+CpuThreads setup_run_environment(Strategy& strategy, const RunPlacement& placement, const TrainerOptions& options) {
+  const auto& cluster = placement.cluster;
   StrategyEnvironment environment;
   // Before the process group exists: NCCL creates its communicator on the current device.
-  make_current_device(device);
-  environment.device = device;
-  environment.devices = cluster->topology().local_world_size;
+  make_current_device(placement.device);
+  environment.device = placement.device;
+  environment.devices = placement.devices;
+  environment.processes_per_node = cluster->topology().local_world_size;
   environment.num_nodes = cluster->topology().num_nodes;
   environment.timeout = options.timeout;
   environment.cluster = cluster;
-  environment.launcher = launcher;
+  environment.launcher = placement.launcher;
   const auto threads = configure_cpu_threads({.processes_per_node = cluster->topology().local_world_size,
                                               .threads = options.threads,
                                               .blas_threads = options.blas_threads});

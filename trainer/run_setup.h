@@ -38,6 +38,7 @@ struct RunPlacement {
   ProcessLauncher* launcher = nullptr;           // the caller's, or owned_launcher's
   std::shared_ptr<const ClusterEnvironment> cluster;
   torch::Device device = torch::kCPU;            // cuda:<local rank> or the CPU (device_choice.h)
+  std::vector<torch::Device> devices{torch::kCPU};  // every device this process drives, `device` first
   std::shared_ptr<Strategy> strategy;            // holding the precision
 
   RunPlacement();
@@ -46,7 +47,9 @@ struct RunPlacement {
   ~RunPlacement();
 };
 
-// Resolves `options` (validated by the caller) and `components` into a placement. `who` ("Trainer",
+// Resolves `options` (validated by the caller) and `components` into a placement: the strategy
+// first (unless "auto"), whose devices_per_process sets how many processes a node runs, then the
+// cluster environment, then this process's devices. `who` ("Trainer",
 // "Fabric") names the caller in errors. Throws ConfigurationError for an unknown strategy or
 // precision, a strategy that cannot run the cluster's number of processes, or a given precision
 // that is not the one options.precision names.
@@ -55,7 +58,6 @@ RunPlacement resolve_run(const TrainerOptions& options, TrainerComponents compon
 // Sets up the strategy's environment: the current device, CPU threads, malloc tuning, then
 // Strategy::setup_environment (process group; volt's launcher starts the other local ranks
 // there). Returns the CPU threads in effect. [collective]
-CpuThreads setup_run_environment(Strategy& strategy, const std::shared_ptr<const ClusterEnvironment>& cluster,
-                           const torch::Device& device, ProcessLauncher* launcher, const TrainerOptions& options);
+CpuThreads setup_run_environment(Strategy& strategy, const RunPlacement& placement, const TrainerOptions& options);
 
 }  // namespace volt

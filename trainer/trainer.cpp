@@ -55,18 +55,14 @@ Trainer::Trainer(TrainerOptions options, ProcessLauncher& launcher)
 
 Trainer::Trainer(TrainerOptions options, TrainerComponents components)
     : options_(std::move(options)),
-      state_([this](const torch::Tensor& value, ReduceOp op) { return strategy_->all_reduce(value, op); }) {
+      state_([this](const torch::Tensor& value, ReduceOp op) { return strategy_->collectives().all_reduce(value, op); }) {
   options_.validate();
   // Seeded now as well as at the start of each run: a module built after the Trainer (the
   // order LightningCLI uses: seed_everything, then the model) starts from weights the seed decides.
   if (options_.seed) seed_everything(*options_.seed);
   // Everything about processes is decided now, so that a mismatch fails here, not mid-run.
-  RunPlacement placement = resolve_run(options_, std::move(components), "Trainer");
-  cluster_ = std::move(placement.cluster);
-  device_ = placement.device;
-  launcher_ = placement.launcher;
-  owned_launcher_ = std::move(placement.owned_launcher);
-  strategy_ = std::move(placement.strategy);
+  placement_ = resolve_run(options_, std::move(components), "Trainer");
+  strategy_ = placement_.strategy;
   init();
 }
 
@@ -123,7 +119,7 @@ void Trainer::setup(TrainerFn fn, const std::shared_ptr<Module>& module,
   module->trainer_ = this;
   module->loop_state_ = &state_;
   if (!environment_ready_) {
-    cpu_threads_ = setup_run_environment(*strategy_, cluster_, device_, launcher_, options_);
+    cpu_threads_ = setup_run_environment(*strategy_, placement_, options_);
     environment_ready_ = true;
     agree_on_logger_versions();
   }
@@ -241,7 +237,7 @@ void Trainer::fit(std::shared_ptr<Module> module, std::shared_ptr<DataLoader> tr
 
 std::shared_ptr<DataLoader> Trainer::prepare_loader(const std::shared_ptr<DataLoader>& loader,
                                                     RunningStage stage) const {
-  return strategy_->distribute_loader(DataLoader::with_default_seed(loader, options_.seed.value_or(0)), stage);
+  return strategy_->placement().distribute_loader(DataLoader::with_default_seed(loader, options_.seed.value_or(0)), stage);
 }
 
 void Trainer::fit(std::shared_ptr<Module> module, std::shared_ptr<DataModule> data,
@@ -314,7 +310,7 @@ void Trainer::agree_on_logger_versions() {
   if (strategy_->topology().world_size == 1) return;
   for (auto& logger : loggers_) {
     const int64_t mine = strategy_->is_global_zero() ? logger->version() : 0;
-    const int64_t chosen = strategy_->broadcast(torch::tensor({mine}, torch::kLong), 0).item<int64_t>();
+    const int64_t chosen = strategy_->collectives().broadcast(torch::tensor({mine}, torch::kLong), 0).item<int64_t>();
     if (!strategy_->is_global_zero()) logger->set_version(chosen);
   }
 }

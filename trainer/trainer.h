@@ -116,14 +116,18 @@ class Trainer {
 
   const std::vector<std::shared_ptr<Callback>>& callbacks() const { return callbacks_; }
   const std::vector<std::shared_ptr<Logger>>& loggers() const { return loggers_; }
-  Strategy& strategy() const { return *strategy_; }
+  // The strategy, read-only: its name, topology, metrics, precision. Callbacks reach the other
+  // ranks through collectives(); changing the strategy is the Trainer's own loops' business
+  // (trainer_internals.h).
+  const Strategy& strategy() const { return *strategy_; }
+  StrategyCollectives& collectives() const { return strategy_->collectives(); }
   // Who started the processes of this run and where they meet (torchelastic, slurm, mpi, volt).
-  const ClusterEnvironment& cluster_environment() const { return *cluster_; }
+  const ClusterEnvironment& cluster_environment() const { return *placement_.cluster; }
   // The strategy's (it holds the precision).
   Precision& precision() const { return strategy_->precision(); }
   // The device this process computes on: cuda:<local rank> with CUDA, else the CPU
   // (trainer/device_choice.h); chosen at construction, the strategy's root_device() once set up.
-  torch::Device root_device() const { return device_; }
+  torch::Device root_device() const { return placement_.device; }
   // The CPU threads this process computes with (core/cpu_threads.h), set when the first run starts;
   // ModelSummary prints them.
   const CpuThreads& cpu_threads() const { return cpu_threads_; }
@@ -137,6 +141,7 @@ class Trainer {
   void log_metrics(const std::map<std::string, double>& metrics);
 
  private:
+  friend struct TrainerInternals;
   // Loggers and callbacks from the options.
   void init();
   // Everything before a loop runs: environment (once), module attach, device, optimizers.
@@ -161,14 +166,11 @@ class Trainer {
   void agree_on_logger_versions();
 
   TrainerOptions options_;
-  std::shared_ptr<const ClusterEnvironment> cluster_;  // resolved at construction
-  // This process's device: cuda:<local rank> or the CPU (device_choice.h), chosen at construction.
-  torch::Device device_ = torch::kCPU;
+  // The cluster environment, this process's devices, the launcher and the strategy, resolved at
+  // construction (run_setup.h); it owns the launcher, which outlives the strategy.
+  RunPlacement placement_;
   CpuThreads cpu_threads_;
-  // The launcher strategies start local ranks with: the caller's, or owned_launcher_.
-  ProcessLauncher* launcher_ = nullptr;
-  std::unique_ptr<ProcessLauncher> owned_launcher_;
-  std::shared_ptr<Strategy> strategy_;
+  std::shared_ptr<Strategy> strategy_;  // placement_.strategy
   std::vector<std::shared_ptr<Callback>> callbacks_;
   std::vector<std::shared_ptr<Logger>> loggers_;
   bool environment_ready_ = false;

@@ -1,12 +1,9 @@
 #include "strategies/ddp/ddp_strategy.h"
 
-#include "checkpoint/module_state.h"
-#include "checkpoint/optimizer_state.h"
-#include "checkpoint/per_rank_entries.h"
 #include "core/error.h"
 #include "strategies/shared_strategy_options.h"
 #include "core/registry.h"
-#include "core/warning.h"
+#include "strategies/ddp/ddp_checkpoint_state.h"
 #include "strategies/ddp/hooks/compression_wrapper.h"
 #include "strategies/sharded/oss.h"
 
@@ -73,6 +70,11 @@ DDPStrategy::DDPStrategy(DDPOptions options, std::shared_ptr<const ddp::CommHook
                             "' that options.comm_hook names, got '", comm_hook->name(),
                             "'; set options.comm_hook to '", comm_hook->name(), "'");
   comm_hook_spec_ = comm_hook;
+  gradients_ = std::make_shared<ReducerSynchronization>(*this, options_.gradient_as_bucket_view);
+  buffers_ = std::make_shared<BufferBroadcastPlacement>(*this, options_.broadcast_buffers);
+  hold(gradients_);
+  hold(buffers_);
+  hold(std::make_shared<DdpCheckpointState>(*this, options_.state_dict_type));
   make_hook_ = [this](Communicator& communicator) {
     return comm_hook_spec_->make(communicator, comm_hook_spec_->on_topology() ? &node_topology() : nullptr);
   };
@@ -158,6 +160,8 @@ void DDPStrategy::wrap_module(torch::nn::Module& module) {
   const auto* on_topology = comm_hook_spec_->on_topology();
   if (on_topology) build_topology(on_topology->node_size);
   reducer_->set_comm_hook(build_hook());
+  gradients_->attach(reducer_.get());
+  buffers_->attach(&module);
   if (on_topology && on_topology->make_averager) averager_ = on_topology->make_averager(node_topology());
 }
 
@@ -170,6 +174,8 @@ void DDPStrategy::synchronize_models(int64_t global_step) {
 }
 
 void DDPStrategy::teardown() {
+  gradients_->attach(nullptr);
+  buffers_->attach(nullptr);
   averager_.reset();
   reducer_.reset();
   optimizers_.clear();
@@ -181,146 +187,6 @@ ddp::Reducer& DDPStrategy::reducer() const {
   VOLT_INTERNAL_ASSERT(reducer_ != nullptr, "ddp: the reducer is used before setup_module()");
   return *reducer_;
 }
-
-ScopeGuard DDPStrategy::no_sync() {
-  auto& r = reducer();
-  const bool previous = r.require_sync();
-  r.set_require_sync(false);
-  return ScopeGuard([&r, previous] { r.set_require_sync(previous); });
-}
-
-ScopeGuard DDPStrategy::forward_context(RunningStage stage) {
-  // Only training forwards: evaluation loaders are split unevenly (each sample once), so ranks
-  // may run different numbers of evaluation steps and a collective there could wait forever.
-  if (stage == RunningStage::Training && options_.broadcast_buffers && module_ != nullptr) {
-    broadcast_module_buffers(*module_);
-  }
-  return ParallelStrategy::forward_context(stage);
-}
-
-void DDPStrategy::zero_grad(torch::optim::Optimizer& optimizer) {
-  if (!options_.gradient_as_bucket_view) return ParallelStrategy::zero_grad(optimizer);
-  // The gradients are the bucket buffers' views: zero them in place, never drop them.
-  torch::NoGradGuard no_grad;
-  for (auto& group : optimizer.param_groups()) {
-    for (auto& p : group.params()) {
-      if (p.grad().defined()) p.mutable_grad().zero_();
-    }
-  }
-}
-
-namespace {
-
-// This rank's entry of a per-rank list `key` in `state`; nullopt (after a warning on global rank
-// 0 saying what starts afresh) when the list was written by another number of ranks.
-std::optional<StateDict> entry_of_this_rank(const StateDict& state, const std::string& key, const ProcessTopology& topology,
-                                            const std::string& what_starts_afresh) {
-  auto found = per_rank_entry(state, key, topology.global_rank, topology.world_size, "ddp: the checkpoint");
-  if (!found.entry && topology.global_rank == 0) {
-    warn("ddp: the checkpoint's '" + key + "' holds " + std::to_string(found.saved_ranks) + " ranks, this run has " +
-         std::to_string(topology.world_size) + ": " + what_starts_afresh);
-  }
-  return std::move(found.entry);
-}
-
-}  // namespace
-
-StateDict DDPStrategy::strategy_state_dict(CheckpointLayout layout) {
-  StateDict section;
-  const StateDict mine = reducer().state_dict();
-  if (layout == CheckpointLayout::Sharded) {
-    section.set("reducer", mine);
-  } else if (const auto all = gather_states(mine); !all.empty()) {
-    section.set("reducer_per_rank", state_dict_list(all));
-  }
-  if (!averager_) return section;
-  if (!averager_->state_differs_per_rank() || layout == CheckpointLayout::Sharded) {
-    section.set("model_averager", averager_->state_dict());
-  } else if (const auto all = gather_states(averager_->state_dict()); !all.empty()) {
-    section.set("model_averager_per_rank", state_dict_list(all));
-  }
-  // Note [Local models in a checkpoint]: past the warm-up, ranks hold models and optimizer
-  // states of their own (each subgroup stepped with its own gradients since the last average, and
-  // optimizer state such as momentum is never averaged). A Full checkpoint's model and optimizer
-  // sections are rank 0's; every rank's goes here, so that a resumed run continues each rank's
-  // own. (A Sharded checkpoint's files already hold each rank's own.)
-  if (layout == CheckpointLayout::Full && averager_->past_warmup()) {
-    const auto all = gather_states(local_model_state());
-    if (!all.empty()) section.set("local_models_per_rank", state_dict_list(all));
-  }
-  return section;
-}
-
-void DDPStrategy::load_strategy_state_dict(const StateDict& state, CheckpointLayout layout) {
-  const auto topology = this->topology();
-  bool reducer_restored = false;
-  if (state.contains("reducer")) {
-    reducer().load_state_dict(state.child("reducer"));
-    reducer_restored = true;
-  } else if (state.contains("reducer_per_rank")) {
-    if (const auto mine = entry_of_this_rank(state, "reducer_per_rank", topology,
-                                             "buckets and the comm hook's state start afresh")) {
-      reducer().load_state_dict(*mine);
-      reducer_restored = true;
-    }
-  }
-  // The averager's step and the hook's iteration count the same windows: restored together or
-  // not at all (at another world size both start afresh, warm-up included).
-  if (averager_ && reducer_restored && state.contains("model_averager")) {
-    averager_->load_state_dict(state.child("model_averager"));
-  } else if (averager_ && reducer_restored && state.contains("model_averager_per_rank")) {
-    if (const auto mine = entry_of_this_rank(state, "model_averager_per_rank", topology, "the averager starts afresh")) {
-      averager_->load_state_dict(*mine);
-    }
-  }
-  if (!state.contains("local_models_per_rank")) return;
-  if (!averager_) {
-    if (is_global_zero()) {
-      warn("ddp: the checkpoint was written in post-local-SGD's local phase, with a model per rank; this run has no "
-           "model averager, so every rank continues from rank 0's model and optimizer state");
-    }
-    return;
-  }
-  if (const auto mine = entry_of_this_rank(state, "local_models_per_rank", topology,
-                                           "every rank continues from rank 0's model and optimizer state")) {
-    load_local_model_state(*mine);
-  }
-}
-
-StateDict DDPStrategy::local_model_state() const {
-  VOLT_INTERNAL_ASSERT(module_ != nullptr, "ddp: local_model_state() before setup_module()");
-  StateDict state;
-  state.set("state_dict", module_state_dict(*module_));
-  std::vector<StateDict> optimizers;
-  for (const auto& optimizer : optimizers_) optimizers.push_back(volt::optimizer_state_dict(*optimizer));
-  state.set("optimizer_states", state_dict_list(optimizers));
-  return state;
-}
-
-void DDPStrategy::load_local_model_state(const StateDict& state) {
-  VOLT_INTERNAL_ASSERT(module_ != nullptr, "ddp: load_local_model_state() before setup_module()");
-  const std::string source = "the checkpoint's local model of rank " + std::to_string(topology().global_rank);
-  load_module_state_dict(*module_, state.child("state_dict"), /*strict=*/true, source);
-  const auto optimizers = state.at("optimizer_states");
-  check<CheckpointError>(optimizers.isList() && optimizers.toListRef().size() == optimizers_.size(), source,
-                         " holds the state of ", optimizers.isList() ? optimizers.toListRef().size() : 0,
-                         " optimizers, this run has ", optimizers_.size(), "; build the same optimizers");
-  std::map<const void*, std::string> names;
-  for (const auto& p : module_->named_parameters()) names.emplace(p.value().unsafeGetTensorImpl(), p.key());
-  const ParameterNamer name_of = [&](const torch::Tensor& p) {
-    auto found = names.find(p.unsafeGetTensorImpl());
-    return found == names.end() ? std::string() : found->second;
-  };
-  for (size_t i = 0; i < optimizers_.size(); ++i) {
-    volt::load_optimizer_state_dict(*optimizers_[i],
-                                    StateDict::from_ivalue(optimizers.toListRef()[i], source + ", optimizer " + std::to_string(i)),
-                                    source + ", optimizer " + std::to_string(i), name_of);
-  }
-}
-
-void DDPStrategy::pre_backward(const torch::Tensor& loss) { reducer().prepare_for_backward(loss); }
-
-void DDPStrategy::post_backward(const torch::Tensor& loss) { reducer().finalize_backward(); }
 
 void register_ddp_strategies(Registry<Strategy>& registry) {
   registry.add("ddp", "distributed data parallel: bucketed all-reduce of gradients overlapped with backward",

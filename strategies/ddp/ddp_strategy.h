@@ -16,11 +16,14 @@
 // averages the parameters in after_optimizer_steps (synchronize_models).
 #include <memory>
 
+#include "strategies/averaging/local_model_checkpoint.h"
 #include "strategies/averaging/model_averager.h"
+#include "strategies/buffer_broadcast_placement.h"
 #include "strategies/ddp/comm_hook.h"
 #include "strategies/ddp/comm_hook_registry.h"
 #include "strategies/ddp/reducer.h"
 #include "strategies/parallel_strategy.h"
+#include "strategies/reducer_synchronization.h"
 #include "core/option_schema.h"
 #include "core/registry.h"
 
@@ -77,22 +80,7 @@ class DDPStrategy : public ParallelStrategy {
   // model_averaging_periods).
   void check_world_size(int64_t world_size) const override;
   void teardown() override;
-  CheckpointLayout checkpoint_layout() const override { return options_.state_dict_type; }
-  ScopeGuard no_sync() override;
-  void zero_grad(torch::optim::Optimizer& optimizer) override;
-
-  // The reducer's state (iteration count, rebuilt buckets, the comm hook's state): for Full, every
-  // rank's, gathered for global rank 0 to write ("reducer_per_rank"), since a hook's state (e.g.
-  // error feedback) differs per rank; for Sharded, this rank's ("reducer"). Restored only at the
-  // same world size; otherwise the reducer and its hook start afresh, with a warning.
-  // With a model averager (post-local-SGD, SlowMo): its state ("model_averager": the step, SlowMo's
-  // buffers; for Full, every rank's in "model_averager_per_rank" when it differs per rank) and, for Full
-  // once the local phase has begun, every rank's model and optimizer states ("local_models_per_rank":
-  // {"state_dict", "optimizer_states"} per rank), since ranks then hold different ones; the file's
-  // own "state_dict" and "optimizer_states" are rank 0's. Restored at the same world size, so that
-  // a run resumed in the local phase continues every rank's own model bit for bit. [collective]
-  StateDict strategy_state_dict(CheckpointLayout layout) override;
-  void load_strategy_state_dict(const StateDict& state, CheckpointLayout layout) override;
+  bool shards_optimizer_state() const override { return options_.shard_optimizer; }
 
   // The Communicator's counters (ParallelStrategy::metrics) plus, after a synchronized iteration,
   // what the comm hook sent then: "comm_hook/step_bytes" and "comm_hook/compression_ratio" (its
@@ -103,14 +91,13 @@ class DDPStrategy : public ParallelStrategy {
   ddp::Reducer& reducer() const;
   // The model averager the comm hook came with (post_local_sgd); nullptr without one.
   averaging::ModelAverager* model_averager() const { return averager_.get(); }
+  // This rank's module and optimizers, whose state a checkpoint of the local phase holds.
+  averaging::LocalModel local_model() const { return {module_, &optimizers_}; }
 
  protected:
   void wrap_module(torch::nn::Module& module) override;  // [collective]
-  ScopeGuard forward_context(RunningStage stage) override;  // [collective in training: buffers]
   // Gradient compression of gradients already in 16 bits (16-true, bf16-true) is refused.
   void check_precision(const Precision& precision) const override;
-  void pre_backward(const torch::Tensor& loss) override;   // [collective]
-  void post_backward(const torch::Tensor& loss) override;  // [collective]
   // Runs the model averager, if any, on the reducer's parameters. [collective at averaging steps]
   void synchronize_models(int64_t global_step) override;
   // Replaces the model averager (SlowMo installs its own); call from wrap_module.
@@ -121,10 +108,6 @@ class DDPStrategy : public ParallelStrategy {
  private:
   // The chosen hook over the communicator, inside comm_wrapper's cast when one is set.
   std::unique_ptr<ddp::CommHook> build_hook();
-  // This rank's model and optimizer states, for a checkpoint of the local phase.
-  StateDict local_model_state() const;
-  void load_local_model_state(const StateDict& state);
-
   DDPOptions options_;
   std::shared_ptr<const ddp::CommHookSpec> comm_hook_spec_;
   torch::nn::Module* module_ = nullptr;
@@ -132,6 +115,8 @@ class DDPStrategy : public ParallelStrategy {
   std::function<std::unique_ptr<ddp::CommHook>(Communicator&)> make_hook_;
   std::unique_ptr<averaging::ModelAverager> averager_;
   std::vector<std::shared_ptr<torch::optim::Optimizer>> optimizers_;
+  std::shared_ptr<ReducerSynchronization> gradients_;
+  std::shared_ptr<BufferBroadcastPlacement> buffers_;
 };
 
 // Registers `ddp`, its comm_hook extension with ddp::comm_hook_registry(), and its alias

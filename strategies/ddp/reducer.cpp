@@ -10,8 +10,8 @@
 
 namespace volt::ddp {
 
-BucketLimits ReducerOptions::limits() const {
-  BucketLimits limits;
+buckets::BucketLimits ReducerOptions::limits() const {
+  buckets::BucketLimits limits;
   limits.bucket_bytes = std::max<int64_t>(1, static_cast<int64_t>(bucket_cap_mb * 1024.0 * 1024.0));
   limits.first_bucket_bytes = std::min(limits.first_bucket_bytes, limits.bucket_bytes);
   return limits;
@@ -45,7 +45,7 @@ Reducer::Reducer(std::vector<torch::Tensor> parameters, std::vector<std::string>
     accumulators_.push_back(std::move(accumulator));
   }
   used_since_sync_.assign(parameters_.size(), 0);
-  build_buckets(reverse_registration_order(parameters_.size()));
+  build_buckets(buckets::reverse_registration_order(parameters_.size()));
 }
 
 Reducer::~Reducer() {
@@ -59,7 +59,7 @@ void Reducer::set_comm_hook(std::unique_ptr<CommHook> hook) {
 }
 
 void Reducer::build_buckets(const std::vector<size_t>& order) {
-  const auto assignment = assign_buckets(parameters_, order, options_.limits());
+  const auto assignment = buckets::assign_buckets(parameters_, order, options_.limits());
   buckets_.clear();
   location_.assign(parameters_.size(), {0, 0});
   std::vector<size_t> bucket_of(parameters_.size()), sizes;
@@ -173,7 +173,7 @@ void Reducer::prepare_for_backward(const torch::Tensor& loss) {
   }
   if (options_.gradient_as_bucket_view) attach_bucket_views();
   active_ = true;
-  if (!require_sync_) return;
+  if (!require_sync()) return;
   tracker_.reset();
   handles_.assign(buckets_.size(), CollectiveHandle());
   hook_error_ = nullptr;

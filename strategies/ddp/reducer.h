@@ -10,8 +10,9 @@
 //   finalize_backward()          after backward: reduce whatever is left, wait for every bucket
 //                                in order, leave the averaged gradients in .grad, rethrow errors
 //
-// The parts: bucket_assignment (who shares a bucket), gradient_bucket (flat buffers and views),
-// readiness_tracker (what is ready, what may launch), comm_hook (how a bucket is reduced),
+// The parts: buckets/bucket_assignment (who shares a bucket), gradient_bucket (flat buffers and
+// views), buckets/readiness_tracker (what is ready, what may launch; shared with ShardedDDP's
+// reducer), comm_hook (how a bucket is reduced),
 // unused_parameters (graph search), static_graph (first-iteration record).
 //
 // Ownership: holds the parameters' gradient accumulators (so that autograd keeps using the ones
@@ -30,10 +31,11 @@
 
 #include "core/state_dict.h"
 #include "distributed/communicator.h"
-#include "strategies/ddp/bucket_assignment.h"
+#include "strategies/backward_reducer.h"
+#include "strategies/buckets/bucket_assignment.h"
 #include "strategies/ddp/comm_hook.h"
 #include "strategies/ddp/gradient_bucket.h"
-#include "strategies/ddp/readiness_tracker.h"
+#include "strategies/buckets/readiness_tracker.h"
 #include "strategies/ddp/static_graph.h"
 
 namespace torch::autograd {
@@ -54,7 +56,7 @@ struct ReducerOptions {
   // Gradients are views into the bucket buffers: no copies, one copy of the gradients' memory.
   bool gradient_as_bucket_view = false;
 
-  BucketLimits limits() const;
+  buckets::BucketLimits limits() const;
   // Throws ConfigurationError naming the option, the value and what is allowed.
   void validate() const;
 };
@@ -74,7 +76,7 @@ struct HookTraffic {
   int64_t bucket_bytes = 0;  // bytes of the gradient buckets in their own dtype
 };
 
-class Reducer {
+class Reducer : public BackwardReducer {
  public:
   // `parameters` (dense, requiring grad) and their `names` (for messages), in registration order.
   Reducer(std::vector<torch::Tensor> parameters, std::vector<std::string> names, Communicator& communicator,
@@ -86,19 +88,16 @@ class Reducer {
   // Replaces the default AllReduceHook. Call between iterations.
   void set_comm_hook(std::unique_ptr<CommHook> hook);
   const CommHook& comm_hook() const { return *hook_; }
-  // false inside no_sync(): backward only accumulates locally.
-  void set_require_sync(bool require_sync) { require_sync_ = require_sync; }
-  bool require_sync() const { return require_sync_; }
 
   // Before a backward from `loss`. [collective: the first call after the first synchronized
   // iteration broadcasts rank 0's gradient order to rebuild the buckets]
-  void prepare_for_backward(const torch::Tensor& loss);
+  void prepare_for_backward(const torch::Tensor& loss) override;
   // After that backward: waits for every bucket's reduction and writes the averaged gradients.
   // Throws ConfigurationError for parameters that got no gradient (without
   // find_unused_parameters), after completing the reductions so that no peer hangs; rethrows
   // exceptions raised in hooks. Throws InternalError when no parameter got a gradient at all
   // (Note [Replaced gradient accumulators]). [collective]
-  void finalize_backward();
+  void finalize_backward() override;
 
   // ---- checkpoint (call between iterations)
   // What restores this reducer exactly: synchronized iterations, the gradient order its buckets
@@ -162,7 +161,7 @@ class Reducer {
   std::vector<GradientBucket> buckets_;
   std::vector<std::pair<size_t, size_t>> location_;  // parameter → (bucket, slot)
   std::vector<CollectiveHandle> handles_;            // per bucket, this iteration
-  ReadinessTracker tracker_;
+  buckets::ReadinessTracker tracker_;
   StaticGraphRecord static_record_;
   std::vector<size_t> first_gradient_order_;  // static graph's recording iteration: delayed marks
   // Per parameter: 1 when its gradient arrived since the last synchronized backward (no_sync
@@ -177,7 +176,6 @@ class Reducer {
   int64_t flag_bytes_ = 0;
   HookTraffic last_traffic_;
   std::mutex mutex_;  // hooks vs. the training thread
-  bool require_sync_ = true;
   bool active_ = false;       // between any prepare and finalize
   bool in_backward_ = false;  // between a synchronized prepare and finalize
   std::exception_ptr hook_error_;

@@ -76,7 +76,7 @@ void Reducer::load_state_dict(const StateDict& state) {
   if (rebuilt) {
     adopt_rebuilt_order(std::move(bucket_order));
   } else if (buckets_rebuilt_) {
-    build_buckets(reverse_registration_order(n));
+    build_buckets(buckets::reverse_registration_order(n));
     buckets_rebuilt_ = false;
     rebuilt_order_.clear();
     hook_->on_buckets_rebuilt(bucket_layout());

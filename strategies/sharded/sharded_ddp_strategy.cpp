@@ -21,11 +21,21 @@ const OptionSchema<ShardedDDPOptions>& ShardedDDPOptions::schema() {
   return schema;
 }
 
-ShardedDDPStrategy::ShardedDDPStrategy(ShardedDDPOptions options) : options_(options) { options_.validate(); }
+ShardedDDPStrategy::ShardedDDPStrategy(ShardedDDPOptions options)
+    : options_(options),
+      gradients_(std::make_shared<Gradients>(*this)),
+      buffers_(std::make_shared<BufferBroadcastPlacement>(*this, options_.broadcast_buffers)) {
+  options_.validate();
+  hold(gradients_);
+  hold(buffers_);
+  hold(std::make_shared<CheckpointState>(*this, options_.state_dict_type));
+}
 
 void ShardedDDPStrategy::wrap_module(torch::nn::Module& module) {
   ParallelStrategy::wrap_module(module);
   module_ = &module;
+  buffers_->attach(&module);
+  gradients_->attach(nullptr);
   reducer_.reset();  // built from the optimizers' partitions
 }
 
@@ -60,15 +70,18 @@ std::vector<std::shared_ptr<torch::optim::Optimizer>> ShardedDDPStrategy::setup_
   reducer_options.reduce_fp16 = options_.reduce_fp16;
   reducer_ = std::make_unique<ShardedReducer>(std::move(parameters), std::move(names), std::move(owners),
                                               communicator(), reducer_options);
+  gradients_->attach(reducer_.get());
   return optimizers;
 }
 
-void ShardedDDPStrategy::synchronize_accumulated_gradients(torch::nn::Module& module) {
-  ParallelStrategy::synchronize_accumulated_gradients(module);
-  reducer().drop_gradients_of_other_owners();
+void ShardedDDPStrategy::Gradients::synchronize_accumulated_gradients(torch::nn::Module& module) {
+  ReducerSynchronization::synchronize_accumulated_gradients(module);
+  sharded_.reducer().drop_gradients_of_other_owners();
 }
 
 void ShardedDDPStrategy::teardown() {
+  gradients_->attach(nullptr);
+  buffers_->attach(nullptr);
   reducer_.reset();
   module_ = nullptr;
   ParallelStrategy::teardown();
@@ -78,24 +91,6 @@ ShardedReducer& ShardedDDPStrategy::reducer() const {
   VOLT_INTERNAL_ASSERT(reducer_ != nullptr, "ddp_sharded: the reducer is used before setup_optimizers()");
   return *reducer_;
 }
-
-ScopeGuard ShardedDDPStrategy::no_sync() {
-  auto& r = reducer();
-  const bool previous = r.require_sync();
-  r.set_require_sync(false);
-  return ScopeGuard([&r, previous] { r.set_require_sync(previous); });
-}
-
-ScopeGuard ShardedDDPStrategy::forward_context(RunningStage stage) {
-  if (stage == RunningStage::Training && options_.broadcast_buffers && module_ != nullptr) {
-    broadcast_module_buffers(*module_);
-  }
-  return ParallelStrategy::forward_context(stage);
-}
-
-void ShardedDDPStrategy::pre_backward(const torch::Tensor&) { reducer().prepare_for_backward(); }
-
-void ShardedDDPStrategy::post_backward(const torch::Tensor&) { reducer().finalize_backward(); }
 
 void register_sharded_strategies(Registry<Strategy>& registry) {
   registry.add("ddp_sharded",

@@ -10,16 +10,19 @@
 //
 // Lifecycle: setup_module broadcasts rank 0's parameters and buffers; setup_optimizers shards the
 // optimizers and builds the reducer from their partitions (a trainable parameter in no optimizer
-// is an error: nobody would own its gradient); no_sync() accumulates locally (full-size gradients
-// on every rank) and reduces once per window; forward_context(Training) broadcasts rank 0's
-// buffers (broadcast_buffers). Gradient clipping by norm runs over the shards (OSS); the
+// is an error: nobody would own its gradient). Its parts: the gradients part drives the reducer
+// (reducer_synchronization.h; no_sync() accumulates locally, full-size gradients on every rank,
+// and reduces once per window), the placement part broadcasts rank 0's buffers before each
+// training forward (buffer_broadcast_placement.h), the checkpoint part is the default over OSS. Gradient clipping by norm runs over the shards (OSS); the
 // GradScaler's inf check is global (any rank's inf in its shard skips the step on all).
 // Not thread-safe (one Trainer, one thread).
 #include <memory>
 
 #include "core/option_schema.h"
 #include "core/registry.h"
+#include "strategies/buffer_broadcast_placement.h"
 #include "strategies/parallel_strategy.h"
+#include "strategies/reducer_synchronization.h"
 #include "strategies/sharded/oss.h"
 #include "strategies/sharded/sharded_reducer.h"
 
@@ -46,24 +49,31 @@ class ShardedDDPStrategy : public ParallelStrategy {
   std::vector<std::shared_ptr<torch::optim::Optimizer>> setup_optimizers(
       std::vector<std::shared_ptr<torch::optim::Optimizer>> optimizers) override;
   void teardown() override;
-  ScopeGuard no_sync() override;
-  CheckpointLayout checkpoint_layout() const override { return options_.state_dict_type; }
+  bool shards_optimizer_state() const override { return true; }
 
   // The reducer; throws InternalError before setup_optimizers.
   ShardedReducer& reducer() const;
 
  protected:
-  void wrap_module(torch::nn::Module& module) override;     // [collective]
-  ScopeGuard forward_context(RunningStage stage) override;  // [collective in training: buffers]
-  void pre_backward(const torch::Tensor& loss) override;
-  void post_backward(const torch::Tensor& loss) override;  // [collective]
-  // ParallelStrategy's average, then non-owners drop the gradients (as after a reduce). [collective]
-  void synchronize_accumulated_gradients(torch::nn::Module& module) override;
+  void wrap_module(torch::nn::Module& module) override;  // [collective]
 
  private:
+  // The reducer's synchronization, except that a window closed without backward is averaged and
+  // then the non-owners drop the gradients (as after a reduce). [collective]
+  class Gradients : public ReducerSynchronization {
+   public:
+    explicit Gradients(ShardedDDPStrategy& owner) : ReducerSynchronization(owner), sharded_(owner) {}
+    void synchronize_accumulated_gradients(torch::nn::Module& module) override;
+
+   private:
+    ShardedDDPStrategy& sharded_;
+  };
+
   ShardedDDPOptions options_;
   torch::nn::Module* module_ = nullptr;
   std::unique_ptr<ShardedReducer> reducer_;
+  std::shared_ptr<Gradients> gradients_;
+  std::shared_ptr<BufferBroadcastPlacement> buffers_;
 };
 
 // Registers `ddp_sharded` and its alias `sharded` (strategy_registry.cpp).

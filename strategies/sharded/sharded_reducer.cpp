@@ -28,42 +28,29 @@ ShardedReducer::ShardedReducer(std::vector<torch::Tensor> parameters, std::vecto
                        "one name and one owner per parameter");
   check<ConfigurationError>(!parameters_.empty(), "ddp_sharded: the module has no parameters that require grad");
   const auto n = parameters_.size();
-  bucket_of_.assign(n, 0);
-  ready_.assign(n, false);
-  std::vector<size_t> open;  // the bucket being filled, in reverse registration order
-  int64_t open_numel = 0;
-  auto close = [&] {
-    if (open.empty()) return;
+  for (size_t k = 0; k < n; ++k) {
+    const auto& p = parameters_[k];
+    check<ConfigurationError>(p.requires_grad() && p.is_leaf() && p.layout() == torch::kStrided, "ddp_sharded: parameter '",
+                              names_[k], "' must be a dense leaf tensor that requires grad");
+    check<ConfigurationError>(owners_[k] >= 0 && owners_[k] < communicator_.size(), "ddp_sharded: parameter '",
+                              names_[k], "' has no owner among the ", communicator_.size(), " ranks");
+  }
+  std::vector<size_t> bucket_of(n, 0), bucket_sizes;
+  for (auto& members : buckets::assign_consecutive_buckets(parameters_, options_.reduce_buffer_size)) {
     Bucket bucket;
-    bucket.members = open;
+    bucket.members = std::move(members);
     std::stable_sort(bucket.members.begin(), bucket.members.end(),
                      [&](size_t a, size_t b) { return owners_[a] < owners_[b]; });
     bucket.counts.assign(static_cast<size_t>(communicator_.size()), 0);
     for (const size_t k : bucket.members) {
       bucket.counts[static_cast<size_t>(owners_[k])] += parameters_[k].numel();
       bucket.numel += parameters_[k].numel();
-      bucket_of_[k] = buckets_.size();
+      bucket_of[k] = buckets_.size();
     }
+    bucket_sizes.push_back(bucket.members.size());
     buckets_.push_back(std::move(bucket));
-    open.clear();
-    open_numel = 0;
-  };
-  for (size_t k = n; k-- > 0;) {
-    const auto& p = parameters_[k];
-    check<ConfigurationError>(p.requires_grad() && p.is_leaf() && p.layout() == torch::kStrided, "ddp_sharded: parameter '",
-                              names_[k], "' must be a dense leaf tensor that requires grad");
-    check<ConfigurationError>(owners_[k] >= 0 && owners_[k] < communicator_.size(), "ddp_sharded: parameter '",
-                              names_[k], "' has no owner among the ", communicator_.size(), " ranks");
-    const bool alone = options_.reduce_buffer_size == 0 || p.numel() >= options_.reduce_buffer_size;
-    const bool fits = !open.empty() && open_numel + p.numel() <= options_.reduce_buffer_size &&
-                      parameters_[open.front()].scalar_type() == p.scalar_type() &&
-                      parameters_[open.front()].device() == p.device();
-    if (alone || !fits) close();
-    open.push_back(k);
-    open_numel += p.numel();
-    if (alone) close();
   }
-  close();
+  tracker_.set_layout(std::move(bucket_of), std::move(bucket_sizes));
   for (size_t k = 0; k < n; ++k) {
     auto accumulator = torch::autograd::impl::grad_accumulator(parameters_[k]);
     hook_keys_.push_back(compat::add_post_hook(*accumulator, [this, k] { on_gradient_ready(k); }));
@@ -81,24 +68,22 @@ std::vector<std::vector<size_t>> ShardedReducer::buckets() const {
   return members;
 }
 
-void ShardedReducer::prepare_for_backward() {
+void ShardedReducer::prepare_for_backward(const torch::Tensor&) {
   std::lock_guard<std::mutex> lock(mutex_);
   check<ConfigurationError>(!in_backward_, "ddp_sharded: backward started again before the previous synchronized "
                             "backward finished; call backward once per forward (through the strategy)");
-  if (!require_sync_) return;
+  if (!require_sync()) return;
   for (size_t k = 0; k < parameters_.size(); ++k) {
     check<InternalError>(torch::autograd::impl::grad_accumulator(parameters_[k]) == accumulators_[k], "ddp_sharded: ",
                          "parameter '", names_[k], "' was converted or moved after the reducer was built; its "
                          "gradient would not be reduced");
   }
   for (auto& b : buckets_) {
-    b.ready = 0;
     b.launched = b.done = false;
     b.output = torch::Tensor();
     b.handle = CollectiveHandle();
   }
-  std::fill(ready_.begin(), ready_.end(), false);
-  next_launch_ = 0;
+  tracker_.reset();
   hook_error_ = nullptr;
   in_backward_ = true;
 }
@@ -107,12 +92,11 @@ void ShardedReducer::on_gradient_ready(size_t index) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!in_backward_ || hook_error_) return;
   try {
-    check<ConfigurationError>(!ready_[index], "ddp_sharded: parameter '", names_[index],
+    check<ConfigurationError>(!tracker_.is_ready(index), "ddp_sharded: parameter '", names_[index],
                               "' received a second gradient in one backward (re-entrant backward); ddp_sharded "
                               "reduces each gradient once");
     check_dense_gradient(parameters_[index], names_[index], "ddp_sharded");  // Note [Sparse gradients]
-    ready_[index] = true;
-    ++buckets_[bucket_of_[index]].ready;
+    tracker_.mark_ready(index);
     launch_ready();
     finish_completed(/*wait_all=*/false);
   } catch (...) {
@@ -121,9 +105,7 @@ void ShardedReducer::on_gradient_ready(size_t index) {
 }
 
 void ShardedReducer::launch_ready() {
-  while (next_launch_ < buckets_.size() && buckets_[next_launch_].ready == buckets_[next_launch_].members.size()) {
-    launch(buckets_[next_launch_++]);
-  }
+  for (const size_t b : tracker_.take_launchable()) launch(buckets_[b]);
 }
 
 void ShardedReducer::count_buffer(int64_t bytes) {
@@ -205,12 +187,10 @@ void ShardedReducer::finalize_backward() {
   // A parameter without a gradient reduces zeros, so that every rank issues the same collectives.
   std::vector<std::string> missing;
   auto complete = [&] {
-    for (size_t k = 0; k < parameters_.size(); ++k) {
-      if (ready_[k]) continue;
+    for (const size_t k : tracker_.not_ready()) {
       missing.push_back(names_[k]);
       parameters_[k].mutable_grad() = torch::zeros_like(parameters_[k]);
-      ready_[k] = true;
-      ++buckets_[bucket_of_[k]].ready;
+      tracker_.mark_ready(k);
     }
     launch_ready();
     finish_completed(/*wait_all=*/true);

@@ -37,6 +37,9 @@
 #include <vector>
 
 #include "distributed/communicator.h"
+#include "strategies/backward_reducer.h"
+#include "strategies/buckets/bucket_assignment.h"
+#include "strategies/buckets/readiness_tracker.h"
 
 namespace torch::autograd {
 struct Node;
@@ -53,7 +56,7 @@ struct ShardedReducerOptions {
   void validate() const;
 };
 
-class ShardedReducer {
+class ShardedReducer : public BackwardReducer {
  public:
   // `parameters` (dense, requiring grad) with their `names` (for messages) and the rank that owns
   // each (`owners`, in [0, world size)).
@@ -63,13 +66,11 @@ class ShardedReducer {
   ShardedReducer(const ShardedReducer&) = delete;
   ShardedReducer& operator=(const ShardedReducer&) = delete;
 
-  void set_require_sync(bool require_sync) { require_sync_ = require_sync; }
-  bool require_sync() const { return require_sync_; }
   // Before a backward.
-  void prepare_for_backward();
+  void prepare_for_backward(const torch::Tensor& loss) override;
   // After it: see the top. Throws ConfigurationError for parameters that got no gradient;
   // rethrows errors raised in hooks. [collective]
-  void finalize_backward();
+  void finalize_backward() override;
 
   // Leaves .grad undefined for every parameter this rank does not own (as finalize_backward does).
   void drop_gradients_of_other_owners();
@@ -87,7 +88,6 @@ class ShardedReducer {
     std::vector<size_t> members;  // in buffer order: grouped by owner
     std::vector<int64_t> counts;  // elements per rank (its chunk in the buffer)
     int64_t numel = 0;
-    size_t ready = 0;
     bool launched = false, done = false;
     torch::Tensor output;      // this rank's reduced chunk, once the reduce completed
     int64_t buffer_bytes = 0;  // of the buffers it allocated
@@ -110,13 +110,10 @@ class ShardedReducer {
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   std::vector<uintptr_t> hook_keys_;
   std::vector<Bucket> buckets_;
-  std::vector<size_t> bucket_of_;
-  std::vector<bool> ready_;
-  size_t next_launch_ = 0;
+  buckets::ReadinessTracker tracker_;  // which gradients are ready; buckets launch in order
   int64_t live_buffer_bytes_ = 0, peak_buffer_bytes_ = 0;
 
   std::mutex mutex_;
-  bool require_sync_ = true;
   bool in_backward_ = false;
   std::exception_ptr hook_error_;
 };

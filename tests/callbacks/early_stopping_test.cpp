@@ -118,7 +118,7 @@ TEST(EarlyStopping, TheDecisionIsRankZerosThroughTheStrategy) {
   const auto overruled = fit_with({.monitor = "score", .patience = 0}, {1, 2, 3}, 4, keep_going);
   EXPECT_EQ(overruled.epochs_run, 4);
   EXPECT_EQ(overruled.callback->stopped_epoch(), -1);
-  EXPECT_EQ(keep_going->calls, 4) << "one broadcast per check";
+  EXPECT_EQ(keep_going->calls(), 4) << "one broadcast per check";
   // And when rank 0 decides to stop, this rank stops even though its own metric improves.
   auto stop = std::make_shared<FixedDecisionStrategy>(true);
   const auto stopped = fit_with({.monitor = "score", .patience = 3}, {3, 2, 1}, 4, stop);

@@ -89,15 +89,29 @@ TEST(ModelCheckpoint, KeepsTheTopKByTheMonitoredMetricAndNaNRanksWorst) {
 // this process's own).
 class DecisionLog : public SingleDeviceStrategy {
  public:
-  bool broadcast_decision(bool decision, std::source_location = std::source_location::current()) override {
-    events.push_back(decision ? "decided yes" : "decided no");
-    return decision;
-  }
-  void remove_checkpoint(const fs::path& path) override {
-    events.push_back("remove");
-    SingleDeviceStrategy::remove_checkpoint(path);
+  DecisionLog() {
+    hold(std::make_shared<Decisions>(events));
+    set_checkpoint_io(std::make_shared<Removals>(events));
   }
   std::vector<std::string> events;
+
+ private:
+  struct Decisions : StrategyCollectives {
+    explicit Decisions(std::vector<std::string>& events) : events(events) {}
+    bool broadcast_decision(bool decision, std::source_location = std::source_location::current()) override {
+      events.push_back(decision ? "decided yes" : "decided no");
+      return decision;
+    }
+    std::vector<std::string>& events;
+  };
+  struct Removals : CheckpointIO {
+    explicit Removals(std::vector<std::string>& events) : events(events) {}
+    void remove(const fs::path& path) override {
+      events.push_back("remove");
+      CheckpointIO::remove(path);
+    }
+    std::vector<std::string>& events;
+  };
 };
 
 TEST(ModelCheckpoint, WhetherAnOldFileGoesIsRankZerosDecision) {

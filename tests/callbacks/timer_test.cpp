@@ -66,7 +66,7 @@ TEST(Timer, TheDecisionIsRankZerosThroughTheStrategy) {
   auto strategy = std::make_shared<FixedDecisionStrategy>(false);
   auto trainer = fit_with(std::make_shared<Timer>("00:00:00:00"), std::make_shared<RegressionModule>(), 2, strategy);
   EXPECT_EQ(trainer->global_step(), 8) << "rank 0 said go on";
-  EXPECT_EQ(strategy->calls, 8) << "one broadcast per training batch";
+  EXPECT_EQ(strategy->calls(), 8) << "one broadcast per training batch";
 }
 
 TEST(Timer, RejectsMalformedDurations) {

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "strategies/single_device_strategy.h"
+#include "tests/support/test_doubles.h"
 #include "tests/checkpoint/checkpoint_test_support.h"
 #include "strategies/rank_gather.h"
 
@@ -44,12 +45,8 @@ class Exchange {
 class FakeRankStrategy : public SingleDeviceStrategy {
  public:
   FakeRankStrategy(int64_t rank, int64_t world, Exchange* exchange = nullptr)
-      : rank_(rank), world_(world), exchange_(exchange) {}
-  ProcessTopology topology() const override { return {.global_rank = rank_, .world_size = world_}; }
-  torch::Tensor all_reduce(const torch::Tensor& value, ReduceOp op) override {
-    if (exchange_ == nullptr) return value;
-    EXPECT_EQ(op, ReduceOp::Sum);
-    return exchange_->sum(value);
+      : world_(world), exchange_(exchange) {
+    hold(std::make_shared<Collectives>(rank, world, exchange));
   }
   bool optimizer_step(torch::optim::Optimizer& optimizer,
                       const std::function<void(torch::optim::Optimizer&)>& before_step) override {
@@ -62,7 +59,16 @@ class FakeRankStrategy : public SingleDeviceStrategy {
   }
 
  private:
-  int64_t rank_, world_;
+  struct Collectives : FakeRankCollectives {
+    Collectives(int64_t rank, int64_t world, Exchange* exchange) : FakeRankCollectives(rank, world), exchange(exchange) {}
+    torch::Tensor all_reduce(const torch::Tensor& value, ReduceOp op) override {
+      if (exchange == nullptr) return value;
+      EXPECT_EQ(op, ReduceOp::Sum);
+      return exchange->sum(value);
+    }
+    Exchange* exchange;
+  };
+  int64_t world_;
   Exchange* exchange_;
 };
 
@@ -78,7 +84,7 @@ TEST(RankGather, EveryRankGetsEveryRanksTensorBitForBit) {
   for (int64_t r = 0; r < kWorld; ++r) {
     ranks.emplace_back([&, r] {
       FakeRankStrategy strategy(r, kWorld, &exchange);
-      gathered[r] = gather_from_ranks(strategy, tensor_of(r));
+      gathered[r] = gather_from_ranks(strategy.collectives(), tensor_of(r));
     });
   }
   for (auto& rank : ranks) rank.join();

@@ -2,6 +2,7 @@
 // with one file per rank, written atomically (also over an existing checkpoint), resumed bit for
 // bit by the same strategy, and refused with a clear message by another strategy or world size.
 #include "strategies/single_device_strategy.h"
+#include "tests/support/test_doubles.h"
 #include "tests/checkpoint/checkpoint_test_support.h"
 
 namespace volt::testing {
@@ -11,13 +12,11 @@ namespace fs = std::filesystem;
 
 class ShardingStrategy : public SingleDeviceStrategy {
  public:
-  explicit ShardingStrategy(int64_t world_size = 1) : world_size_(world_size) {}
+  explicit ShardingStrategy(int64_t world_size = 1) {
+    hold(std::make_shared<CheckpointState>(*this, CheckpointLayout::Sharded));
+    hold(std::make_shared<FakeRankCollectives>(0, world_size));
+  }
   std::string name() const override { return "sharding_test"; }
-  CheckpointLayout checkpoint_layout() const override { return CheckpointLayout::Sharded; }
-  ProcessTopology topology() const override { return {.global_rank = 0, .world_size = world_size_}; }
-
- private:
-  int64_t world_size_;
 };
 
 torch::Tensor fit(const std::string& root, std::shared_ptr<Strategy> strategy, std::shared_ptr<Callback> callback,

@@ -78,7 +78,7 @@ TEST(SparseGradients, TheShardedReducerRefusesOneAtTheBackwardThatProducesIt) {
     auto comm = Communicator::connect(testing::loopback_options(rank, 2, port));
     auto table = torch::randn({4, 3}).requires_grad_();
     ShardedReducer reducer({table}, {"table"}, {0}, *comm, ShardedReducerOptions{});
-    reducer.prepare_for_backward();
+    reducer.prepare_for_backward(torch::Tensor());
     sparse_loss(table).backward();
     reducer.finalize_backward();
   });

@@ -26,15 +26,20 @@ class RegressionNet : public RegressionModule {
 // Records, for every backward, whether it ran inside the strategy's no_sync region.
 class NoSyncSpy : public SingleDeviceStrategy {
  public:
-  ScopeGuard no_sync() override {
-    in_no_sync = true;
-    return ScopeGuard([this] { in_no_sync = false; });
-  }
+  NoSyncSpy() { hold(std::make_shared<Spy>(*this)); }
   bool in_no_sync = false;
   std::vector<bool> backward_in_no_sync;
 
- protected:
-  void pre_backward(const torch::Tensor&) override { backward_in_no_sync.push_back(in_no_sync); }
+ private:
+  struct Spy : GradientSynchronization {
+    explicit Spy(NoSyncSpy& owner) : GradientSynchronization(owner), spy(owner) {}
+    ScopeGuard no_sync() override {
+      spy.in_no_sync = true;
+      return ScopeGuard([this] { spy.in_no_sync = false; });
+    }
+    void pre_backward(const torch::Tensor&) override { spy.backward_in_no_sync.push_back(spy.in_no_sync); }
+    NoSyncSpy& spy;
+  };
 };
 
 std::shared_ptr<DataLoader> loader_of(int64_t samples, int64_t batch_size) {

@@ -51,15 +51,23 @@ class CapturingLogger : public Logger {
 // as if another rank had seen one.
 class OtherRankInfStrategy : public SingleDeviceStrategy {
  public:
-  explicit OtherRankInfStrategy(std::set<int64_t> report_on_calls) : report_(std::move(report_on_calls)) {}
-  torch::Tensor all_reduce(const torch::Tensor& value, ReduceOp op) override {
-    if (op != ReduceOp::Max) return value;
-    return report_.count(max_calls++) ? torch::ones_like(value) : value;
+  explicit OtherRankInfStrategy(std::set<int64_t> report_on_calls)
+      : reports_(std::make_shared<Reports>(std::move(report_on_calls))) {
+    hold(reports_);
   }
-  int64_t max_calls = 0;
+  int64_t max_calls() const { return reports_->max_calls; }
 
  private:
-  std::set<int64_t> report_;
+  struct Reports : StrategyCollectives {
+    explicit Reports(std::set<int64_t> calls) : report(std::move(calls)) {}
+    torch::Tensor all_reduce(const torch::Tensor& value, ReduceOp op) override {
+      if (op != ReduceOp::Max) return value;
+      return report.count(max_calls++) ? torch::ones_like(value) : value;
+    }
+    std::set<int64_t> report;
+    int64_t max_calls = 0;
+  };
+  std::shared_ptr<Reports> reports_;
 };
 
 struct RunOptions {
@@ -173,7 +181,7 @@ TEST(AmpTrainer, AnInfReportedByAnotherRankSkipsTheStepHere) {
   const auto control = train({.skip = {2}, .scaler = false});
   const auto scaled = train({.strategy = strategy});
   expect_same_parameters(control, scaled);
-  EXPECT_EQ(strategy->max_calls, 8) << "one found-inf reduction per optimizer step";
+  EXPECT_EQ(strategy->max_calls(), 8) << "one found-inf reduction per optimizer step";
   EXPECT_EQ(scaled.precision->scaler()->skipped_steps(), 1);
   EXPECT_EQ(scaled.optimizer_steps, 8) << "the hooks and clipping still ran before the skipped step";
 }

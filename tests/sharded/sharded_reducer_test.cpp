@@ -74,7 +74,7 @@ void check_run(int64_t world, const Window& run, double tolerance) {
     comm.reset_counters();
     for (int64_t m = 0; m < run.micros; ++m) {
       reducer.set_require_sync(m + 1 == run.micros);
-      reducer.prepare_for_backward();
+      reducer.prepare_for_backward(torch::Tensor());
       model.loss(comm.rank(), m).backward();
       reducer.finalize_backward();
     }

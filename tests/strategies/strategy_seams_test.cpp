@@ -12,6 +12,7 @@
 #include "precision/true_precision.h"
 #include "strategies/single_device_strategy.h"
 #include "tests/support/regression_problem.h"
+#include "tests/support/test_doubles.h"
 
 namespace volt {
 namespace {
@@ -19,20 +20,23 @@ namespace {
 // Records what wrap_module sees; claims to be rank `rank` of `world` (no communication happens).
 class RecordingStrategy : public SingleDeviceStrategy {
  public:
-  RecordingStrategy(int64_t rank = 0, int64_t world = 1, bool equal_steps = false)
-      : rank_(rank), world_(world), equal_steps_(equal_steps) {}
-  ProcessTopology topology() const override { return {.global_rank = rank_, .world_size = world_}; }
+  RecordingStrategy(int64_t rank = 0, int64_t world = 1, bool equal_steps = false) {
+    hold(std::make_shared<testing::FakeRankCollectives>(rank, world));
+    hold(std::make_shared<EqualSteps>(*this, equal_steps));
+  }
   std::vector<torch::Dtype> wrapped_dtypes;
 
  protected:
   void wrap_module(torch::nn::Module& module) override {
     for (const auto& p : module.parameters()) wrapped_dtypes.push_back(p.scalar_type());
   }
-  bool evaluation_needs_equal_steps() const override { return equal_steps_; }
 
  private:
-  int64_t rank_, world_;
-  bool equal_steps_;
+  struct EqualSteps : Placement {
+    EqualSteps(Strategy& owner, bool equal) : Placement(owner), equal(equal) {}
+    bool evaluation_needs_equal_steps() const override { return equal; }
+    bool equal;
+  };
 };
 
 std::shared_ptr<RecordingStrategy> prepared(std::shared_ptr<Precision> precision, int64_t rank = 0, int64_t world = 1,
@@ -53,7 +57,7 @@ TEST(StrategySeams, WrapModuleSeesTheModuleAsThePrecisionConvertedIt) {
 
 TEST(StrategySeams, BatchesReachTheDeviceInThePrecisionsDtype) {
   auto strategy = prepared(std::make_shared<TruePrecision>(torch::kDouble));
-  const Batch batch = strategy->batch_to_device(Batch{torch::ones({2, 3}), torch::zeros({2}, torch::kLong)});
+  const Batch batch = strategy->placement().batch_to_device(Batch{torch::ones({2, 3}), torch::zeros({2}, torch::kLong)});
   EXPECT_EQ(batch.input.scalar_type(), torch::kDouble);
   EXPECT_EQ(batch.target.scalar_type(), torch::kLong) << "integer targets keep their dtype";
   EXPECT_EQ(batch.input.device(), strategy->root_device());
@@ -79,8 +83,8 @@ std::vector<int64_t> indices_of(const DataLoader& loader) { return loader.sample
 TEST(StrategySeams, OneProcessKeepsTheUsersLoader) {
   auto strategy = prepared(std::make_shared<Precision>());
   auto loader = std::make_shared<DataLoader>(testing::regression_dataset(10), DataLoaderOptions{.batch_size = 2});
-  EXPECT_EQ(strategy->distribute_loader(loader, RunningStage::Training), loader);
-  EXPECT_EQ(strategy->distribute_loader(loader, RunningStage::Validating), loader);
+  EXPECT_EQ(strategy->placement().distribute_loader(loader, RunningStage::Training), loader);
+  EXPECT_EQ(strategy->placement().distribute_loader(loader, RunningStage::Validating), loader);
 }
 
 TEST(StrategySeams, RanksGetEqualTrainingSharesAndEvaluationSplitsByTheStrategysNeed) {
@@ -88,10 +92,10 @@ TEST(StrategySeams, RanksGetEqualTrainingSharesAndEvaluationSplitsByTheStrategys
   // Rank 1 of 2 over 7 samples: training pads to 4 each; evaluation splits 4/3 unpadded (every
   // sample once), or pads to 4/4 when the strategy's evaluation forward has collectives.
   auto plain = prepared(std::make_shared<Precision>(), 1, 2);
-  EXPECT_EQ(indices_of(*plain->distribute_loader(loader, RunningStage::Training)).size(), 4u);
-  EXPECT_EQ(indices_of(*plain->distribute_loader(loader, RunningStage::Validating)), (std::vector<int64_t>{1, 3, 5}));
+  EXPECT_EQ(indices_of(*plain->placement().distribute_loader(loader, RunningStage::Training)).size(), 4u);
+  EXPECT_EQ(indices_of(*plain->placement().distribute_loader(loader, RunningStage::Validating)), (std::vector<int64_t>{1, 3, 5}));
   auto sharded = prepared(std::make_shared<Precision>(), 1, 2, /*equal_steps=*/true);
-  EXPECT_EQ(indices_of(*sharded->distribute_loader(loader, RunningStage::Validating)),
+  EXPECT_EQ(indices_of(*sharded->placement().distribute_loader(loader, RunningStage::Validating)),
             (std::vector<int64_t>{1, 3, 5, 0}));
   EXPECT_EQ(indices_of(*loader), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6})) << "the user's loader is unchanged";
 }
@@ -100,13 +104,13 @@ TEST(StrategySeams, TheOpenWindowsGradientsRoundTripThroughTheStrategy) {
   auto strategy = prepared(std::make_shared<Precision>());
   testing::RegressionModule module;
   module.linear->weight.mutable_grad() = torch::full_like(module.linear->weight, 0.5);
-  const StateDict section = strategy->accumulated_gradients(module, CheckpointLayout::Full);
+  const StateDict section = strategy->checkpointing().accumulated_gradients(module, CheckpointLayout::Full);
   ASSERT_TRUE(section.contains("accumulated_grads"));
   EXPECT_FALSE(section.child("accumulated_grads").contains("linear.bias")) << "no gradient, no entry";
 
   testing::RegressionModule restored;
   restored.linear->bias.mutable_grad() = torch::ones_like(restored.linear->bias);
-  strategy->load_accumulated_gradients(restored, section, "test");
+  strategy->checkpointing().load_accumulated_gradients(restored, section, "test");
   EXPECT_TRUE(torch::equal(restored.linear->weight.grad(), module.linear->weight.grad()));
   EXPECT_FALSE(restored.linear->bias.grad().defined()) << "a gradient the window did not have is cleared";
 }

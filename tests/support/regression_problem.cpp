@@ -130,8 +130,8 @@ TrainerOptions options_from_args(std::vector<std::string> args) {
   return TrainerOptions::from_args(static_cast<int>(argv.size()), argv.data());
 }
 
-torch::Tensor full_parameters(Strategy& strategy, torch::nn::Module& module) {
-  const auto state = strategy.model_state_dict(module, CheckpointLayout::Full);
+torch::Tensor full_parameters(const Strategy& strategy, torch::nn::Module& module) {
+  const auto state = strategy.checkpointing().model_state_dict(module, CheckpointLayout::Full);
   std::vector<torch::Tensor> flat;
   for (const auto& item : module.named_parameters()) flat.push_back(state.get_tensor(item.key()).flatten());
   return torch::cat(flat);

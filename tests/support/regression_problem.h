@@ -68,7 +68,7 @@ class RegressionModule : public Module {
 
 // `module`'s parameters flattened in registration order, unsharded: through the strategy's full
 // state dict, so that a strategy that shards parameters (fsdp) gives them whole. [collective]
-torch::Tensor full_parameters(Strategy& strategy, torch::nn::Module& module);
+torch::Tensor full_parameters(const Strategy& strategy, torch::nn::Module& module);
 
 // `samples` rows of y = x·w + noise, fixed by `seed`.
 std::shared_ptr<TensorDataset> regression_dataset(int64_t samples, int64_t features = 8, uint64_t seed = 0);

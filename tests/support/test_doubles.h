@@ -38,25 +38,43 @@ class SlowModule : public RegressionModule {
   std::chrono::milliseconds pause_;
 };
 
-// Pretends to be rank 1 of 2 (no communication happens in these single-process runs).
+// One process's identity collectives claiming to be rank `rank` of `world` (no communication
+// happens in these single-process runs).
+class FakeRankCollectives : public StrategyCollectives {
+ public:
+  FakeRankCollectives(int64_t rank, int64_t world) : rank_(rank), world_(world) {}
+  ProcessTopology topology() const override { return {.global_rank = rank_, .world_size = world_}; }
+
+ private:
+  int64_t rank_, world_;
+};
+
+// Pretends to be rank 1 of 2.
 class SecondRankStrategy : public SingleDeviceStrategy {
  public:
-  ProcessTopology topology() const override { return {.global_rank = 1, .world_size = 2}; }
+  SecondRankStrategy() { hold(std::make_shared<FakeRankCollectives>(1, 2)); }
 };
 
 // A strategy whose rank 0 always decides `rank0_decision`, whatever this rank wanted; counts the
 // broadcasts.
 class FixedDecisionStrategy : public SingleDeviceStrategy {
  public:
-  explicit FixedDecisionStrategy(bool rank0_decision) : decision_(rank0_decision) {}
-  bool broadcast_decision(bool, std::source_location = std::source_location::current()) override {
-    ++calls;
-    return decision_;
+  explicit FixedDecisionStrategy(bool rank0_decision) : decisions_(std::make_shared<Decisions>(rank0_decision)) {
+    hold(decisions_);
   }
-  int calls = 0;
+  int calls() const { return decisions_->calls; }
 
  private:
-  bool decision_;
+  struct Decisions : StrategyCollectives {
+    explicit Decisions(bool decision) : decision(decision) {}
+    bool broadcast_decision(bool, std::source_location = std::source_location::current()) override {
+      ++calls;
+      return decision;
+    }
+    bool decision;
+    int calls = 0;
+  };
+  std::shared_ptr<Decisions> decisions_;
 };
 
 }  // namespace volt::testing

@@ -51,20 +51,24 @@ TEST(Accumulation, ThePartialLastWindowDividesByItsOwnSize) {
 // counting scopes alone would pass with a loop that opened and closed them around nothing).
 class RecordingStrategy : public SingleDeviceStrategy {
  public:
-  ScopeGuard no_sync() override {
-    ++no_sync_scopes;
-    in_no_sync = true;
-    return ScopeGuard([this] { in_no_sync = false; });
-  }
+  RecordingStrategy() { hold(std::make_shared<Recorder>(*this)); }
   int no_sync_scopes = 0;
   bool in_no_sync = false;
   int backwards_without_sync = 0, backwards_with_sync = 0;
 
- protected:
-  void pre_backward(const torch::Tensor& loss) override {
-    ++(in_no_sync ? backwards_without_sync : backwards_with_sync);
-    SingleDeviceStrategy::pre_backward(loss);
-  }
+ private:
+  struct Recorder : GradientSynchronization {
+    explicit Recorder(RecordingStrategy& owner) : GradientSynchronization(owner), log(owner) {}
+    ScopeGuard no_sync() override {
+      ++log.no_sync_scopes;
+      log.in_no_sync = true;
+      return ScopeGuard([this] { log.in_no_sync = false; });
+    }
+    void pre_backward(const torch::Tensor&) override {
+      ++(log.in_no_sync ? log.backwards_without_sync : log.backwards_with_sync);
+    }
+    RecordingStrategy& log;
+  };
 };
 
 TEST(Accumulation, OnlyTheMicroBatchThatClosesAWindowSynchronizes) {

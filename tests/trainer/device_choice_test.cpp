@@ -125,5 +125,17 @@ TEST(DeviceChoice, TheTrainerOfLocalRankOneAsksForCudaOne) {
   }
 }
 
+// A strategy that drives several devices from one process (Placement::devices_per_process):
+// local rank r takes the next k devices; the CPU is repeated; too few devices is refused saying
+// how many the node needs.
+TEST(DeviceChoice, AProcessOfSeveralDevicesTakesTheNextOnesOfItsNode) {
+  const auto devices = choose_devices("cuda", local_rank_of(1, 2), 4, 2);
+  EXPECT_EQ(devices, (std::vector<torch::Device>{torch::Device(torch::kCUDA, 2), torch::Device(torch::kCUDA, 3)}));
+  EXPECT_EQ(choose_devices("cpu", local_rank_of(0, 1), 0, 2), (std::vector<torch::Device>{torch::kCPU, torch::kCPU}));
+  const auto message = error_message_of<ConfigurationError>([&] { choose_devices("cuda", local_rank_of(0, 2), 3, 2); });
+  EXPECT_NE(message.find("2 processes per node × 2 devices each need 4 CUDA devices"), std::string::npos) << message;
+  EXPECT_NE(message.find("--devices 2"), std::string::npos) << "it says what to do: " << message;
+}
+
 }  // namespace
 }  // namespace volt::testing

@@ -89,14 +89,20 @@ TEST(Registry, DescribeListsOptionsWithTypesDefaultsAndHelp) {
 // A user strategy registered by name, without touching volt, and chosen through the options.
 class CountingStrategy : public SingleDeviceStrategy {
  public:
-  explicit CountingStrategy(int64_t tag) : tag(tag) {}
+  explicit CountingStrategy(int64_t tag) : tag(tag) { hold(std::make_shared<Counter>(*this)); }
   std::string name() const override { return "counting"; }
-  ScopeGuard no_sync() override {
-    ++no_syncs;
-    return {};
-  }
   int64_t tag;
   int no_syncs = 0;
+
+ private:
+  struct Counter : GradientSynchronization {
+    explicit Counter(CountingStrategy& owner) : GradientSynchronization(owner), counting(owner) {}
+    ScopeGuard no_sync() override {
+      ++counting.no_syncs;
+      return {};
+    }
+    CountingStrategy& counting;
+  };
 };
 
 TEST(Registry, UsersRegisterTheirOwnStrategies) {

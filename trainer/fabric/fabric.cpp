@@ -33,7 +33,7 @@ void Fabric::launch() {
   check<ConfigurationError>(!launched_, "Fabric::launch: already launched; call it once, before setup");
   check<ConfigurationError>(module_ == nullptr, "Fabric::launch: called after setup; call fabric.launch() first, "
                                                 "then fabric.setup(model, optimizer)");
-  setup_run_environment(*strategy_, placement_.cluster, placement_.device, placement_.launcher, trainer_options_);
+  setup_run_environment(*strategy_, placement_, trainer_options_);
   launched_ = true;
   // As the Trainer seeds before each run: a model built after launch starts from the same weights
   // on every rank (setup broadcasts rank 0's anyway).
@@ -111,7 +111,7 @@ std::shared_ptr<FabricDataLoader> Fabric::setup_dataloader(std::shared_ptr<DataL
   require_launched("setup_dataloader");
   check<ConfigurationError>(loader != nullptr, "Fabric::setup_dataloader: expected a loader, got nullptr");
   auto distributed =
-      strategy_->distribute_loader(DataLoader::with_default_seed(loader, options_.seed.value_or(0)), stage);
+      strategy_->placement().distribute_loader(DataLoader::with_default_seed(loader, options_.seed.value_or(0)), stage);
   return std::make_shared<FabricDataLoader>(std::move(distributed), limit, strategy_, position_);
 }
 
@@ -129,7 +129,7 @@ AccumulationStep Fabric::accumulate(int64_t micro_batches) {
 ScopeGuard Fabric::no_sync() {
   require_set_up("no_sync");
   // ScopeGuard takes a copyable action: the strategy's move-only region is shared into it.
-  auto region = std::make_shared<std::optional<ScopeGuard>>(strategy_->no_sync());
+  auto region = std::make_shared<std::optional<ScopeGuard>>(strategy_->gradients().no_sync());
   ++open_no_sync_;
   return ScopeGuard([this, region] {
     region->reset();
@@ -195,26 +195,26 @@ bool Fabric::step(torch::optim::Optimizer& optimizer) {
   return took;
 }
 
-void Fabric::zero_grad(torch::optim::Optimizer& optimizer) { strategy_->zero_grad(stepped_optimizer(optimizer, "zero_grad")); }
+void Fabric::zero_grad(torch::optim::Optimizer& optimizer) { strategy_->gradients().zero_grad(stepped_optimizer(optimizer, "zero_grad")); }
 
 torch::Tensor Fabric::all_reduce(const torch::Tensor& value, ReduceOp op) {
   require_launched("all_reduce");
-  return strategy_->all_reduce(value, op);
+  return strategy_->collectives().all_reduce(value, op);
 }
 
 torch::Tensor Fabric::broadcast(const torch::Tensor& value, int64_t root) {
   require_launched("broadcast");
-  return strategy_->broadcast(value, root);
+  return strategy_->collectives().broadcast(value, root);
 }
 
 bool Fabric::broadcast(bool decision, std::source_location site) {
   require_launched("broadcast");
-  return strategy_->broadcast_decision(decision, site);
+  return strategy_->collectives().broadcast_decision(decision, site);
 }
 
 void Fabric::barrier(const std::string& name) {
   require_launched("barrier");
-  strategy_->barrier(name);
+  strategy_->collectives().barrier(name);
 }
 
 torch::nn::Module& Fabric::unwrapped(torch::nn::Module& module) {
@@ -230,7 +230,7 @@ torch::nn::Module& Fabric::unwrapped(torch::nn::Module& module) {
 void Fabric::save(const std::filesystem::path& path, const CheckpointItems& items) {
   require_launched("save");
   require_not_unwrapped("save");
-  const auto layout = strategy_->checkpoint_layout();
+  const auto layout = strategy_->checkpointing().layout();
   StateDict checkpoint = checkpoint_header(*strategy_, layout);
   checkpoint.set("writer", std::string("fabric"));
   checkpoint.set("global_step", global_step_);
@@ -240,12 +240,12 @@ void Fabric::save(const std::filesystem::path& path, const CheckpointItems& item
       case CheckpointItem::Kind::Module:
         check<ConfigurationError>(item.module() != nullptr, "Fabric::save: item '", name, "' is a null module");
         kinds.set(name, std::string("module"));
-        state.set(name, strategy_->model_state_dict(unwrapped(*item.module()), layout));
+        state.set(name, strategy_->checkpointing().model_state_dict(unwrapped(*item.module()), layout));
         break;
       case CheckpointItem::Kind::Optimizer:
         check<ConfigurationError>(item.optimizer() != nullptr, "Fabric::save: item '", name, "' is a null optimizer");
         kinds.set(name, std::string("optimizer"));
-        state.set(name, strategy_->optimizer_state_dict(stepped_optimizer(*item.optimizer(), "save"), layout));
+        state.set(name, strategy_->checkpointing().optimizer_state_dict(stepped_optimizer(*item.optimizer(), "save"), layout));
         break;
       case CheckpointItem::Kind::Value:
         kinds.set(name, std::string("value"));
@@ -258,7 +258,7 @@ void Fabric::save(const std::filesystem::path& path, const CheckpointItems& item
   StateDict strategy_section;
   strategy_section.set("name", strategy_->name());
   strategy_section.set("world_size", world_size());
-  strategy_section.set("state", strategy_->strategy_state_dict(layout));
+  strategy_section.set("state", strategy_->checkpointing().strategy_state_dict(layout));
   checkpoint.set("strategy", strategy_section);
   StateDict precision_section;
   precision_section.set("name", precision().name());
@@ -287,13 +287,13 @@ StateDict Fabric::load(const std::filesystem::path& path, const CheckpointItems&
     switch (item.kind()) {
       case CheckpointItem::Kind::Module:
         check<ConfigurationError>(item.module() != nullptr, "Fabric::load: item '", name, "' is a null module");
-        strategy_->load_model_state_dict(unwrapped(*item.module()), state.child(name), layout, strict,
+        strategy_->checkpointing().load_model_state_dict(unwrapped(*item.module()), state.child(name), layout, strict,
                                          source + ", item '" + name + "'");
         break;
       case CheckpointItem::Kind::Optimizer: {
         check<ConfigurationError>(item.optimizer() != nullptr, "Fabric::load: item '", name, "' is a null optimizer");
         const ParameterNamer name_of = module_ ? parameter_namer(*module_) : ParameterNamer{};
-        strategy_->load_optimizer_state_dict(stepped_optimizer(*item.optimizer(), "load"), state.child(name), layout,
+        strategy_->checkpointing().load_optimizer_state_dict(stepped_optimizer(*item.optimizer(), "load"), state.child(name), layout,
                                              source + ", item '" + name + "'", name_of);
         break;
       }
@@ -307,7 +307,7 @@ StateDict Fabric::load(const std::filesystem::path& path, const CheckpointItems&
   }
   const auto strategy_section = checkpoint.child("strategy");
   if (strategy_section.get_string("name") == strategy_->name()) {
-    strategy_->load_strategy_state_dict(strategy_section.child("state"), layout);
+    strategy_->checkpointing().load_strategy_state_dict(strategy_section.child("state"), layout);
   }
   global_step_ = checkpoint.get_int("global_step");
   return state;

@@ -22,7 +22,7 @@ Batch FabricDataLoader::batch(int64_t batch_idx) {
   if (batch_idx == 0 && drawn_in_epoch_) set_epoch(loader_->epoch() + 1);
   drawn_in_epoch_ = true;
   *position_ = {batch_idx, n};
-  return strategy_->batch_to_device(loader_->batch(batch_idx));
+  return strategy_->placement().batch_to_device(loader_->batch(batch_idx));
 }
 
 void FabricDataLoader::set_epoch(int64_t epoch) {

@@ -2,6 +2,7 @@
 
 #include "trainer/loops/loop_hooks.h"
 #include "trainer/trainer.h"
+#include "trainer/trainer_internals.h"
 
 namespace volt {
 namespace {
@@ -47,7 +48,7 @@ EvaluationLoop::EvaluationLoop(Trainer& trainer, LoopState& state, RunningStage 
 
 std::map<std::string, double> EvaluationLoop::run() {
   Trainer& t = trainer_;
-  Strategy& strategy = t.strategy();
+  Strategy& strategy = TrainerInternals::strategy(t);
   Module& module = *state_.module;
   const bool sanity = stage_ == RunningStage::SanityChecking;
   const bool testing = stage_ == RunningStage::Testing;
@@ -61,13 +62,14 @@ std::map<std::string, double> EvaluationLoop::run() {
   testing ? module.on_test_epoch_start() : module.on_validation_epoch_start();
 
   for (int64_t b = 0; b < num_batches_; ++b) {
-    const Batch batch = strategy.batch_to_device(loader_->batch(b));
+    const Batch batch = strategy.placement().batch_to_device(loader_->batch(b));
     call_callbacks(t, module, testing ? &Callback::on_test_batch_start : &Callback::on_validation_batch_start, batch, b);
     state_.eval_collector.begin_batch();
     state_.eval_collector.set_in_step(true, batch.size());
     try {
-      strategy.run_step(stage_, module, batch, [&](torch::nn::Module&, const Batch& input) {
-        testing ? module.test_step(input, b) : module.validation_step(input, b);
+      strategy.run_step(stage_, module, batch, [&](torch::nn::Module& given, const Batch& input) {
+        Module& step = TrainerInternals::step_module(given, module);
+        testing ? step.test_step(input, b) : step.validation_step(input, b);
         return torch::Tensor();
       });
     } catch (const StepNotDefined& e) {
@@ -97,7 +99,7 @@ std::map<std::string, double> EvaluationLoop::run() {
 
 std::vector<torch::Tensor> EvaluationLoop::predict() {
   Trainer& t = trainer_;
-  Strategy& strategy = t.strategy();
+  Strategy& strategy = TrainerInternals::strategy(t);
   Module& module = *state_.module;
   EvaluationScope scope(module, state_.stage, stage_);
   state_.num_eval_batches = num_batches_;
@@ -105,12 +107,14 @@ std::vector<torch::Tensor> EvaluationLoop::predict() {
   std::vector<torch::Tensor> predictions;
   call_callbacks(t, module, &Callback::on_predict_start);
   for (int64_t b = 0; b < num_batches_; ++b) {
-    const Batch batch = strategy.batch_to_device(loader_->batch(b));
+    const Batch batch = strategy.placement().batch_to_device(loader_->batch(b));
     call_callbacks(t, module, &Callback::on_predict_batch_start, batch, b);
     torch::Tensor prediction;
     try {
       prediction = strategy.run_step(stage_, module, batch,
-                                     [&](torch::nn::Module&, const Batch& input) { return module.predict_step(input, b); });
+                                     [&](torch::nn::Module& given, const Batch& input) {
+                                       return TrainerInternals::step_module(given, module).predict_step(input, b);
+                                     });
     } catch (const StepNotDefined& e) {
       throw ConfigurationError(e.what());
     }

@@ -5,6 +5,7 @@
 #include "trainer/loops/evaluation_loop.h"
 #include "trainer/loops/loop_hooks.h"
 #include "trainer/trainer.h"
+#include "trainer/trainer_internals.h"
 
 namespace volt {
 namespace {
@@ -27,7 +28,7 @@ FitLoop::FitLoop(Trainer& trainer, LoopState& state, std::shared_ptr<DataLoader>
   if (options.fast_dev_run > 0) {
     n = std::min(options.fast_dev_run, train_->num_batches());
   } else if (!options.overfit_batches.is_zero()) {
-    train_ = trainer_.strategy().distribute_loader(sequential_copy(*train_), RunningStage::Training);
+    train_ = TrainerInternals::strategy(trainer_).placement().distribute_loader(sequential_copy(*train_), RunningStage::Training);
     val_ = train_;
     n = options.overfit_batches.resolve(train_->num_batches());
     val_max_batches_ = n;
@@ -76,7 +77,7 @@ void FitLoop::run() {
   module.train();
   call_callbacks(t, module, &Callback::on_train_start);
   if (state_.pending_rng_state) {
-    load_rng_state_dict(*state_.pending_rng_state, t.strategy().root_device());
+    load_rng_state_dict(*state_.pending_rng_state, TrainerInternals::strategy(t).root_device());
     state_.pending_rng_state.reset();
   }
   // No training batches (limit_train_batches=0): nothing to train, like Lightning. An epoch that
@@ -120,15 +121,15 @@ bool FitLoop::done() const {
 }
 
 void FitLoop::agree_on_stopping() {
-  Strategy& strategy = trainer_.strategy();
+  Strategy& strategy = TrainerInternals::strategy(trainer_);
   // One process decides alone; skipping the identity broadcast also keeps the count of decisions
   // a strategy sees to the callbacks' own (EarlyStopping, Timer, ModelCheckpoint).
   if (strategy.topology().world_size == 1) {
     if (state_.deadline) time_up_ = time_exhausted();
     return;
   }
-  state_.should_stop = strategy.broadcast_decision(state_.should_stop);
-  if (state_.deadline) time_up_ = strategy.broadcast_decision(time_exhausted());
+  state_.should_stop = strategy.collectives().broadcast_decision(state_.should_stop);
+  if (state_.deadline) time_up_ = strategy.collectives().broadcast_decision(time_exhausted());
 }
 
 // Note [Interrupted epochs]: a stop condition (max_steps, max_time, should_stop) that ends an
@@ -191,10 +192,10 @@ bool FitLoop::run_epoch() {
 
 void FitLoop::run_batch(int64_t batch_idx) {
   Trainer& t = trainer_;
-  Strategy& strategy = t.strategy();
+  Strategy& strategy = TrainerInternals::strategy(t);
   Module& module = *state_.module;
   auto& p = state_.progress;
-  const Batch batch = strategy.batch_to_device(train_->batch(batch_idx));
+  const Batch batch = strategy.placement().batch_to_device(train_->batch(batch_idx));
   // Manual optimization: training_step runs backward and steps itself (ManualOptimizer), and
   // accumulates by hand; the window is then always the one batch.
   const bool manual = !module.automatic_optimization();
@@ -213,9 +214,11 @@ void FitLoop::run_batch(int64_t batch_idx) {
   bool backward_ran = false;
   {
     // Micro-batches that do not close their window accumulate without synchronizing.
-    ScopeGuard no_sync = window.closes() ? ScopeGuard{} : strategy.no_sync();
+    ScopeGuard no_sync = window.closes() ? ScopeGuard{} : strategy.gradients().no_sync();
     loss = strategy.run_step(RunningStage::Training, module, batch,
-                             [&](torch::nn::Module&, const Batch& b) { return module.training_step(b, batch_idx); });
+                             [&](torch::nn::Module& given, const Batch& b) {
+                               return TrainerInternals::step_module(given, module).training_step(b, batch_idx);
+                             });
     state_.train_collector.set_in_step(false);
     if (loss.defined() && !manual) {
       check<ConfigurationError>(loss.numel() == 1, "training_step: expected a scalar loss, got shape ",
@@ -242,7 +245,7 @@ void FitLoop::run_batch(int64_t batch_idx) {
     // rank sees the same (training_step decides per batch index, the same on every rank, or the
     // ranks' collectives in backward would not match either); the strategy synchronizes now,
     // so that no rank steps on gradients it alone computed.
-    if (p.window_has_backward && !backward_ran) strategy.synchronize_accumulated_gradients(module);
+    if (p.window_has_backward && !backward_ran) strategy.gradients().synchronize_accumulated_gradients(module);
     if (p.window_has_backward) {
       step_optimizers();
       stepped = true;
@@ -272,7 +275,7 @@ void FitLoop::run_batch(int64_t batch_idx) {
 
 void FitLoop::step_optimizers() {
   Trainer& t = trainer_;
-  Strategy& strategy = t.strategy();
+  Strategy& strategy = TrainerInternals::strategy(t);
   Module& module = *state_.module;
   std::vector<bool> stepped;
   for (auto& optimizer : state_.optimizers) {
@@ -285,14 +288,14 @@ void FitLoop::step_optimizers() {
   for (auto& optimizer : state_.optimizers) {
     call_callbacks(t, module, &Callback::on_before_zero_grad, *optimizer);
     module.on_before_zero_grad(*optimizer);
-    strategy.zero_grad(*optimizer);
+    strategy.gradients().zero_grad(*optimizer);
   }
 }
 
 void FitLoop::clip_gradients(torch::optim::Optimizer& optimizer) {
   const auto& options = trainer_.options();
   if (!options.gradient_clip_val) return;
-  volt::clip_gradients(trainer_.strategy(), optimizer, *options.gradient_clip_val, options.gradient_clip_algorithm);
+  volt::clip_gradients(TrainerInternals::strategy(trainer_), optimizer, *options.gradient_clip_val, options.gradient_clip_algorithm);
 }
 
 void FitLoop::step_schedulers(bool epoch_interval, const std::vector<bool>& stepped) {

@@ -1,20 +1,21 @@
 #include "trainer/loops/loop_hooks.h"
 
 #include "trainer/module.h"
+#include "trainer/trainer_internals.h"
 
 namespace volt {
 
 void backward_with_hooks(Trainer& trainer, Module& module, const torch::Tensor& loss) {
   call_callbacks(trainer, module, &Callback::on_before_backward, loss);
   module.on_before_backward(loss);
-  trainer.strategy().backward(loss);
+  TrainerInternals::strategy(trainer).backward(loss);
   call_callbacks(trainer, module, &Callback::on_after_backward);
   module.on_after_backward();
 }
 
 bool step_optimizer_with_hooks(Trainer& trainer, Module& module, torch::optim::Optimizer& optimizer,
                                const std::function<void(torch::optim::Optimizer&)>& clip) {
-  return trainer.strategy().optimizer_step(optimizer, [&](torch::optim::Optimizer& o) {
+  return TrainerInternals::strategy(trainer).optimizer_step(optimizer, [&](torch::optim::Optimizer& o) {
     call_callbacks(trainer, module, &Callback::on_before_optimizer_step, o);
     module.on_before_optimizer_step(o);
     if (clip) clip(o);

@@ -4,6 +4,7 @@
 
 #include "trainer/loops/loop_hooks.h"
 #include "trainer/module.h"
+#include "trainer/trainer_internals.h"
 
 namespace volt {
 void require_manual_optimization(const LoopState* state, const Module& module, const std::string& what) {
@@ -22,13 +23,13 @@ bool ManualOptimizer::step() {
   const bool stepped = step_optimizer_with_hooks(trainer_, *state_.module, *optimizer_, nullptr);
   if (!stepped) ++skipped_steps_;
   ++state_.progress.global_step;
-  trainer_.strategy().after_optimizer_steps(state_.progress.global_step);
+  TrainerInternals::strategy(trainer_).after_optimizer_steps(state_.progress.global_step);
   return stepped;
 }
 
 void ManualOptimizer::zero_grad() {
   require_manual_optimization(&state_, *state_.module, "ManualOptimizer::zero_grad");
-  trainer_.strategy().zero_grad(*optimizer_);
+  TrainerInternals::strategy(trainer_).gradients().zero_grad(*optimizer_);
 }
 
 ScopeGuard ManualOptimizer::toggle_model(bool sync_grad) {
@@ -49,7 +50,7 @@ ScopeGuard ManualOptimizer::toggle_model(bool sync_grad) {
       }
     }
   }
-  auto no_sync = std::make_shared<ScopeGuard>(sync_grad ? ScopeGuard{} : trainer_.strategy().no_sync());
+  auto no_sync = std::make_shared<ScopeGuard>(sync_grad ? ScopeGuard{} : TrainerInternals::strategy(trainer_).gradients().no_sync());
   return ScopeGuard([frozen = std::move(frozen), no_sync]() mutable {
     no_sync.reset();
     for (auto& p : frozen) p.set_requires_grad(true);

@@ -45,6 +45,7 @@
 #include "distributed/process_group_setup.h"
 #include "distributed/process_launcher.h"
 #include "strategies/strategy_registry.h"
+#include "tests/distributed/worker/replica_strategy.h"
 #include "tests/support/regression_problem.h"
 #include "callbacks/callback.h"
 #include "distributed/cluster/cluster_environment.h"
@@ -102,9 +103,15 @@ class GradientAveragingStrategy : public ParallelStrategy {
   }
 };
 
-void register_test_strategy() {
+// `make_replica`: a new module like the one trained, for test_replicas (none: not registered).
+void register_test_strategy(testing::ReplicaStrategy::ReplicaFactory make_replica = nullptr) {
   strategy_registry().add("test_grad_avg", "test-only: averages gradients before every step", {},
                           [](const OptionValues&) { return std::make_shared<GradientAveragingStrategy>(); });
+  if (!make_replica) return;
+  strategy_registry().add("test_replicas", "test-only: every device of the node in one process, a replica each", {},
+                          [make_replica](const OptionValues&) {
+                            return std::make_shared<testing::ReplicaStrategy>(make_replica);
+                          });
 }
 
 // The regression module plus what the distributed tests read back: a per-step value synced
@@ -169,7 +176,7 @@ class StrayDecision : public Callback {
   explicit StrayDecision(int64_t rank) : rank_(rank) {}
   void on_train_batch_end(Trainer& trainer, Module&, const torch::Tensor&, const Batch&, int64_t batch_idx) override {
     if (trainer.strategy().topology().global_rank == rank_ && batch_idx == 0 && trainer.current_epoch() == 0) {
-      trainer.strategy().broadcast_decision(true);
+      trainer.collectives().broadcast_decision(true);
     }
   }
 
@@ -248,7 +255,7 @@ testing::RegressionOptions regression_options(const std::string& optimizer, int6
 void train(const TrainerOptions& options, ProcessLauncher& launcher, int64_t batch_size, std::shared_ptr<Callback> extra,
            const testing::RegressionOptions& model_options, bool print_steps, bool print_buffers,
            int64_t manual_accumulate, int64_t stray_decision_rank) {
-  register_test_strategy();
+  register_test_strategy([&] { return std::make_shared<WorkerModule>(model_options, false, manual_accumulate); });
   Trainer trainer(options, launcher);  // run_main's launcher: the children's exit statuses count
   trainer.add_callback(std::move(extra));
   if (stray_decision_rank >= 0) trainer.add_callback(std::make_shared<StrayDecision>(stray_decision_rank));

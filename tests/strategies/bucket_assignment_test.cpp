@@ -1,10 +1,10 @@
 // Bucket assignment (Note [Bucket order]) on its own: no communication.
 #include <gtest/gtest.h>
 
-#include "strategies/ddp/bucket_assignment.h"
+#include "strategies/buckets/bucket_assignment.h"
 #include "core/error.h"
 
-namespace volt::ddp {
+namespace volt::buckets {
 namespace {
 
 using Buckets = std::vector<std::vector<size_t>>;
@@ -58,4 +58,4 @@ TEST(BucketAssignmentTest, RejectsBadOrders) {
 }
 
 }  // namespace
-}  // namespace volt::ddp
+}  // namespace volt::buckets

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace volt::ddp {
+namespace volt::buckets {
 
 class ReadinessTracker {
  public:
@@ -35,4 +35,4 @@ class ReadinessTracker {
   size_t next_launch_ = 0;
 };
 
-}  // namespace volt::ddp
+}  // namespace volt::buckets

@@ -1,4 +1,4 @@
-#include "strategies/ddp/bucket_assignment.h"
+#include "strategies/buckets/bucket_assignment.h"
 
 #include <map>
 #include <numeric>
@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 
-namespace volt::ddp {
+namespace volt::buckets {
 
 std::vector<size_t> reverse_registration_order(size_t n) {
   std::vector<size_t> order(n);
@@ -60,4 +60,30 @@ std::vector<std::vector<size_t>> assign_buckets(const std::vector<torch::Tensor>
   return closed;
 }
 
-}  // namespace volt::ddp
+std::vector<std::vector<size_t>> assign_consecutive_buckets(const std::vector<torch::Tensor>& parameters,
+                                                            int64_t max_numel) {
+  std::vector<std::vector<size_t>> buckets;
+  std::vector<size_t> open;
+  int64_t open_numel = 0;
+  auto close = [&] {
+    if (open.empty()) return;
+    buckets.push_back(std::move(open));
+    open.clear();
+    open_numel = 0;
+  };
+  for (size_t k = parameters.size(); k-- > 0;) {
+    const auto& p = parameters[k];
+    const bool alone = max_numel == 0 || p.numel() >= max_numel;
+    const bool fits = !open.empty() && open_numel + p.numel() <= max_numel &&
+                      parameters[open.front()].scalar_type() == p.scalar_type() &&
+                      parameters[open.front()].device() == p.device();
+    if (alone || !fits) close();
+    open.push_back(k);
+    open_numel += p.numel();
+    if (alone) close();
+  }
+  close();
+  return buckets;
+}
+
+}  // namespace volt::buckets

@@ -1,13 +1,13 @@
 #pragma once
-// Which gradients share a bucket. A bucket is one flat buffer reduced by one collective, so its
-// members must share dtype and device; its size trades latency (many small collectives) against
+// Which gradients share a bucket, for DDP's reducer and ShardedDDP's. A bucket is one flat buffer
+// reduced by one collective, so its members must share dtype and device; its size trades latency (many small collectives) against
 // overlap (one huge collective can only start when backward is nearly done).
 #include <torch/torch.h>
 
 #include <cstdint>
 #include <vector>
 
-namespace volt::ddp {
+namespace volt::buckets {
 
 struct BucketLimits {
   // Cap of the first bucket filled for each (dtype, device), in bytes: small, so that the first
@@ -32,7 +32,14 @@ struct BucketLimits {
 std::vector<std::vector<size_t>> assign_buckets(const std::vector<torch::Tensor>& parameters,
                                                 const std::vector<size_t>& order, const BucketLimits& limits);
 
+// fairscale's ShardedDDP rule: walking the parameters in reverse registration order, consecutive
+// ones of one dtype and device share a bucket while their elements together stay within
+// `max_numel`; a parameter with at least `max_numel` elements (or every one, when `max_numel` is
+// 0) gets a bucket of its own. Returns the buckets as lists of parameter indices, in that order.
+std::vector<std::vector<size_t>> assign_consecutive_buckets(const std::vector<torch::Tensor>& parameters,
+                                                            int64_t max_numel);
+
 // 0, 1, ..., n-1 reversed: the initial order of Note [Bucket order].
 std::vector<size_t> reverse_registration_order(size_t n);
 
-}  // namespace volt::ddp
+}  // namespace volt::buckets

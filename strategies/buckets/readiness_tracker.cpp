@@ -1,8 +1,8 @@
-#include "strategies/ddp/readiness_tracker.h"
+#include "strategies/buckets/readiness_tracker.h"
 
 #include "core/error.h"
 
-namespace volt::ddp {
+namespace volt::buckets {
 
 void ReadinessTracker::set_layout(std::vector<size_t> bucket_of, std::vector<size_t> bucket_sizes) {
   bucket_of_ = std::move(bucket_of);
@@ -41,4 +41,4 @@ std::vector<size_t> ReadinessTracker::not_ready() const {
   return missing;
 }
 
-}  // namespace volt::ddp
+}  // namespace volt::buckets

@@ -1,0 +1,70 @@
+#pragma once
+// A part of the Strategy (strategy.h): what a checkpoint holds of the model, the optimizers, the
+// gradients of an open accumulation window and the strategy itself, in the layout the strategy
+// chooses (Note [Checkpoint layouts], checkpoint_files.h). The defaults suit a strategy that keeps
+// every tensor whole on every rank, its optimizers' state consolidated when the strategy shards
+// it (Strategy::shards_optimizer_state); a parameter-sharding strategy consolidates for Full and
+// writes its own shard for Sharded.
+//
+// [collective]: every rank calls it at the same point; "for strategies that shard" means the
+// default needs no communication.
+#include <torch/torch.h>
+
+#include <string>
+
+#include "checkpoint/checkpoint_layout.h"
+#include "checkpoint/optimizer_state.h"
+#include "core/state_dict.h"
+
+namespace volt {
+
+class Strategy;
+
+class CheckpointState {
+ public:
+  // `owner`: the strategy that holds this part and outlives it.
+  explicit CheckpointState(Strategy& owner, CheckpointLayout layout = CheckpointLayout::Full)
+      : owner_(owner), layout_(layout) {}
+  virtual ~CheckpointState() = default;
+
+  // The layout this strategy writes.
+  CheckpointLayout layout() const { return layout_; }
+
+  // The module's parameters and buffers in `layout`, tensors on any device (the file stores CPU
+  // copies). [collective for strategies that shard]
+  virtual StateDict model_state_dict(torch::nn::Module& module, CheckpointLayout layout);
+  // Loads `state` (of `layout`) into the module in place; `source` names it in errors.
+  virtual void load_model_state_dict(torch::nn::Module& module, const StateDict& state, CheckpointLayout layout,
+                                     bool strict, const std::string& source);
+  // An optimizer's state in `layout`. [collective for strategies that shard]
+  virtual StateDict optimizer_state_dict(torch::optim::Optimizer& optimizer, CheckpointLayout layout);
+  virtual void load_optimizer_state_dict(torch::optim::Optimizer& optimizer, const StateDict& state,
+                                         CheckpointLayout layout, const std::string& what,
+                                         const ParameterNamer& name_of);
+
+  // The gradients accumulated so far in an open accumulation window, which the step at the
+  // window's end needs (ranks differ: each accumulated its own micro-batches). The result's keys
+  // go into the checkpoint's fit-loop section: "accumulated_grads" (this process's, or this
+  // rank's shard) or, for a Full checkpoint of several ranks, "accumulated_grads_per_rank" (every
+  // rank's, for global rank 0 to write). [collective with several ranks]
+  virtual StateDict accumulated_gradients(torch::nn::Module& module, CheckpointLayout layout);
+  // Sets the gradients from such a section: this rank's entry, none when the section has none.
+  // Warns and drops them when the section was written by another number of ranks.
+  virtual void load_accumulated_gradients(torch::nn::Module& module, const StateDict& section,
+                                          const std::string& source);
+
+  // The strategy's own section (comm-hook state, model-averager step, SlowMo buffers) in
+  // `layout`: for Full, what differs per rank is gathered for global rank 0 to write. Restored
+  // only into a strategy of the same name. [collective]
+  virtual StateDict strategy_state_dict(CheckpointLayout layout) { return {}; }
+  virtual void load_strategy_state_dict(const StateDict& state, CheckpointLayout layout) {}
+
+ protected:
+  Strategy& owner() const { return owner_; }
+
+ private:
+  Strategy& owner_;
+  CheckpointLayout layout_;
+};
+
+}  // namespace volt

@@ -1,0 +1,42 @@
+#include "strategies/ddp/ddp_checkpoint_state.h"
+
+#include "checkpoint/per_rank_entries.h"
+#include "strategies/averaging/local_model_checkpoint.h"
+#include "strategies/ddp/ddp_strategy.h"
+
+namespace volt {
+
+DdpCheckpointState::DdpCheckpointState(DDPStrategy& owner, CheckpointLayout layout)
+    : CheckpointState(owner, layout), ddp_(owner) {}
+
+StateDict DdpCheckpointState::strategy_state_dict(CheckpointLayout layout) {
+  StateDict section;
+  const StateDict mine = ddp_.reducer().state_dict();
+  if (layout == CheckpointLayout::Sharded) {
+    section.set("reducer", mine);
+  } else if (const auto all = ddp_.collectives().gather_states(mine); !all.empty()) {
+    section.set("reducer_per_rank", state_dict_list(all));
+  }
+  if (auto* averager = ddp_.model_averager()) {
+    averaging::save_averager_section(section, *averager, ddp_.local_model(), ddp_.collectives(), layout);
+  }
+  return section;
+}
+
+void DdpCheckpointState::load_strategy_state_dict(const StateDict& state, CheckpointLayout layout) {
+  bool reducer_restored = false;
+  if (state.contains("reducer")) {
+    ddp_.reducer().load_state_dict(state.child("reducer"));
+    reducer_restored = true;
+  } else if (state.contains("reducer_per_rank")) {
+    if (const auto mine = averaging::entry_of_this_rank(state, "reducer_per_rank", ddp_.topology(), ddp_.name(),
+                                                        "buckets and the comm hook's state start afresh")) {
+      ddp_.reducer().load_state_dict(*mine);
+      reducer_restored = true;
+    }
+  }
+  averaging::load_averager_section(state, ddp_.model_averager(), reducer_restored, ddp_.local_model(),
+                                   ddp_.collectives(), ddp_.name());
+}
+
+}  // namespace volt

@@ -1,0 +1,104 @@
+#include "strategies/fsdp/fsdp_checkpoint_state.h"
+
+#include <set>
+
+#include "checkpoint/module_state.h"
+#include "core/error.h"
+#include "strategies/fsdp/fsdp_strategy.h"
+
+namespace volt {
+
+FsdpCheckpointState::FsdpCheckpointState(FSDPStrategy& owner, CheckpointLayout layout)
+    : CheckpointState(owner, layout), fsdp_(owner) {}
+
+namespace {
+
+// A unit's shard's key in a Sharded checkpoint.
+std::string sharded_key(const fsdp::FullyShardedUnit& unit) {
+  return unit.settings().is_root ? std::string("flat_shard") : unit.name() + ".flat_shard";
+}
+
+}  // namespace
+
+StateDict FsdpCheckpointState::model_state_dict(torch::nn::Module& module, CheckpointLayout layout) {
+  StateDict state = module_state_dict(module);  // the units' parameters read as released (empty)
+  if (layout == CheckpointLayout::Sharded) {
+    for (const auto& unit : fsdp_.units_) {
+      for (const auto& entry : unit->flat().entries()) state.erase(entry.name);
+      if (!unit->flat().empty()) state.set(sharded_key(*unit), unit->flat().shard().detach());
+    }
+    return state;
+  }
+  // Full: every rank gathers every unit; the values replace the released ones under their names,
+  // in module order.
+  for (const auto& unit : fsdp_.units_) {
+    const auto flat = unit->flat().full_values();
+    for (const auto& entry : unit->flat().entries()) {
+      state.set(entry.name, flat.narrow(0, entry.offset, entry.numel()).view(entry.shape));
+    }
+  }
+  return state;
+}
+
+void FsdpCheckpointState::load_model_state_dict(torch::nn::Module& module, const StateDict& state, CheckpointLayout layout,
+                                         bool strict, const std::string& source) {
+  StateDict rest = state;
+  for (const auto& unit : fsdp_.units_) {
+    auto& flat = unit->flat();
+    if (flat.empty()) continue;
+    if (layout == CheckpointLayout::Sharded) {
+      const auto key = sharded_key(*unit);
+      check<CheckpointError>(state.contains(key), source, ": no '", key, "' (the shard of ", unit->describe(),
+                             "); a sharded fsdp checkpoint resumes with the same model and world size only");
+      const auto shard = state.get_tensor(key);
+      check<CheckpointError>(shard.numel() == flat.shard_numel(), source, ": '", key, "' has ", shard.numel(),
+                             " elements, this rank's shard ", flat.shard_numel(),
+                             "; it was written with another model or world size");
+      torch::NoGradGuard no_grad;
+      flat.shard().copy_(shard.reshape({-1}));
+      rest.erase(key);
+      continue;
+    }
+    std::vector<torch::Tensor> pieces;
+    for (const auto& entry : flat.entries()) {
+      check<CheckpointError>(state.contains(entry.name), source, ": no '", entry.name, "' (a parameter of ",
+                             unit->describe(), ")");
+      const auto value = state.get_tensor(entry.name);
+      check<CheckpointError>(value.sizes().vec() == entry.shape, source, ": '", entry.name, "' has shape ",
+                             value.sizes(), ", the model's is ", c10::IntArrayRef(entry.shape));
+      pieces.push_back(value.reshape({-1}).to(flat.shard().scalar_type()));
+      rest.erase(entry.name);
+    }
+    flat.load_full_values(torch::cat(pieces));
+  }
+  // Buffers and parameters outside the units; the units' parameters (released) are checked above.
+  auto mismatch = compare_state_dict(module, rest);
+  std::set<std::string> sharded_names;
+  for (const auto& unit : fsdp_.units_) {
+    for (const auto& entry : unit->flat().entries()) sharded_names.insert(entry.name);
+  }
+  std::erase_if(mismatch.missing, [&](const std::string& name) { return sharded_names.count(name) > 0; });
+  check<CheckpointError>(!strict || (mismatch.missing.empty() && mismatch.unexpected.empty()), source,
+                         ": the checkpoint does not fit the model:\n", mismatch.describe());
+  load_module_state_dict(module, rest, /*strict=*/false, source);
+}
+
+StateDict FsdpCheckpointState::optimizer_state_dict(torch::optim::Optimizer& optimizer, CheckpointLayout layout) {
+  auto it = fsdp_.layouts_.find(&optimizer);
+  if (layout == CheckpointLayout::Sharded || it == fsdp_.layouts_.end()) {
+    return CheckpointState::optimizer_state_dict(optimizer, layout);
+  }
+  return fsdp::consolidate_optimizer_state(optimizer, it->second);
+}
+
+void FsdpCheckpointState::load_optimizer_state_dict(torch::optim::Optimizer& optimizer, const StateDict& state,
+                                             CheckpointLayout layout, const std::string& what,
+                                             const ParameterNamer& name_of) {
+  auto it = fsdp_.layouts_.find(&optimizer);
+  if (layout == CheckpointLayout::Sharded || it == fsdp_.layouts_.end()) {
+    return CheckpointState::load_optimizer_state_dict(optimizer, state, layout, what, name_of);
+  }
+  fsdp::load_consolidated_optimizer_state(optimizer, it->second, state, what);
+}
+
+}  // namespace volt

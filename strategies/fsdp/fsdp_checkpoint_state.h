@@ -1,0 +1,28 @@
+#pragma once
+// The checkpoint part (checkpoint_state.h) of FSDP.
+// Model, Full: every parameter unsharded under its name (gathered on every rank), with the
+// buffers; Sharded: each unit's shard ("<unit>.flat_shard", the root's "flat_shard") and the
+// buffers. Optimizer, Full: PyTorch's layout over the model's parameters (flat_optimizer_state.h),
+// on every rank; Sharded: the optimizer's own state (its shards').
+#include "strategies/checkpoint_state.h"
+
+namespace volt {
+
+class FSDPStrategy;
+
+class FsdpCheckpointState : public CheckpointState {
+ public:
+  FsdpCheckpointState(FSDPStrategy& owner, CheckpointLayout layout);
+
+  StateDict model_state_dict(torch::nn::Module& module, CheckpointLayout layout) override;  // [collective]
+  void load_model_state_dict(torch::nn::Module& module, const StateDict& state, CheckpointLayout layout, bool strict,
+                             const std::string& source) override;
+  StateDict optimizer_state_dict(torch::optim::Optimizer& optimizer, CheckpointLayout layout) override;  // [collective for Full]
+  void load_optimizer_state_dict(torch::optim::Optimizer& optimizer, const StateDict& state, CheckpointLayout layout,
+                                 const std::string& what, const ParameterNamer& name_of) override;
+
+ private:
+  FSDPStrategy& fsdp_;
+};
+
+}  // namespace volt

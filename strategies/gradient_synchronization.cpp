@@ -1,0 +1,43 @@
+#include "strategies/gradient_synchronization.h"
+
+#include <vector>
+
+#include "strategies/sharded_optimizer.h"
+#include "strategies/strategy.h"
+
+namespace volt {
+namespace {
+
+std::vector<torch::Tensor> parameters_with_grad(torch::optim::Optimizer& optimizer) {
+  std::vector<torch::Tensor> params;
+  for (auto& group : optimizer.param_groups()) {
+    for (auto& p : group.params()) {
+      if (p.grad().defined()) params.push_back(p);
+    }
+  }
+  return params;
+}
+
+}  // namespace
+
+void GradientSynchronization::zero_grad(torch::optim::Optimizer& optimizer) {
+  for (auto& group : optimizer.param_groups()) {
+    for (auto& p : group.params()) {
+      if (p.grad().defined()) p.mutable_grad().reset();
+    }
+  }
+}
+
+double GradientSynchronization::clip_norm(torch::optim::Optimizer& optimizer, double max_norm, double norm_type) {
+  // Over every rank's shard, each parameter counted once.
+  if (owner().shards_optimizer_state()) {
+    return as_sharded_optimizer(optimizer, owner().name()).clip_grad_norm(max_norm, norm_type);
+  }
+  return torch::nn::utils::clip_grad_norm_(parameters_with_grad(optimizer), max_norm, norm_type);
+}
+
+void GradientSynchronization::clip_value(torch::optim::Optimizer& optimizer, double clip_value) {
+  torch::nn::utils::clip_grad_value_(parameters_with_grad(optimizer), clip_value);
+}
+
+}  // namespace volt

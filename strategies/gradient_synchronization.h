@@ -1,0 +1,50 @@
+#pragma once
+// A part of the Strategy (strategy.h): how the gradients of the ranks agree. The Trainer's loop
+// brackets every backward with pre_backward / post_backward, runs accumulation micro-batches
+// inside no_sync(), and clears gradients with zero_grad after a step. The defaults are one
+// process's: nothing to synchronize, gradients set to none, clipping over the local gradients.
+//
+// Every method marked [collective] must be called by every rank at the same point.
+#include <torch/torch.h>
+
+#include "core/scope_guard.h"
+
+namespace volt {
+
+class Strategy;
+
+class GradientSynchronization {
+ public:
+  // `owner`: the strategy that holds this part and outlives it.
+  explicit GradientSynchronization(Strategy& owner) : owner_(owner) {}
+  virtual ~GradientSynchronization() = default;
+
+  // Micro-batches inside this scope accumulate gradients locally without synchronizing.
+  virtual ScopeGuard no_sync() { return {}; }
+  // Around the precision's backward of `loss` (Strategy::backward). [collective for reducers]
+  virtual void pre_backward(const torch::Tensor& loss) {}
+  virtual void post_backward(const torch::Tensor& loss) {}
+  // An accumulation window whose earlier micro-batches ran backward under no_sync() closed with a
+  // micro-batch that ran none (training_step returned no loss), so the synchronization done in
+  // backward never happened: synchronize the accumulated gradients now, before the step
+  // (Note [A window that closes without backward]). One process: nothing to do. [collective]
+  virtual void synchronize_accumulated_gradients(torch::nn::Module& module) {}
+  // Clears gradients after a step: set to undefined (frees memory, like PyTorch's
+  // zero_grad(set_to_none=True)); gradients that are views into a strategy's buffers are zeroed
+  // in place instead.
+  virtual void zero_grad(torch::optim::Optimizer& optimizer);
+  // Clips the gradients of `optimizer`'s parameters, already at their true scale (the Strategy
+  // unscales first), to a total `norm_type`-norm of `max_norm`; returns the norm before clipping.
+  // The norm is over every rank's shard, each parameter once, when the strategy shards the
+  // optimizer (Strategy::shards_optimizer_state) or the parameters. [collective when sharded]
+  virtual double clip_norm(torch::optim::Optimizer& optimizer, double max_norm, double norm_type);
+  virtual void clip_value(torch::optim::Optimizer& optimizer, double clip_value);
+
+ protected:
+  Strategy& owner() const { return owner_; }
+
+ private:
+  Strategy& owner_;
+};
+
+}  // namespace volt
