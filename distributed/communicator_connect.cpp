@@ -74,16 +74,25 @@ std::shared_ptr<Communicator> Communicator::connect(const CommunicatorOptions& o
   const std::string who = "Communicator (rank " + std::to_string(options.rank) + " of " +
                           std::to_string(options.world_size) + ")";
   const bool host_store = options.rank == 0 && !options.store_is_external;
-  const std::string where = options.master_addr + ":" + std::to_string(options.master_port);
+  // A process alone hosts a store that only it connects to: it binds any free port itself (port
+  // 0, chosen by the kernel as it binds). A port found free earlier (find_free_port) can be taken
+  // in between by another process on the host, as a listening port or as a connection's source
+  // port: ctest's parallel single-process runs met EADDRINUSE that way.
+  const bool alone = host_store && options.world_size == 1;
+  int64_t port = options.master_port;
+  std::string where = options.master_addr + ":" + std::to_string(port);
   c10::intrusive_ptr<c10d::Store> store;
   try {
     c10d::TCPStoreOptions store_options;
-    store_options.port = static_cast<std::uint16_t>(options.master_port);
+    store_options.port = alone ? 0 : static_cast<std::uint16_t>(options.master_port);
     store_options.isServer = host_store;
     store_options.numWorkers = static_cast<std::size_t>(options.world_size);
     store_options.waitWorkers = false;  // the process group's rendezvous waits, bounded by the timeout
     store_options.timeout = options.timeout;
-    store = c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
+    auto tcp_store = c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
+    port = tcp_store->getPort();
+    where = options.master_addr + ":" + std::to_string(port);
+    store = std::move(tcp_store);
   } catch (const std::exception& e) {
     const std::string cause = cause_of(e);
     throw DistributedError(
@@ -106,7 +115,7 @@ std::shared_ptr<Communicator> Communicator::connect(const CommunicatorOptions& o
     const std::string host = options.store_is_external ? "the torchelastic agent at " + where : "rank 0 at " + where;
     try {
       c10d::TCPStoreOptions client;
-      client.port = static_cast<std::uint16_t>(options.master_port);
+      client.port = static_cast<std::uint16_t>(port);
       client.timeout = options.timeout;
       c10::intrusive_ptr<c10d::Store> connection = c10::make_intrusive<c10d::TCPStore>(options.master_addr, client);
       if (!options.store_prefix.empty()) {

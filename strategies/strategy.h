@@ -84,6 +84,10 @@ class Strategy {
   // Whether its optimizers are ShardedOptimizers (setup_optimizers wraps them): the default
   // checkpoint and clipping parts then consolidate over the ranks.
   virtual bool shards_optimizer_state() const { return false; }
+  // The module's parameters that `stepped`, a parameter of an optimizer setup_optimizers
+  // returned, stands for: itself, or, where the strategy steps flattened shards (FSDP), the
+  // parameters of its unit. What toggle_model() freezes so that backward leaves them alone.
+  virtual std::vector<torch::Tensor> module_parameters_of(const torch::Tensor& stepped) const { return {stepped}; }
 
   // ---- the parts
   StrategyCollectives& collectives() const { return *collectives_; }

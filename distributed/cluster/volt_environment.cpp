@@ -57,9 +57,8 @@ VoltEnvironment::VoltEnvironment(const EnvironmentVariables& variables, const Cl
     } else if (t.num_nodes > 1) {
       port = kDefaultMultiNodePort;
     } else {
-      // One node: any free port; the launcher hands it to the children. One process too: a
-      // distributed strategy on one rank (ddp or fsdp on one GPU) still starts the rendezvous
-      // store, and two such runs on one host (two jobs, ctest -j) must not meet on a fixed port.
+      // One node: any free port; the launcher hands it to the children. (A process alone binds a
+      // port of its own as it starts its store: Communicator::connect.)
       port = find_free_port(address);
     }
   }

@@ -23,6 +23,7 @@ void FsdpGradients::pre_backward(const torch::Tensor&) {
 void FsdpGradients::post_backward(const torch::Tensor&) {
   for (auto& unit : fsdp_.units_) unit->finish_backward();
   if (fsdp_.bucket_) fsdp_.bucket_->flush();  // before the step reads the shards' gradients
+  fsdp_.regather_root_inside_step();
 }
 
 void FsdpGradients::synchronize_accumulated_gradients(torch::nn::Module&) {

@@ -18,7 +18,9 @@ ScopeGuard FsdpPlacement::forward_context(RunningStage stage) {
   order_.start();  // the first forward records the units' order (nothing once recorded)
   root.before_forward();
   root.after_forward(torch::Tensor());
-  return ScopeGuard([&units_, &order_, base = std::make_shared<ScopeGuard>(std::move(base))]() mutable {
+  fsdp_.step_scope_open_ = true;
+  return ScopeGuard([this, &units_, &order_, base = std::make_shared<ScopeGuard>(std::move(base))]() mutable {
+    fsdp_.step_scope_open_ = false;
     order_.stop();
     // No backward follows an evaluation forward: nothing needs the root's parameters until the
     // next forward gathers them, nor another unit's that a prefetch gathered for a forward that

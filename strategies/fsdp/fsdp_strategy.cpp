@@ -99,6 +99,30 @@ void FSDPStrategy::after_optimizer_steps(int64_t global_step) {
   gathered_->reset_peak();
 }
 
+bool FSDPStrategy::optimizer_step(torch::optim::Optimizer& optimizer,
+                                  const std::function<void(torch::optim::Optimizer&)>& before_step) {
+  const bool took = ParallelStrategy::optimizer_step(optimizer, before_step);
+  regather_root_inside_step();
+  return took;
+}
+
+void FSDPStrategy::regather_root_inside_step() {
+  if (!step_scope_open_ || units_.empty() || units_.front()->flat().empty()) return;
+  auto& root = units_.front()->flat();
+  root.release();
+  root.gather();
+}
+
+std::vector<torch::Tensor> FSDPStrategy::module_parameters_of(const torch::Tensor& stepped) const {
+  for (const auto& unit : units_) {
+    if (unit->flat().empty() || !unit->flat().shard().is_same(stepped)) continue;
+    std::vector<torch::Tensor> parameters;
+    for (const auto& entry : unit->flat().entries()) parameters.push_back(entry.parameter);
+    return parameters;
+  }
+  return {stepped};  // outside the units: stepped as it is
+}
+
 void register_fsdp_strategy(Registry<Strategy>& registry) {
   registry.add("fsdp",
                "FSDP (ZeRO-3): parameters, gradients and optimizer state sharded; units gather around their "

@@ -64,6 +64,13 @@ class FSDPStrategy : public ParallelStrategy {
   std::map<std::string, double> metrics() const override;
   void after_optimizer_steps(int64_t global_step) override;
 
+  // ParallelStrategy's, then, inside a step's forward scope (manual optimization), the root unit
+  // gathered again from its stepped shard (Note [The root unit inside a step]).
+  bool optimizer_step(torch::optim::Optimizer& optimizer,
+                      const std::function<void(torch::optim::Optimizer&)>& before_step) override;
+  // The unit's parameters for its shard (Strategy::module_parameters_of).
+  std::vector<torch::Tensor> module_parameters_of(const torch::Tensor& stepped) const override;
+
   // The units, root first; empty before setup_module.
   const std::vector<std::shared_ptr<fsdp::FullyShardedUnit>>& units() const { return units_; }
 
@@ -83,6 +90,13 @@ class FSDPStrategy : public ParallelStrategy {
   // The group the units shard over: the world, or this rank alone with NO_SHARD.
   Communicator& shard_group();
   torch::Dtype compute_dtype() const;
+  // Note [The root unit inside a step]: the root unit is gathered for a whole step's forward
+  // scope, but a manual optimization step runs backward (which releases it) and optimizer steps
+  // (which change its shard) inside that scope, and may then run another forward (a GAN's
+  // second model). Inside the scope the root is gathered again after each backward and each
+  // optimizer step, so that the next forward reads current values; outside it nothing changes.
+  // [collective]
+  void regather_root_inside_step();
 
   FSDPOptions options_;
   std::shared_ptr<Communicator> alone_;  // NO_SHARD's group of one (made once, at the first setup)
@@ -93,6 +107,7 @@ class FSDPStrategy : public ParallelStrategy {
   // Each optimizer's param groups as configure_optimizers gave them (setup_optimizers).
   fsdp::OptimizerLayouts layouts_;
   bool synchronize_ = true;
+  bool step_scope_open_ = false;  // inside FsdpPlacement::forward_context's scope
   std::shared_ptr<fsdp::GatheredBytes> gathered_ = std::make_shared<fsdp::GatheredBytes>();
   std::unique_ptr<fsdp::ReduceScatterBucket> bucket_;  // shared by the units; built with them
   fsdp::ExecutionOrder order_;                         // the units' forward order, for prefetching

@@ -51,6 +51,7 @@ ShardedReducer::ShardedReducer(std::vector<torch::Tensor> parameters, std::vecto
     buckets_.push_back(std::move(bucket));
   }
   tracker_.set_layout(std::move(bucket_of), std::move(bucket_sizes));
+  frozen_.assign(n, false);
   for (size_t k = 0; k < n; ++k) {
     auto accumulator = torch::autograd::impl::grad_accumulator(parameters_[k]);
     hook_keys_.push_back(compat::add_post_hook(*accumulator, [this, k] { on_gradient_ready(k); }));
@@ -73,19 +74,26 @@ void ShardedReducer::prepare_for_backward(const torch::Tensor&) {
   check<ConfigurationError>(!in_backward_, "ddp_sharded: backward started again before the previous synchronized "
                             "backward finished; call backward once per forward (through the strategy)");
   if (!require_sync()) return;
-  for (size_t k = 0; k < parameters_.size(); ++k) {
-    check<InternalError>(torch::autograd::impl::grad_accumulator(parameters_[k]) == accumulators_[k], "ddp_sharded: ",
-                         "parameter '", names_[k], "' was converted or moved after the reducer was built; its "
-                         "gradient would not be reduced");
-  }
   for (auto& b : buckets_) {
     b.launched = b.done = false;
     b.output = torch::Tensor();
     b.handle = CollectiveHandle();
   }
   tracker_.reset();
+  frozen_.assign(parameters_.size(), false);
+  for (size_t k = 0; k < parameters_.size(); ++k) {
+    if (!parameters_[k].requires_grad()) {
+      frozen_[k] = true;  // no gradient comes: ready now, zeros in its bucket
+      tracker_.mark_ready(k);
+      continue;
+    }
+    check<InternalError>(torch::autograd::impl::grad_accumulator(parameters_[k]) == accumulators_[k], "ddp_sharded: ",
+                         "parameter '", names_[k], "' was converted or moved after the reducer was built; its "
+                         "gradient would not be reduced");
+  }
   hook_error_ = nullptr;
   in_backward_ = true;
+  launch_ready();  // buckets of frozen parameters alone
 }
 
 void ShardedReducer::on_gradient_ready(size_t index) {
@@ -122,17 +130,23 @@ void ShardedReducer::launch(Bucket& bucket) {
   if (options_.reduce_fp16 && first.is_floating_point()) options = options.dtype(torch::kHalf);
   auto& lone_grad = parameters_[bucket.members.front()].mutable_grad();
   torch::Tensor input;
-  const bool in_place =
-      bucket.members.size() == 1 && lone_grad.scalar_type() == options.dtype() && lone_grad.is_contiguous();
+  const bool in_place = bucket.members.size() == 1 && !frozen_[bucket.members.front()] &&
+                        lone_grad.scalar_type() == options.dtype() && lone_grad.is_contiguous();
   if (in_place) {
     input = lone_grad.view({-1}).div_(world);  // its own storage is the buffer
   } else {
     input = torch::empty({bucket.numel}, options);
     int64_t offset = 0;
     for (const size_t k : bucket.members) {
+      const auto numel = parameters_[k].numel();
+      if (frozen_[k]) {
+        input.narrow(0, offset, numel).zero_();  // its gradient is left as it was
+        offset += numel;
+        continue;
+      }
       auto& grad = parameters_[k].mutable_grad();
-      input.narrow(0, offset, grad.numel()).copy_(grad.reshape({-1}));
-      offset += grad.numel();
+      input.narrow(0, offset, numel).copy_(grad.reshape({-1}));
+      offset += numel;
       if (owners_[k] != me) grad.reset();  // in the buffer: a non-owner needs it no more
     }
     input.div_(world);
@@ -163,11 +177,12 @@ void ShardedReducer::finish(Bucket& bucket) {
   for (const size_t k : bucket.members) {
     auto& grad = parameters_[k].mutable_grad();
     if (owners_[k] != me) {
-      grad.reset();
+      if (!frozen_[k]) grad.reset();
       continue;
     }
-    grad.copy_(bucket.output.narrow(0, offset, grad.numel()).view(grad.sizes()));
-    offset += grad.numel();
+    const auto numel = parameters_[k].numel();
+    if (!frozen_[k]) grad.copy_(bucket.output.narrow(0, offset, numel).view(parameters_[k].sizes()));
+    offset += numel;
   }
   bucket.output = torch::Tensor();
   count_buffer(-bucket.buffer_bytes);

@@ -25,7 +25,10 @@
 //
 // no_sync (require_sync false): gradients accumulate locally, full size on every rank, and the
 // next synchronized backward reduces the accumulated sums. A parameter that gets no gradient in a
-// synchronized backward is an error (after completing the reduces, so that no peer hangs).
+// synchronized backward is an error (after completing the reduces, so that no peer hangs),
+// unless it does not require grad when the backward starts (frozen: toggle_model() around a GAN's
+// two backwards, fairscale's refreshed trainable set): it contributes zeros to its bucket and its
+// gradient is left as it was, on every rank alike (the toggle is the same on every rank).
 //
 // Thread safety: hooks run on the autograd thread, everything else on the training thread; a
 // mutex orders them. `communicator` must outlive the reducer.
@@ -111,6 +114,7 @@ class ShardedReducer : public BackwardReducer {
   std::vector<uintptr_t> hook_keys_;
   std::vector<Bucket> buckets_;
   buckets::ReadinessTracker tracker_;  // which gradients are ready; buckets launch in order
+  std::vector<bool> frozen_;           // not requiring grad at this backward's start
   int64_t live_buffer_bytes_ = 0, peak_buffer_bytes_ = 0;
 
   std::mutex mutex_;

@@ -201,10 +201,11 @@ TEST(CommunicatorFailureTest, AbsentRankZeroIsATimeoutNamingTheStore) {
 TEST(CommunicatorFailureTest, PortInUseIsNamed) {
   const int64_t port = find_free_port();
   std::vector<std::string> messages(2);
-  // Two groups on the same port: the second rank 0 cannot start its store.
+  // Two groups of two on the same port, each with its rank 0 alone: the second cannot start its
+  // store (the first then times out waiting for its rank 1).
   const auto errors = run_thread_ranks(2, [&](int64_t rank, int64_t) {
     try {
-      auto c = Communicator::connect(loopback_options(0, 1, port, std::chrono::seconds(2)));
+      auto c = Communicator::connect(loopback_options(0, 2, port, std::chrono::seconds(2)));
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
     } catch (const DistributedError& e) {
       messages[static_cast<size_t>(rank)] = e.what();
@@ -213,6 +214,19 @@ TEST(CommunicatorFailureTest, PortInUseIsNamed) {
   const std::string message = messages[0] + messages[1];
   EXPECT_NE(message.find("cannot start the rendezvous store on 127.0.0.1:" + std::to_string(port)), std::string::npos)
       << message;
+}
+
+// A process alone hosts a store nobody else connects to: it binds a port of its own, so that two
+// such processes never meet on one (a port found free earlier may be taken before the bind).
+TEST(CommunicatorFailureTest, AProcessAloneNeverMeetsAnotherOnItsPort) {
+  const int64_t port = find_free_port();
+  const auto errors = run_thread_ranks(2, [&](int64_t, int64_t) {
+    auto c = Communicator::connect(loopback_options(0, 1, port, std::chrono::seconds(2)));
+    auto t = torch::ones({3});
+    c->all_reduce(t);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // both alive at once
+  });
+  for (const auto& error : errors) EXPECT_TRUE(error.empty()) << error;
 }
 
 // SIGPIPE's action now; sets it to `action` for the rest of the scope's test and restores it after.

@@ -34,23 +34,32 @@ void ManualOptimizer::zero_grad() {
 
 ScopeGuard ManualOptimizer::toggle_model(bool sync_grad) {
   require_manual_optimization(&state_, *state_.module, "ManualOptimizer::toggle_model");
+  Strategy& strategy = TrainerInternals::strategy(trainer_);
+  // What an optimizer steps may stand for other tensors that backward reaches (FSDP steps a
+  // unit's flat shard, backward reaches the unit's parameters): both are frozen.
   std::unordered_set<const c10::TensorImpl*> own;
   for (const auto& group : optimizer_->param_groups()) {
-    for (const auto& p : group.params()) own.insert(p.unsafeGetTensorImpl());
+    for (const auto& p : group.params()) {
+      own.insert(p.unsafeGetTensorImpl());
+      for (const auto& q : strategy.module_parameters_of(p)) own.insert(q.unsafeGetTensorImpl());
+    }
   }
   std::vector<torch::Tensor> frozen;
+  auto freeze = [&](const torch::Tensor& p) {
+    if (own.count(p.unsafeGetTensorImpl()) > 0 || !p.requires_grad()) return;
+    p.set_requires_grad(false);
+    frozen.push_back(p);
+  };
   for (const auto& other : state_.optimizers) {
     if (other == optimizer_) continue;
     for (auto& group : other->param_groups()) {
       for (auto& p : group.params()) {
-        if (own.count(p.unsafeGetTensorImpl()) == 0 && p.requires_grad()) {
-          p.set_requires_grad(false);
-          frozen.push_back(p);
-        }
+        for (const auto& q : strategy.module_parameters_of(p)) freeze(q);
+        freeze(p);
       }
     }
   }
-  auto no_sync = std::make_shared<ScopeGuard>(sync_grad ? ScopeGuard{} : TrainerInternals::strategy(trainer_).gradients().no_sync());
+  auto no_sync = std::make_shared<ScopeGuard>(sync_grad ? ScopeGuard{} : strategy.gradients().no_sync());
   return ScopeGuard([frozen = std::move(frozen), no_sync]() mutable {
     no_sync.reset();
     for (auto& p : frozen) p.set_requires_grad(true);

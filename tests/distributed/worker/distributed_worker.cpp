@@ -25,6 +25,8 @@
 //                       its first training batch (a collective behind a rank-local condition)
 //   --mode sampler      fit over a dataset whose inputs are the sample indices (10 samples,
 //                       batch 2, shuffled, 2 epochs); prints "SEEN rank=.. epoch=.. indices=.."
+//   --mode gan          README's GAN pattern (manual optimization, two Adam optimizers,
+//                       toggle_model) on the regression samples; --print-steps' STEP lines always
 // --report-signals (any mode): a process that SIGINT or SIGTERM ends prints "SIGNAL rank=..
 // signal=.." first (and then ends by it). Rank 0's launcher replaces the handler with its own
 // forwarding one, so it is the launched ranks that report what reached them.
@@ -277,6 +279,62 @@ void train(const TrainerOptions& options, ProcessLauncher& launcher, int64_t bat
   std::cout << line.str() << std::flush;
 }
 
+// README's GAN pattern (docs/training_loop.md#manual-optimization), issue 34.4: a generator and a
+// discriminator, an Adam optimizer each, toggle_model() around each manual_backward. The noise of
+// a sample is a function of the sample itself, so that every strategy and world size draws the
+// same numbers for it. Small, so that a STEP line (93 parameters) stays below PIPE_BUF; under
+// fsdp:min_num_params=10 the discriminator's last layer (5 parameters) is in the root unit.
+class GanModule : public Module {
+ public:
+  GanModule()
+      : gen(register_module("gen", torch::nn::Sequential(torch::nn::Linear(2, 4), torch::nn::Tanh(),
+                                                           torch::nn::Linear(4, 8)))),
+        disc(register_module("disc", torch::nn::Sequential(torch::nn::Linear(8, 4), torch::nn::Tanh(),
+                                                             torch::nn::Linear(4, 1)))) {}
+  bool automatic_optimization() const override { return false; }
+  torch::Tensor training_step(const Batch& batch, int64_t) override {
+    auto& g = optimizer(0);
+    auto& d = optimizer(1);
+    const auto real = batch.input;
+    const auto noise = torch::sin(3.7 * real.narrow(1, 0, 2));
+    {
+      auto scope = g.toggle_model();  // disc's parameters stop requiring grad here
+      const auto g_loss = torch::softplus(-disc->forward(gen->forward(noise))).mean();
+      manual_backward(g_loss);
+      log("g_loss", g_loss.detach());
+    }
+    g.step();
+    g.zero_grad();
+    {
+      auto scope = d.toggle_model();
+      const auto fake = gen->forward(noise).detach();
+      const auto d_loss =
+          torch::softplus(-disc->forward(real)).mean() + torch::softplus(disc->forward(fake)).mean();
+      manual_backward(d_loss);
+      log("d_loss", d_loss.detach());
+    }
+    d.step();
+    d.zero_grad();
+    return {};
+  }
+  OptimizerConfig configure_optimizers() override {
+    return std::vector<std::shared_ptr<torch::optim::Optimizer>>{
+        std::make_shared<torch::optim::Adam>(gen->parameters(), torch::optim::AdamOptions(1e-2)),
+        std::make_shared<torch::optim::Adam>(disc->parameters(), torch::optim::AdamOptions(1e-2))};
+  }
+
+  torch::nn::Sequential gen, disc;
+};
+
+// --mode gan: GanModule on the regression samples, printing STEP lines after every batch.
+void train_gan(const TrainerOptions& options, ProcessLauncher& launcher, int64_t batch_size) {
+  Trainer trainer(options, launcher);
+  trainer.add_callback(std::make_shared<StepPrinter>());
+  if (options.seed) seed_everything(*options.seed);
+  auto module = std::make_shared<GanModule>();
+  trainer.fit(module, std::make_shared<testing::RegressionData>(64, batch_size, false, 7, 13));
+}
+
 // Records which sample indices this rank's training batches hold, per epoch.
 class IndexRecorder : public Module {
  public:
@@ -360,7 +418,8 @@ int main(int argc, char** argv) {
   }
   return run_main([&](ProcessLauncher& launcher) {
     po::options_description own("distributed_worker");
-    own.add_options()("mode", po::value<std::string>()->default_value("collectives"), "collectives | fail")
+    own.add_options()("mode", po::value<std::string>()->default_value("collectives"),
+                      "collectives | fail | train | sampler | gan")
         ("fail-rank", po::value<int64_t>()->default_value(-1), "rank that misbehaves in --mode fail")
         ("how", po::value<std::string>()->default_value("throw"), "throw | exit | kill | stall")
         ("batch-size", po::value<int64_t>()->default_value(8), "training batch size (--mode train)")
@@ -393,6 +452,7 @@ int main(int argc, char** argv) {
                    vm["manual-accumulate"].as<int64_t>(), vm["stray-decision-rank"].as<int64_t>());
     }
     if (mode == "sampler") return record_sampler(options);
+    if (mode == "gan") return train_gan(options, launcher, vm["batch-size"].as<int64_t>());
     const auto cluster = cluster_of(options);
     auto communicator = start_process_group(*cluster, options.timeout, torch::kCPU, &launcher);
     check_collectives(*communicator, *cluster);
