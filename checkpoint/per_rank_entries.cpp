@@ -1,6 +1,7 @@
 #include "checkpoint/per_rank_entries.h"
 
 #include "core/error.h"
+#include "core/warning.h"
 
 namespace volt {
 
@@ -20,6 +21,17 @@ PerRankEntry per_rank_entry(const StateDict& state, const std::string& key, int6
     found.entry = StateDict::from_ivalue(list[static_cast<size_t>(rank)], source + " " + key);
   }
   return found;
+}
+
+std::optional<StateDict> per_rank_entry_or_warn(const StateDict& state, const std::string& key, int64_t rank,
+                                                int64_t world_size, const std::string& who,
+                                                const std::string& what_starts_afresh) {
+  auto found = per_rank_entry(state, key, rank, world_size, who + ": the checkpoint");
+  if (!found.entry && rank == 0) {
+    warn(who + ": the checkpoint's '" + key + "' holds " + std::to_string(found.saved_ranks) + " ranks, this run has " +
+         std::to_string(world_size) + ": " + what_starts_afresh);
+  }
+  return std::move(found.entry);
 }
 
 }  // namespace volt

@@ -28,4 +28,11 @@ struct PerRankEntry {
 PerRankEntry per_rank_entry(const StateDict& state, const std::string& key, int64_t rank, int64_t world_size,
                             const std::string& source);
 
+// per_rank_entry's entry; nullopt, after a warning on global rank 0 ("<who>: the checkpoint's
+// '<key>' holds N ranks, this run has M: <what_starts_afresh>"), when the list was written by
+// another number of ranks.
+std::optional<StateDict> per_rank_entry_or_warn(const StateDict& state, const std::string& key, int64_t rank,
+                                                int64_t world_size, const std::string& who,
+                                                const std::string& what_starts_afresh);
+
 }  // namespace volt

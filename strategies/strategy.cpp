@@ -15,25 +15,20 @@ Strategy::Strategy()
 
 Strategy::~Strategy() = default;
 
-void Strategy::hold(std::shared_ptr<StrategyCollectives> part) {
+namespace {
+
+template <typename Part>
+void replace_part(std::shared_ptr<Part>& slot, std::shared_ptr<Part> part) {
   VOLT_INTERNAL_ASSERT(part != nullptr, "Strategy::hold() expects a part, got nullptr");
-  collectives_ = std::move(part);
+  slot = std::move(part);
 }
 
-void Strategy::hold(std::shared_ptr<GradientSynchronization> part) {
-  VOLT_INTERNAL_ASSERT(part != nullptr, "Strategy::hold() expects a part, got nullptr");
-  gradients_ = std::move(part);
-}
+}  // namespace
 
-void Strategy::hold(std::shared_ptr<Placement> part) {
-  VOLT_INTERNAL_ASSERT(part != nullptr, "Strategy::hold() expects a part, got nullptr");
-  placement_ = std::move(part);
-}
-
-void Strategy::hold(std::shared_ptr<CheckpointState> part) {
-  VOLT_INTERNAL_ASSERT(part != nullptr, "Strategy::hold() expects a part, got nullptr");
-  checkpointing_ = std::move(part);
-}
+void Strategy::hold(std::shared_ptr<StrategyCollectives> part) { replace_part(collectives_, std::move(part)); }
+void Strategy::hold(std::shared_ptr<GradientSynchronization> part) { replace_part(gradients_, std::move(part)); }
+void Strategy::hold(std::shared_ptr<Placement> part) { replace_part(placement_, std::move(part)); }
+void Strategy::hold(std::shared_ptr<CheckpointState> part) { replace_part(checkpointing_, std::move(part)); }
 
 void Strategy::setup_environment(const StrategyEnvironment& environment) {
   environment_ = environment;

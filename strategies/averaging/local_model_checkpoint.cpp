@@ -46,17 +46,6 @@ void load_local_model_state(const LocalModel& local, const StateDict& state, int
 
 }  // namespace
 
-std::optional<StateDict> entry_of_this_rank(const StateDict& state, const std::string& key,
-                                            const ProcessTopology& topology, const std::string& who,
-                                            const std::string& what_starts_afresh) {
-  auto found = per_rank_entry(state, key, topology.global_rank, topology.world_size, who + ": the checkpoint");
-  if (!found.entry && topology.global_rank == 0) {
-    warn(who + ": the checkpoint's '" + key + "' holds " + std::to_string(found.saved_ranks) + " ranks, this run has " +
-         std::to_string(topology.world_size) + ": " + what_starts_afresh);
-  }
-  return std::move(found.entry);
-}
-
 void save_averager_section(StateDict& section, ModelAverager& averager, const LocalModel& local,
                            StrategyCollectives& collectives, CheckpointLayout layout) {
   if (!averager.state_differs_per_rank() || layout == CheckpointLayout::Sharded) {
@@ -77,7 +66,8 @@ void load_averager_section(const StateDict& state, ModelAverager* averager, bool
     averager->load_state_dict(state.child("model_averager"));
   } else if (averager && reducer_restored && state.contains("model_averager_per_rank")) {
     if (const auto mine =
-            entry_of_this_rank(state, "model_averager_per_rank", topology, who, "the averager starts afresh")) {
+            per_rank_entry_or_warn(state, "model_averager_per_rank", topology.global_rank, topology.world_size, who,
+                                   "the averager starts afresh")) {
       averager->load_state_dict(*mine);
     }
   }
@@ -89,7 +79,7 @@ void load_averager_section(const StateDict& state, ModelAverager* averager, bool
     }
     return;
   }
-  if (const auto mine = entry_of_this_rank(state, "local_models_per_rank", topology, who,
+  if (const auto mine = per_rank_entry_or_warn(state, "local_models_per_rank", topology.global_rank, topology.world_size, who,
                                            "every rank continues from rank 0's model and optimizer state")) {
     load_local_model_state(local, *mine, topology.global_rank);
   }

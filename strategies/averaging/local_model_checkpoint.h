@@ -41,10 +41,4 @@ void save_averager_section(StateDict& section, ModelAverager& averager, const Lo
 void load_averager_section(const StateDict& state, ModelAverager* averager, bool reducer_restored,
                            const LocalModel& local, const StrategyCollectives& collectives, const std::string& who);
 
-// This rank's entry of the per-rank list `key` in `state`; nullopt, after a warning on global rank
-// 0 saying what starts afresh, when the list was written by another number of ranks.
-std::optional<StateDict> entry_of_this_rank(const StateDict& state, const std::string& key,
-                                            const ProcessTopology& topology, const std::string& who,
-                                            const std::string& what_starts_afresh);
-
 }  // namespace volt::averaging

@@ -29,7 +29,8 @@ void DdpCheckpointState::load_strategy_state_dict(const StateDict& state, Checkp
     ddp_.reducer().load_state_dict(state.child("reducer"));
     reducer_restored = true;
   } else if (state.contains("reducer_per_rank")) {
-    if (const auto mine = averaging::entry_of_this_rank(state, "reducer_per_rank", ddp_.topology(), ddp_.name(),
+    if (const auto mine = per_rank_entry_or_warn(state, "reducer_per_rank", ddp_.topology().global_rank,
+                                                 ddp_.topology().world_size, ddp_.name(),
                                                         "buckets and the comm hook's state start afresh")) {
       ddp_.reducer().load_state_dict(*mine);
       reducer_restored = true;

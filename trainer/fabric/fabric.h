@@ -115,7 +115,7 @@ class Fabric {
   // in order. Once, after setup_module; every optimizer's parameters must be the module's. [collective]
   std::vector<std::shared_ptr<torch::optim::Optimizer>> setup_optimizers(
       std::vector<std::shared_ptr<torch::optim::Optimizer>> optimizers);
-  // This rank's share of `loader` for `stage` (Strategy::distribute_loader), seeded by
+  // This rank's share of `loader` for `stage` (Placement::distribute_loader), seeded by
   // options.seed unless the loader has its own seed; `limit` of its batches an epoch (the
   // Trainer's --limit-train-batches: BatchLimit::count(20), BatchLimit::fraction(0.1)).
   std::shared_ptr<FabricDataLoader> setup_dataloader(std::shared_ptr<DataLoader> loader,
@@ -152,7 +152,7 @@ class Fabric {
   // synchronized) or for an optimizer setup_optimizers did not return. [collective for strategies
   // that average models, sharded optimizers and 16-mixed]
   bool step(torch::optim::Optimizer& optimizer);
-  // Strategy::zero_grad: drops the gradients, or zeroes them in place where they are views into
+  // GradientSynchronization::zero_grad: drops the gradients, or zeroes them in place where they are views into
   // the strategy's buffers (ddp:gradient_as_bucket_view=true, where optimizer->zero_grad() would
   // detach them).
   void zero_grad(torch::optim::Optimizer& optimizer);

@@ -1,8 +1,8 @@
 #pragma once
 // The loader a Fabric hands back from setup_dataloader: the user's loader with the sampler the
-// strategy chose for this rank (Strategy::distribute_loader: DistributedSampler's equal, padded
+// strategy chose for this rank (Placement::distribute_loader: DistributedSampler's equal, padded
 // shares in training), batches moved to the device and converted by the precision
-// (Strategy::batch_to_device). Each batch it gives out also tells the Fabric where in the epoch the
+// (Placement::batch_to_device). Each batch it gives out also tells the Fabric where in the epoch the
 // loop is, which is how Fabric::accumulate counts accumulation windows exactly (the Trainer's
 // accumulation_window), the loader's last batch closing the last window.
 //
