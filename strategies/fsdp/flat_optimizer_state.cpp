@@ -82,9 +82,16 @@ StateDict consolidate_optimizer_state(torch::optim::Optimizer& optimizer, const 
       for (const auto& item : *state) {
         const auto& key = item.key().toStringRef();
         auto it = gathered.at(p.stepped).find(key);
-        entry_state.insert(key, it == gathered.at(p.stepped).end()
-                                    ? item.value()
-                                    : c10::IValue(it->second.narrow(0, entry.offset, entry.numel()).view(entry.shape).clone()));
+        if (it != gathered.at(p.stepped).end()) {
+          entry_state.insert(key, it->second.narrow(0, entry.offset, entry.numel()).view(entry.shape).clone());
+        } else if (item.value().isTensor()) {
+          // Each parameter its own copy: PyTorch's Adam advances state["step"] in place, so one
+          // tensor shared by a unit's parameters (and kept shared by torch.load) would count a
+          // step once per parameter.
+          entry_state.insert(key, item.value().toTensor().clone());
+        } else {
+          entry_state.insert(key, item.value());
+        }
       }
       out_states.insert(index, entry_state);
     }
