@@ -3,7 +3,10 @@
 # scripts of Python packages volt's tests and benchmarks use (tools/setup_pytorch2.sh,
 # tools/setup_lightning.sh):
 #
-#   tools/pip_install_pinned.sh PREFIX REQUIREMENTS DESCRIPTION
+#   tools/pip_install_pinned.sh PREFIX REQUIREMENTS DESCRIPTION [--allow-source]
+#
+# --allow-source: a package PyPI has only as source (fairscale 0.4.13) is built into a wheel by pip
+# (pure Python: setuptools, fetched by pip for the build); without it only wheels are taken.
 #
 # --no-deps: every list is complete and pinned (pip's resolver would add what the list leaves out
 # on purpose). The wheels are chosen for CPython 3.11, Debian 12's /usr/bin/python3, which runs
@@ -13,6 +16,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 prefix=$1 requirements=$2 description=$3
+binary_only=(--only-binary=:all:)
+[[ ${4:-} == --allow-source ]] && binary_only=()
 cmp -s "$requirements" "$prefix/.installed-from" 2>/dev/null && exit 0
 
 # pip from the interpreter that has one (pyenv's python3 on the project's machines; Debian's
@@ -34,7 +39,7 @@ fi
 echo "$(basename "$prefix"): installing $description into $prefix"
 rm -rf "$prefix" "$prefix.partial"
 mkdir -p "$(dirname "$prefix")"
-"${pip[@]}" install -q --no-deps --only-binary=:all: --python-version 3.11 --no-warn-script-location \
+"${pip[@]}" install -q --no-deps "${binary_only[@]}" --python-version 3.11 --no-warn-script-location \
   --target "$prefix.partial" -r "$requirements"
 cp "$requirements" "$prefix.partial/.installed-from"
 mv "$prefix.partial" "$prefix"

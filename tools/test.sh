@@ -17,6 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
+tools/setup_fairscale.sh  # the oracle of the fairscale-style strategies, in both trees' suites
 # PyTorch 2.x (~4 GB of wheels) downloads while the first tree compiles: the network and the
 # cores work at once.
 mkdir -p build-test

@@ -89,6 +89,7 @@ int64_t SlowMomentumAverager::buffer_bytes() const {
 }
 
 void SlowMomentumAverager::average_parameters(const std::vector<torch::Tensor>& parameters) {
+  initialize(parameters);  // x_old: after the first optimizer step, as fairscale (Note [x_old after the first step])
   const bool slow_momentum = slow_momentum_at(step_);
   if (slow_momentum || averages_across_nodes_at(step_)) average_across_nodes(parameters);
   if (slow_momentum) slow_momentum_step(parameters);
@@ -105,7 +106,7 @@ void SlowMomentumAverager::average_across_nodes(const std::vector<torch::Tensor>
 }
 
 void SlowMomentumAverager::slow_momentum_step(const std::vector<torch::Tensor>& parameters) {
-  VOLT_INTERNAL_ASSERT(initialized_, "slowmo: initialize() must run before the first optimizer step");
+  VOLT_INTERNAL_ASSERT(initialized_, "slowmo: initialize() must run before the first slow momentum step");
   const auto rates = learning_rates_();
   VOLT_INTERNAL_ASSERT(rates.size() == parameters.size(), "slowmo: ", rates.size(), " learning rates for ",
                        parameters.size(), " parameters");
@@ -131,7 +132,9 @@ void SlowMomentumAverager::slow_momentum_step(const std::vector<torch::Tensor>& 
       auto mean = flat.narrow(0, lo, hi - lo);
       auto old = old_parameters_.narrow(0, lo - begin_, hi - lo);
       auto u = momentum_.narrow(0, lo - begin_, hi - lo);
-      u.mul_(beta).add_((old - mean).div_(gamma));  // u ← β·u + (x_old − x̄)/γ
+      // u ← β·u + (x_old − x̄)/γ, rounded as fairscale's _perform_local_optimization rounds it
+      // (x̄ and x_old each times 1/γ): the slow momentum amplifies a rounding difference by 1/γ.
+      u.mul_(beta).sub_(mean, 1.0 / gamma).add_(old, 1.0 / gamma);
       old.add_(u, -alpha * gamma);                  // x_old ← x_old − α·γ·u
       mean.copy_(old);                              // x ← x_old
     }
@@ -170,7 +173,7 @@ StateDict SlowMomentumAverager::state_dict() const {
 
 void SlowMomentumAverager::load_state_dict(const StateDict& state) {
   ModelAverager::load_state_dict(state);
-  if (!state.contains("old_parameters")) return;  // written before the first step: initialize() then
+  if (!state.contains("old_parameters")) return;  // written before the first step: x_old taken after it
   check<CheckpointError>(options_.slow_momentum(), "slowmo: the checkpoint holds slow momentum buffers, but this run "
                          "has slowmo_lr=1 and slowmo_momentum=0 (no slow momentum); use the options of the run "
                          "that wrote it");

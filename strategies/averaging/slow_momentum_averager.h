@@ -10,16 +10,17 @@
 //   - slow momentum: when (s + 1) % slowmo_frequency == 0 (a multiple of localsgd_frequency, so the
 //     models were just averaged: x̄ is the exact mean over all ranks), with γ each parameter's
 //     current learning rate:  u ← β·u + (x_old − x̄)/γ;  x_old ← x_old − α·γ·u;  x ← x_old.
-// x_old starts as the parameters before the first optimizer step (initialize(); the paper's x_{0,0})
-// and u at zero. α = 1, β = 0 turns the slow momentum off (x_old would just follow x̄), as in
+// x_old starts as this rank's parameters after its first optimizer step, u at zero (Note [x_old after
+// the first step]). α = 1, β = 0 turns the slow momentum off (x_old would just follow x̄), as in
 // fairscale: plain local SGD, no buffers.
 //
 // Memory: u and x_old cover the parameters flattened in order; with memory_efficient they are split
 // into min(world, num_shards) contiguous shards, shard k on global rank k, which updates it; then
 // every rank gets every shard's new parameters (one all-gather when every rank owns a shard,
 // otherwise a broadcast from each owner), so each rank holds 2/shards of the model instead of two
-// copies. Both layouts compute the same elements with the same operations from the
-// same x̄: their results are bitwise equal.
+// copies. Both layouts compute the same elements with the same operations from the same x̄ and
+// x_old: where the ranks agree after the first step (one node, or localsgd_frequency 1), their
+// results are bitwise equal.
 // (fairscale reduces each shard to its owner instead of averaging over the leaders first; here the
 // slow momentum step reuses the cross-node average the local-SGD step takes anyway, so its
 // inter-node traffic is the leaders' all-reduce plus the distribution of the shards.)
@@ -33,6 +34,19 @@
 #include "strategies/averaging/model_averager.h"
 
 namespace volt::averaging {
+
+// Note [x_old after the first step]
+// The paper's Algorithm 1 starts x_old at the initial parameters x_{0,0}. fairscale's
+// SlowMoDistributedDataParallel, the implementation users come from and this strategy's oracle
+// (tests/strategies/fairscale_oracle_test.cpp), takes it in the first perform_slowmo(), which runs
+// after the first optimizer step: each rank copies its own parameters then. volt does the same, so
+// that it trains like fairscale step for step. Two consequences, both fairscale's:
+// - the first slow momentum step is unaffected when α = 1 (x_old − α·γ·u = x̄ whatever x_old is);
+//   u, and so every later step, carries the difference;
+// - between nodes the models differ after a local step, so with memory_efficient each shard's
+//   x_old comes from its owner's model, and without it each rank keeps its own x_old and u, and
+//   the ranks of different nodes leave a slow momentum step with models that differ by the
+//   β-weighted part of u (which decays, and the next average removes).
 
 struct SlowMomentumOptions {
   double momentum = 0.5;           // β, in [0, 1)
@@ -62,8 +76,8 @@ class SlowMomentumAverager : public ModelAverager {
   // Throws ConfigurationError, with slow momentum, for parameters of several dtypes or a
   // non-floating one (the buffers are one flat tensor).
   void check_parameters(const std::vector<torch::Tensor>& parameters) const;
-  // x_old ← `parameters` (this rank's shard of them), u ← 0; before the first optimizer step. A
-  // second call does nothing. Checks the parameters first (check_parameters).
+  // x_old ← `parameters` (this rank's shard of them), u ← 0. average_parameters calls it after the
+  // first optimizer step; a second call does nothing. Checks the parameters first (check_parameters).
   void initialize(const std::vector<torch::Tensor>& parameters);
   bool initialized() const { return initialized_; }
 
@@ -80,8 +94,9 @@ class SlowMomentumAverager : public ModelAverager {
   // Bytes of u and x_old held now (live tensors).
   int64_t buffer_bytes() const;
 
-  // Shards differ per rank.
-  bool state_differs_per_rank() const override { return options_.memory_efficient && options_.slow_momentum(); }
+  // Shards differ per rank; so do whole buffers, each rank's x_old taken from its own model
+  // (Note [x_old after the first step]).
+  bool state_differs_per_rank() const override { return options_.slow_momentum(); }
   // {"step"} plus, once initialized, {"old_parameters", "momentum", "begin", "end", "total"}.
   StateDict state_dict() const override;
   // Throws CheckpointError when the buffers cover other elements than this run's shard.

@@ -98,7 +98,8 @@ void SlowMoStrategy::check_precision(const Precision& precision) const {
 
 bool SlowMoStrategy::optimizer_step(torch::optim::Optimizer& optimizer,
                                     const std::function<void(torch::optim::Optimizer&)>& before_step) {
-  averager().initialize(reducer().parameters());  // x_{0,0}: once, before the first step
+  // Refused before the first step; x_old itself is taken after it (Note [x_old after the first step]).
+  if (!averager().initialized()) averager().check_parameters(reducer().parameters());
   return DDPStrategy::optimizer_step(optimizer, before_step);
 }
 

@@ -53,7 +53,7 @@ class SlowMoStrategy : public DDPStrategy {
 
   // nprocs_per_node must divide the world size.
   void check_world_size(int64_t world_size) const override;
-  // Takes x_old (the parameters before the first optimizer step) first.
+  // Checks the parameters for the slow momentum buffers before the first step.
   bool optimizer_step(torch::optim::Optimizer& optimizer,
                       const std::function<void(torch::optim::Optimizer&)>& before_step) override;
   void teardown() override;

@@ -116,7 +116,6 @@ std::vector<RankRun> train(int64_t per_node, const MakeAverager& make_averager, 
       reducer.prepare_for_backward(loss);
       loss.backward();
       reducer.finalize_backward();
-      if (auto* slowmo = dynamic_cast<SlowMomentumAverager*>(averager.get())) slowmo->initialize(net.parameters());
       sgd->step();
       averager->average_parameters(net.parameters());
       sgd->zero_grad();
@@ -154,25 +153,27 @@ std::vector<RankRun> train_slowmo(const Config& c, int64_t interrupt_at = -1) {
 
 // The paper's Algorithm 1 in one process, every rank a net of its own: gradients averaged within
 // each node, SGD with momentum, the exact mean over all ranks every kLocalSGD steps, and every
-// kSlowMo steps u ← β·u + (x_old − x̄)/γ, x_old ← x_old − α·γ·u, x ← x_old.
+// kSlowMo steps u ← β·u + (x_old − x̄)/γ, x_old ← x_old − α·γ·u, x ← x_old; x_old taken after the
+// first step as fairscale takes it (Note [x_old after the first step]): each rank its own, or with
+// memory_efficient shard k from rank k.
 std::vector<std::vector<torch::Tensor>> reference(const Config& c) {
   torch::NoGradGuard outside;
   std::vector<std::shared_ptr<Net>> nets;
   std::vector<std::unique_ptr<torch::optim::SGD>> sgds;
   for (int64_t r = 0; r < kRanks; ++r) nets.push_back(make_net());
   for (auto& net : nets) sgds.push_back(make_sgd(*net));
-  auto old = flat_parameters(*nets[0]);
-  auto u = torch::zeros_like(old);
+  std::vector<torch::Tensor> old(kRanks), u(kRanks);  // x_old and u as rank r sees them
   const bool local_sgd = c.per_node < kRanks, slow_momentum = c.alpha != 1.0 || c.beta != 0.0;
   std::vector<std::vector<torch::Tensor>> out(kRanks);
-  const auto set_all = [&](const torch::Tensor& flat) {
-    for (auto& net : nets) {
-      int64_t offset = 0;
-      for (auto& p : net->parameters()) {
-        p.copy_(flat.narrow(0, offset, p.numel()).view(p.sizes()));
-        offset += p.numel();
-      }
+  const auto set = [&](int64_t rank, const torch::Tensor& flat) {
+    int64_t offset = 0;
+    for (auto& p : nets[static_cast<size_t>(rank)]->parameters()) {
+      p.copy_(flat.narrow(0, offset, p.numel()).view(p.sizes()));
+      offset += p.numel();
     }
+  };
+  const auto set_all = [&](const torch::Tensor& flat) {
+    for (int64_t r = 0; r < kRanks; ++r) set(r, flat);
   };
   for (int64_t s = 0; s < kSteps; ++s) {
     const double gamma = learning_rate_at(s);
@@ -195,17 +196,33 @@ std::vector<std::vector<torch::Tensor>> reference(const Config& c) {
       sgd.step();
       sgd.zero_grad();
     }
+    if (s == 0) {
+      for (int64_t r = 0; r < kRanks; ++r) old[static_cast<size_t>(r)] = flat_parameters(*nets[static_cast<size_t>(r)]);
+      if (c.memory_efficient) {  // contiguous shards of ceil(total / shards): shard k from rank k
+        const int64_t total = old[0].numel(), shards = std::min(kRanks, c.num_shards);
+        const int64_t length = (total + shards - 1) / shards;
+        auto assembled = old[0].clone();
+        for (int64_t k = 0; k < shards; ++k) {
+          const int64_t lo = std::min(total, k * length), hi = std::min(total, (k + 1) * length);
+          assembled.narrow(0, lo, hi - lo).copy_(old[static_cast<size_t>(k)].narrow(0, lo, hi - lo));
+        }
+        old.assign(kRanks, assembled);
+      }
+      for (int64_t r = 0; r < kRanks; ++r) u[static_cast<size_t>(r)] = torch::zeros_like(old[0]);
+    }
     const bool average = local_sgd && (s + 1) % kLocalSGD == 0;
     const bool slow = slow_momentum && (s + 1) % kSlowMo == 0;
     if (average || slow) {
-      auto mean = torch::zeros_like(old);
+      auto mean = torch::zeros_like(old[0]);
       for (auto& net : nets) mean += flat_parameters(*net);
       mean /= static_cast<double>(kRanks);
       set_all(mean);
-      if (slow) {
-        u = c.beta * u + (old - mean) / gamma;
-        old = old - c.alpha * gamma * u;
-        set_all(old);
+      for (int64_t r = 0; slow && r < kRanks; ++r) {
+        auto& u_r = u[static_cast<size_t>(r)];
+        auto& old_r = old[static_cast<size_t>(r)];
+        u_r = c.beta * u_r + (old_r - mean) / gamma;
+        old_r = old_r - c.alpha * gamma * u_r;
+        set(r, old_r);
       }
     }
     for (int64_t r = 0; r < kRanks; ++r) out[static_cast<size_t>(r)].push_back(flat_parameters(*nets[static_cast<size_t>(r)]));
@@ -241,8 +258,10 @@ INSTANTIATE_TEST_SUITE_P(NodesAndShards, SlowMoFormula,
                                            // fewer shards than ranks: ranks 2, 3 (or 3) hold none
                                            Config{1, true, 0.5, 1.0, 2}, Config{2, true, 0.5, 1.0, 3}));
 
+// On one node every rank holds the same model after the first step, so every layout takes the same
+// x_old (with several nodes each shard's x_old is its owner's: Note [x_old after the first step]).
 TEST(SlowMo, MemoryEfficientShardsAreBitwiseEqualToWholeBuffersAndTakeAQuarterOfTheirBytes) {
-  for (const int64_t per_node : {1, 2}) {
+  for (const int64_t per_node : {kRanks}) {
     const auto sharded = train_slowmo({per_node, true});
     const auto whole = train_slowmo({per_node, false});
     for (int64_t r = 0; r < kRanks; ++r) {

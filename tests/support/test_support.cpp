@@ -81,6 +81,13 @@ std::string reference_python() {
   return site.empty() ? "/usr/bin/python3" : "env PYTHONPATH=" + site + " /usr/bin/python3";
 }
 
+std::string fairscale_path() { return VOLT_FAIRSCALE_PATH; }
+
+std::string fairscale_python() {
+  const std::string site = VOLT_REFERENCE_PYTHONPATH;
+  return "env PYTHONPATH=" + fairscale_path() + (site.empty() ? "" : ":" + site) + " /usr/bin/python3";
+}
+
 std::string torchrun() { return reference_python() + " -m torch.distributed.run"; }
 
 std::string reference_torch_version() {

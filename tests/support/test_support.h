@@ -45,6 +45,10 @@ std::string built_binary(const std::string& relative);
 // /usr/bin/python3 with that wheel's folder first on PYTHONPATH. VOLT_REFERENCE_PYTHON in the
 // environment overrides it (e.g. the GPU machine's own python3).
 std::string reference_python();
+// The project-local fairscale (tools/setup_fairscale.sh installs it into .deps/fairscale), and the
+// reference Python with it first on PYTHONPATH, beside the reference PyTorch.
+std::string fairscale_path();
+std::string fairscale_python();
 // "1.13" or "2.11": the major.minor version of the reference PyTorch (= this build's LibTorch).
 std::string reference_torch_version();
 // torchrun of the reference PyTorch, as a shell command: the one that goes with this build's

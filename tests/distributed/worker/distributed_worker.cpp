@@ -10,7 +10,9 @@
 //                       params=.. log_dir=.." with the final parameters to 17 digits
 //                       --optimizer sgd|momentum|adam picks the optimizer (Adam: state per
 //                       rank); --print-steps prints "STEP rank=.. step=.. params=.." after every
-//                       optimizer step; --skip-every N makes training_step return no loss for
+//                       optimizer step; --print-initial prints "INITIAL params=.." with
+//                       the parameters fit starts from (for references outside volt);
+//                       --skip-every N makes training_step return no loss for
 //                       batches N-1, 2N-1, ...; --model batch_norm puts a BatchNorm1d first
 //                       (buffers), --model branch adds a layer used on batches 0, 3, 6, ... only,
 //                       --model sparse_embedding an Embedding(sparse=true) (a sparse gradient);
@@ -256,7 +258,7 @@ testing::RegressionOptions regression_options(const std::string& optimizer, int6
 
 void train(const TrainerOptions& options, ProcessLauncher& launcher, int64_t batch_size, std::shared_ptr<Callback> extra,
            const testing::RegressionOptions& model_options, bool print_steps, bool print_buffers,
-           int64_t manual_accumulate, int64_t stray_decision_rank) {
+           int64_t manual_accumulate, int64_t stray_decision_rank, bool print_initial) {
   register_test_strategy([&] { return std::make_shared<WorkerModule>(model_options, false, manual_accumulate); });
   Trainer trainer(options, launcher);  // run_main's launcher: the children's exit statuses count
   trainer.add_callback(std::move(extra));
@@ -266,6 +268,14 @@ void train(const TrainerOptions& options, ProcessLauncher& launcher, int64_t bat
   // so that the one-process reference starts from the same weights as the ranks.
   if (options.seed) seed_everything(*options.seed);
   auto module = std::make_shared<WorkerModule>(model_options, print_buffers, manual_accumulate);
+  if (print_initial) {  // every process builds the same weights from the seed
+    std::ostringstream line;
+    line << std::setprecision(17) << "INITIAL params=";
+    const auto params = module->flat_parameters();
+    for (int64_t i = 0; i < params.numel(); ++i) line << (i ? "," : "") << params[i].item<double>();
+    line << "\n";
+    std::cout << line.str() << std::flush;
+  }
   trainer.fit(module, std::make_shared<testing::RegressionData>(64, batch_size, false, 7, 13));
   const auto params = testing::full_parameters(trainer.strategy(), *module);
   std::ostringstream text;
@@ -431,6 +441,7 @@ int main(int argc, char** argv) {
         ("optimizer", po::value<std::string>()->default_value("sgd"), "sgd | momentum | adam (--mode train)")
         ("report-signals", po::bool_switch(), "print SIGNAL lines when SIGINT/SIGTERM end this process")
         ("print-steps", po::bool_switch(), "print the parameters after every optimizer step (--mode train)")
+        ("print-initial", po::bool_switch(), "print the parameters fit starts from (--mode train)")
         ("print-buffers", po::bool_switch(), "print the buffers as every training_step starts (--mode train)")
         ("manual-accumulate", po::value<int64_t>()->default_value(0),
          "k > 0: manual optimization, accumulating k micro-batches by hand (--mode train)")
@@ -449,7 +460,8 @@ int main(int argc, char** argv) {
                    regression_options(vm["optimizer"].as<std::string>(), vm["skip-every"].as<int64_t>(),
                                       vm["model"].as<std::string>()),
                    vm["print-steps"].as<bool>(), vm["print-buffers"].as<bool>(),
-                   vm["manual-accumulate"].as<int64_t>(), vm["stray-decision-rank"].as<int64_t>());
+                   vm["manual-accumulate"].as<int64_t>(), vm["stray-decision-rank"].as<int64_t>(),
+                   vm["print-initial"].as<bool>());
     }
     if (mode == "sampler") return record_sampler(options);
     if (mode == "gan") return train_gan(options, launcher, vm["batch-size"].as<int64_t>());
