@@ -17,6 +17,12 @@ class BackwardReducer {
   virtual void prepare_for_backward(const torch::Tensor& loss) = 0;
   // After it: waits for every reduction and writes the gradients. [collective]
   virtual void finalize_backward() = 0;
+  // A window that closed without backward (Note [A window that closes without backward]): reduces
+  // the gradients accumulated under no_sync as a synchronized backward would have, on the same
+  // path (DDP's comm hook, which counts the iteration; its group, which post-local-SGD's local
+  // phase narrows to a subgroup). false: this reducer has no such path, the caller averages.
+  // [collective when it returns true]
+  virtual bool reduce_accumulated_gradients() { return false; }
 
  private:
   bool require_sync_ = true;

@@ -32,4 +32,9 @@ void ReducerSynchronization::zero_grad(torch::optim::Optimizer& optimizer) {
   }
 }
 
+void ReducerSynchronization::synchronize_accumulated_gradients(torch::nn::Module& module) {
+  if (reducer_ != nullptr && reducer_->reduce_accumulated_gradients()) return;
+  AveragingGradientSynchronization::synchronize_accumulated_gradients(module);
+}
+
 }  // namespace volt

@@ -2,7 +2,8 @@
 // The gradients part of the strategies whose backward reduces through a BackwardReducer (DDP's
 // Reducer, ShardedDDP's ShardedReducer): each backward is bracketed by prepare_for_backward /
 // finalize_backward, no_sync() turns the reducer's synchronization off for the scope, and a
-// window closed without backward is averaged as in every ParallelStrategy.
+// window closed without backward is reduced by the reducer where it can
+// (BackwardReducer::reduce_accumulated_gradients), else averaged as in every ParallelStrategy.
 #include "strategies/averaging_gradient_synchronization.h"
 #include "strategies/backward_reducer.h"
 
@@ -22,6 +23,7 @@ class ReducerSynchronization : public AveragingGradientSynchronization {
   void pre_backward(const torch::Tensor& loss) override;   // [collective for DDP's reducer]
   void post_backward(const torch::Tensor& loss) override;  // [collective]
   void zero_grad(torch::optim::Optimizer& optimizer) override;
+  void synchronize_accumulated_gradients(torch::nn::Module& module) override;  // [collective]
 
  protected:
   BackwardReducer& reducer() const;

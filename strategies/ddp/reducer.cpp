@@ -280,13 +280,7 @@ void Reducer::finalize_backward() {
     // exactly like a single process that never touched them.
     // A static graph's record holds for every later iteration.
     if (options_.find_unused_parameters || recording) {
-      auto used = torch::from_blob(used_since_sync_.data(), {static_cast<int64_t>(used_since_sync_.size())},
-                                   torch::kUInt8)
-                      .to(torch::kInt);
-      communicator_.all_reduce(used, ReduceOp::Max);
-      flag_bytes_ = used.numel() * static_cast<int64_t>(used.element_size());
-      const auto* flags = used.data_ptr<int>();
-      globally_used_.assign(flags, flags + used.numel());
+      exchange_used_flags();
       if (options_.find_unused_parameters && std::count(globally_used_.begin(), globally_used_.end(), 0) ==
                                                  static_cast<std::ptrdiff_t>(globally_used_.size())) {
         internal_error = no_gradient_at_all("on any rank");
@@ -313,6 +307,50 @@ void Reducer::finalize_backward() {
   }
   check<InternalError>(internal_error.empty(), internal_error);
   check<ConfigurationError>(usage_error.empty(), usage_error);
+}
+
+bool Reducer::reduce_accumulated_gradients() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  check<ConfigurationError>(!in_backward_, "ddp: a window closed without backward while a synchronized backward "
+                            "was still unfinished");
+  if (rebuild_due_) {
+    rebuild_due_ = false;
+    rebuild_buckets();
+  }
+  tracker_.reset();
+  handles_.assign(buckets_.size(), CollectiveHandle());
+  traffic_start_ = communicator_.counters();
+  flag_bytes_ = 0;
+  if (!options_.find_unused_parameters) {
+    // Every backward reaches every parameter (or finalize_backward refuses it): one that missed
+    // a gradient here contributes zeros. No exchange over the reducer's group, which
+    // post-local-SGD's local phase otherwise leaves alone.
+    complete_remaining();  // every bucket through the hook
+    wait_and_write_back(/*skip_globally_unused=*/false);
+  } else {
+    // Which parameters any rank gave a gradient in the window: the others keep none, as in one
+    // process (finalize_backward exchanges the same flags).
+    exchange_used_flags();
+    complete_remaining();
+    wait_and_write_back(/*skip_globally_unused=*/true);
+  }
+  record_traffic();
+  std::fill(used_since_sync_.begin(), used_since_sync_.end(), 0);
+  if (++synchronized_iterations_ == 1) {
+    first_ready_order_ = tracker_.ready_order();
+    rebuild_due_ = options_.static_graph || !options_.find_unused_parameters;
+  }
+  return true;
+}
+
+void Reducer::exchange_used_flags() {
+  auto used =
+      torch::from_blob(used_since_sync_.data(), {static_cast<int64_t>(used_since_sync_.size())}, torch::kUInt8)
+          .to(torch::kInt);
+  communicator_.all_reduce(used, ReduceOp::Max);
+  flag_bytes_ = used.numel() * static_cast<int64_t>(used.element_size());
+  const auto* flags = used.data_ptr<int>();
+  globally_used_.assign(flags, flags + used.numel());
 }
 
 void Reducer::record_traffic() {

@@ -98,6 +98,11 @@ class Reducer : public BackwardReducer {
   // exceptions raised in hooks. Throws InternalError when no parameter got a gradient at all
   // (Note [Replaced gradient accumulators]). [collective]
   void finalize_backward() override;
+  // A synchronized iteration without backward: every parameter's accumulated gradient goes
+  // through the comm hook (bucket by bucket, the iteration counted as finalize_backward counts
+  // it); a parameter no rank gave a gradient since the last synchronization keeps none. Always
+  // true. [collective]
+  bool reduce_accumulated_gradients() override;
 
   // ---- checkpoint (call between iterations)
   // What restores this reducer exactly: synchronized iterations, the gradient order its buckets
@@ -142,6 +147,9 @@ class Reducer : public BackwardReducer {
   // Waits for every launched bucket and writes the results back, except (when
   // `skip_globally_unused`) to parameters no rank used (globally_used_).
   void wait_and_write_back(bool skip_globally_unused);
+  // globally_used_ <- whether any rank's parameter got a gradient since the last synchronization
+  // (used_since_sync_, all-reduced with Max); its bytes in flag_bytes_. [collective]
+  void exchange_used_flags();
   void record_traffic();
   std::string names_of(const std::vector<size_t>& indices) const;
   // The InternalError message for a synchronized backward in which no hook fired `where`.

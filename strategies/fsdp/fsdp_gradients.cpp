@@ -29,6 +29,13 @@ void FsdpGradients::post_backward(const torch::Tensor&) {
 void FsdpGradients::synchronize_accumulated_gradients(torch::nn::Module&) {
   for (auto& unit : fsdp_.units_) unit->reduce_held_gradients();
   if (fsdp_.bucket_) fsdp_.bucket_->flush();
+  // The closing micro-batch's step scope gathered the root (Note [The root unit inside a step])
+  // and no backward released it: released now, the next forward gathers the values this window's
+  // optimizer step writes, not the ones from before it (which it read when the root stayed
+  // gathered: issue 34.5).
+  for (auto& unit : fsdp_.units_) {
+    if (!unit->flat().prefetching()) unit->flat().release();
+  }
 }
 
 double FsdpGradients::clip_norm(torch::optim::Optimizer& optimizer, double max_norm, double norm_type) {

@@ -344,6 +344,31 @@ std::string trainer_error(const std::string& strategy, int64_t devices) {
   return testing::trainer_construction_error(strategy, devices);
 }
 
+// Issue 34.5: the refusals that need parameters and learning rates, on two ranks: the buffers are
+// one flat tensor (one dtype), and the slow momentum step divides by each learning rate.
+TEST(SlowMo, RefusesParametersOfTwoDtypesAndALearningRateOfZeroAtItsSlowMomentumStep) {
+  std::vector<std::string> dtype_errors(2), rate_errors(2);
+  const auto errors = testing::run_thread_ranks(2, [&](int64_t rank, int64_t port) {
+    auto world = Communicator::connect(testing::loopback_options(rank, 2, port));
+    auto topology = Topology::build(world, {.global_rank = rank, .world_size = 2, .local_rank = rank,
+                                            .local_world_size = 2}, 1);
+    const SlowMomentumOptions options{.slowmo_frequency = 1, .localsgd_frequency = 1};
+    SlowMomentumAverager mixed(*topology, options, [] { return std::vector<double>(2, 0.1); });
+    const std::vector<torch::Tensor> two_dtypes{torch::zeros({3}), torch::zeros({2}, torch::kDouble)};
+    dtype_errors[static_cast<size_t>(rank)] = testing::configuration_error_of([&] { mixed.check_parameters(two_dtypes); });
+    SlowMomentumAverager zero_rate(*topology, options, [] { return std::vector<double>(1, 0.0); });
+    const std::vector<torch::Tensor> parameters{torch::ones({4})};
+    rate_errors[static_cast<size_t>(rank)] =
+        testing::configuration_error_of([&] { zero_rate.average_parameters(parameters); });
+  });
+  for (size_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(errors[r], "") << "rank " << r;
+    EXPECT_NE(dtype_errors[r].find("needs one dtype; got Float and Double"), std::string::npos) << dtype_errors[r];
+    EXPECT_NE(rate_errors[r].find("divides by the learning rate, which is 0 for parameter 0"), std::string::npos)
+        << rate_errors[r];
+  }
+}
+
 TEST(SlowMo, OptionsByNameAndTheirErrorsAtTrainerConstruction) {
   auto strategy = std::dynamic_pointer_cast<SlowMoStrategy>(strategy_registry().create("slowmo"));
   ASSERT_NE(strategy, nullptr);

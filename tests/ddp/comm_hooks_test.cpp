@@ -287,6 +287,9 @@ TEST(CommHooks, BadCombinationsFailWhenTheTrainerIsBuilt) {
   EXPECT_NE(error_of([&] { trainer_with("ddp:comm_hook=powersgd,matrix_approximation_rank=0", "32-true"); })
                 .find("matrix_approximation_rank"),
             std::string::npos);
+  EXPECT_NE(error_of([&] { trainer_with("ddp:comm_hook=powersgd,orthogonalization_epsilon=-1e-8", "32-true"); })
+                .find("option 'orthogonalization_epsilon' expects a value >= 0"),
+            std::string::npos);
   EXPECT_NE(error_of([&] { trainer_with("ddp:comm_hook=noop,comm_wrapper=fp16", "32-true"); }).find("nothing to compress"),
             std::string::npos);
   EXPECT_NE(error_of([&] { trainer_with("ddp:comm_hook=fp16_compress", "bf16-true"); }).find("already"),

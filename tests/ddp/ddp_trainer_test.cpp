@@ -158,13 +158,23 @@ TEST(DDPThroughTheTrainer, BucketViewsWithFindUnusedParametersEqualPlainDDPAndOn
     }
   }
   EXPECT_NE(one.at(4).at(9), one.at(3).at(9)) << "a step with the branch moves it";
+  // SlowMo's node reducer takes the key too (one node, no slow momentum: DDP within it).
   for (const std::string strategy :
-       {"ddp:find_unused_parameters=true", "ddp:find_unused_parameters=true,gradient_as_bucket_view=true"}) {
+       {"ddp:find_unused_parameters=true", "ddp:find_unused_parameters=true,gradient_as_bucket_view=true",
+        "slowmo:nprocs_per_node=2,slowmo_momentum=0,find_unused_parameters=true"}) {
     TemporaryDirectory dir;
     const auto run = run_worker(dir.path(), "--strategy " + strategy + " --devices 2 --batch-size 8" + flags);
     expect_steps_close(step_lines(run.output), for_both_ranks(reference), 1e-6,
                        strategy + ", 2 ranks × batch 8 vs 1 process × batch 16");
   }
+  // Without it SlowMo refuses the unused branch as DDP does (the key is used, not only parsed).
+  TemporaryDirectory refused_dir;
+  const auto refused = run_command(
+      train_command(refused_dir.path(), "--strategy slowmo:nprocs_per_node=2,slowmo_momentum=0 --devices 2 "
+                                        "--batch-size 8" + flags),
+      180);
+  EXPECT_NE(refused.exit_code, 0) << refused.output;
+  EXPECT_NE(refused.output.find("received no gradient"), std::string::npos) << refused.output;
 }
 
 }  // namespace

@@ -45,9 +45,12 @@ struct RankRun {
 };
 
 // `steps` SGD steps (lr 0.1) of `micro` micro-batches (all but the last in no_sync) on each of 4
-// ranks, with the hook `spec` ("post_local_sgd:..." or "allreduce") names and, for post_local_sgd,
-// its averager after each step, as DDPStrategy runs them.
-std::vector<RankRun> train(const std::string& spec, int64_t steps, int64_t micro = 1) {
+// ranks, with the hook `spec` ("post_local_sgd:...", "powersgd:..." or "allreduce") names and, for
+// post_local_sgd, its averager after each step, as DDPStrategy runs them. `closes_without_backward`:
+// the last micro-batch runs no backward, and the window is reduced as the strategy then reduces it
+// (Note [A window that closes without backward]).
+std::vector<RankRun> train(const std::string& spec, int64_t steps, int64_t micro = 1,
+                           bool closes_without_backward = false) {
   std::vector<std::shared_ptr<Net>> nets;
   for (int64_t r = 0; r < kRanks; ++r) nets.push_back(make_net());
   std::vector<RankRun> runs(kRanks);
@@ -70,6 +73,10 @@ std::vector<RankRun> train(const std::string& spec, int64_t steps, int64_t micro
       const auto world_before = world->counters().total_bytes();
       const auto subgroup_before = subgroup && subgroup != world.get() ? subgroup->counters().total_bytes() : 0;
       for (int64_t m = 0; m < micro; ++m) {
+        if (closes_without_backward && m + 1 == micro) {
+          reducer.reduce_accumulated_gradients();
+          break;
+        }
         reducer.set_require_sync(m + 1 == micro);
         auto loss = loss_of(net, rank, s, m);
         reducer.prepare_for_backward(loss);
@@ -96,6 +103,35 @@ std::vector<RankRun> train(const std::string& spec, int64_t steps, int64_t micro
 
 const torch::Tensor& grads(const std::vector<RankRun>& runs, int64_t rank, int64_t step) {
   return runs[static_cast<size_t>(rank)].steps[static_cast<size_t>(step)].grads;
+}
+
+// Issue 34.5: a window whose closing micro-batch runs no backward is reduced through the hook,
+// not averaged over the world: in the local phase within the subgroup, and the hook counts it.
+TEST(PostLocalSGD, AWindowThatClosesWithoutBackwardGoesThroughTheHookAndItsSubgroup) {
+  const std::string spec = "post_local_sgd:start_local_sgd_iter=2,subgroup_size=2,model_averaging_period=100";
+  const auto runs = train(spec, 4, 2, true);
+  const auto closed_by_backward = train(spec, 4, 2);
+  const auto plain = train("allreduce", 4, 2, true);
+  for (int64_t step = 0; step < 4; ++step) {
+    // Over the world and within the subgroup, what a window closed by a backward sends (the
+    // averager's first average, at its warm-up's end, included).
+    for (int64_t r = 0; r < kRanks; ++r) {
+      const auto& got = runs[static_cast<size_t>(r)].steps[static_cast<size_t>(step)];
+      const auto& want = closed_by_backward[static_cast<size_t>(r)].steps[static_cast<size_t>(step)];
+      EXPECT_EQ(got.world_bytes, want.world_bytes) << "step " << step << ", rank " << r;
+      EXPECT_EQ(got.subgroup_bytes, want.subgroup_bytes) << "step " << step << ", rank " << r;
+    }
+    if (step < 2) {  // the global phase: the world's mean, as the plain hook's
+      EXPECT_TRUE(torch::allclose(grads(runs, 0, step), grads(plain, 0, step), 1e-6, 1e-7)) << "step " << step;
+      continue;
+    }
+    EXPECT_TRUE(torch::equal(grads(runs, 0, step), grads(runs, 1, step))) << "step " << step << ": ranks 0 and 1 share a subgroup";
+    EXPECT_FALSE(torch::allclose(grads(runs, 0, step), grads(runs, 2, step))) << "step " << step << ": the subgroups differ";
+    EXPECT_GT(runs[0].steps[static_cast<size_t>(step)].subgroup_bytes, 0) << "step " << step;
+  }
+  EXPECT_EQ(runs[0].hook_state.get_int("iteration"), 2) << "the hook counted the windows up to its switch";
+  const auto powersgd = train("powersgd:start_powersgd_iter=2,matrix_approximation_rank=1", 3, 2, true);
+  EXPECT_EQ(powersgd[0].hook_state.get_int("iteration"), 3) << "PowerSGD counted every window";
 }
 
 TEST(PostLocalSGD, GradientsAreTheWorldMeanUntilTheStartThenTheSubgroupMean) {

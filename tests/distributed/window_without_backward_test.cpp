@@ -3,7 +3,9 @@
 // the ranks drifted apart and the run reported success. Now the strategy synchronizes them before
 // the step (Note [A window that closes without backward]); under every data-parallel strategy, 2
 // ranks × batch 8 must equal one process × batch 16 with the same windows, and the ranks must
-// hold the same weights.
+// hold the same weights. DDP's reducer reduces such a window through its comm hook
+// (tests/ddp/post_local_sgd_test.cpp: the subgroup in post-local-SGD's local phase, and the hooks
+// count it).
 #include <gtest/gtest.h>
 
 #include "tests/distributed/worker_runs.h"
@@ -17,7 +19,12 @@ TEST(WindowWithoutBackward, EveryStrategySynchronizesTheAccumulatedGradientsBefo
   const auto reference = one_process_params(windows);
   ASSERT_FALSE(reference.empty());
   for (const std::string strategy : {"ddp", "ddp:gradient_as_bucket_view=true,static_graph=true",
-                                     "ddp:find_unused_parameters=true", "ddp:shard_optimizer=true", "ddp_sharded"}) {
+                                     "ddp:find_unused_parameters=true", "ddp:shard_optimizer=true", "ddp_sharded",
+                                     // issue 34.5: FSDP's units; SlowMo's node group (one node, no slow
+                                     // momentum: DDP within it); post-local-SGD's hook before its switch
+                                     "fsdp", "fsdp:sharding_strategy=SHARD_GRAD_OP",
+                                     "slowmo:nprocs_per_node=2,slowmo_momentum=0.0",
+                                     "ddp:comm_hook=post_local_sgd,start_local_sgd_iter=1000,model_averaging_period=4"}) {
     TemporaryDirectory dir;
     const auto result = run_command(
         train_command(dir.path(), "--batch-size 8 --devices 2 --strategy \"" + strategy + "\"" + windows), 180);

@@ -60,6 +60,14 @@ TEST(FabricParity, DDPLastWindowClosedByTheLoadersLastBatchEqualsTheTrainer) {
   expect_fabric_equals_trainer("--strategy ddp --devices 2 --batch-size 3 --accumulate-grad-batches 4 --optimizer momentum", 6);
 }
 
+// Issue 34.5: windows of 2 whose closing micro-batch runs no backward: the Fabric synchronizes
+// what the first one accumulated under no_sync before the step, as the Trainer does (Note [A window
+// that closes without backward]); without it each rank stepped on its own gradients.
+TEST(FabricParity, DDPWindowsThatCloseWithoutBackwardEqualTheTrainer) {
+  expect_fabric_equals_trainer(
+      "--strategy ddp --devices 2 --batch-size 4 --accumulate-grad-batches 2 --skip-every 2 --optimizer momentum", 8);
+}
+
 TEST(FabricParity, DDPUnderBF16MixedWithTheLossInAutocastEqualsTheTrainer) {
   // The Trainer runs the whole training_step (forward and loss) in the precision's autocast; the
   // loop does the same with fabric.autocast() around its loss.

@@ -149,6 +149,8 @@ void Fabric::backward(const torch::Tensor& loss) {
   check<ConfigurationError>(loss.requires_grad(), "Fabric::backward: the loss does not require grad; compute it "
                             "from the module's forward (module->forward(...)) on the module setup returned");
   strategy_->backward(loss);
+  // Inside no_sync the gradients stay this rank's; a backward outside it synchronizes them all.
+  gradients_unsynchronized_ = open_no_sync_ > 0;
 }
 
 torch::optim::Optimizer& Fabric::stepped_optimizer(torch::optim::Optimizer& optimizer, const char* call) const {
@@ -184,6 +186,13 @@ bool Fabric::step(torch::optim::Optimizer& optimizer) {
                             "the region ends");
   check<ConfigurationError>(stepped_in_this_step_.insert(&stepped).second, "Fabric::step: this optimizer already "
                             "stepped in this step; step each optimizer setup returned once per step");
+  if (gradients_unsynchronized_) {
+    // Note [A window that closes without backward], as the Trainer handles it: the window's
+    // closing micro-batch ran no backward, so the strategy synchronizes what the earlier ones
+    // accumulated under no_sync before any rank steps on it. [collective]
+    strategy_->gradients().synchronize_accumulated_gradients(*module_);
+    gradients_unsynchronized_ = false;
+  }
   const bool took = strategy_->optimizer_step(stepped, nullptr);
   last_step_skipped_ = !took;
   if (!took) ++skipped_steps_;

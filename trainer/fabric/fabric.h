@@ -147,7 +147,9 @@ class Fabric {
   // Strategy::optimizer_step (unscale, the precision's step, which a GradScaler skips on inf/NaN
   // gradients); once every set-up optimizer stepped in this step, counts a global step and runs
   // Strategy::after_optimizer_steps (the GradScaler's update; post-local-SGD's and SlowMo's model
-  // averaging). Returns whether the optimizer stepped (false: skipped, counted in
+  // averaging). A window whose last backward ran under no_sync (its closing micro-batch ran
+  // none) has its gradients synchronized by the strategy first, as the Trainer does (Note [A window
+  // that closes without backward]). Returns whether the optimizer stepped (false: skipped, counted in
   // skipped_steps()). Throws ConfigurationError inside a no_sync region (the gradients are not
   // synchronized) or for an optimizer setup_optimizers did not return. [collective for strategies
   // that average models, sharded optimizers and 16-mixed]
@@ -236,6 +238,8 @@ class Fabric {
   std::set<const torch::optim::Optimizer*> stepped_in_this_step_;
   std::shared_ptr<LoaderPosition> position_ = std::make_shared<LoaderPosition>();
   int64_t open_no_sync_ = 0;
+  // The last backward ran inside no_sync: step() synchronizes first (a window closed without backward).
+  bool gradients_unsynchronized_ = false;
   int64_t global_step_ = 0;
   int64_t skipped_steps_ = 0;
   bool last_step_skipped_ = false;

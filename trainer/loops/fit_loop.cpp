@@ -244,7 +244,8 @@ void FitLoop::run_batch(int64_t batch_idx) {
     // under no_sync, and the closing one, which would have synchronized, ran no backward. Every
     // rank sees the same (training_step decides per batch index, the same on every rank, or the
     // ranks' collectives in backward would not match either); the strategy synchronizes now,
-    // so that no rank steps on gradients it alone computed.
+    // so that no rank steps on gradients it alone computed, on the path a backward would have
+    // taken where it has one (DDP: the comm hook, its group and its iteration count).
     if (p.window_has_backward && !backward_ran) strategy.gradients().synchronize_accumulated_gradients(module);
     if (p.window_has_backward) {
       step_optimizers();

@@ -76,12 +76,17 @@ void train(Fabric& fabric, const TrainerOptions& options, const po::variables_ma
     for (int64_t i = 0; i < loader->num_batches(); ++i) {
       const Batch batch = loader->batch(i);
       auto step = fabric.accumulate(options.accumulate_grad_batches);
-      torch::Tensor loss;
-      {
-        auto region = values["loss-in-autocast"].as<bool>() ? fabric.autocast() : ScopeGuard{};
-        loss = (module->forward(batch.input) - batch.target).square().mean();
+      // --skip-every N: batches N-1, 2N-1, ... run no backward, as the distributed_worker's
+      // training_step returns no loss for them.
+      const int64_t skip_every = values["skip-every"].as<int64_t>();
+      if (skip_every == 0 || i % skip_every != skip_every - 1) {
+        torch::Tensor loss;
+        {
+          auto region = values["loss-in-autocast"].as<bool>() ? fabric.autocast() : ScopeGuard{};
+          loss = (module->forward(batch.input) - batch.target).square().mean();
+        }
+        fabric.backward(loss / static_cast<double>(step.window_size()));
       }
-      fabric.backward(loss / static_cast<double>(step.window_size()));
       if (!step.syncing()) continue;
       fabric.step(*optimizer);
       fabric.zero_grad(*optimizer);
@@ -123,6 +128,8 @@ int main(int argc, char** argv) {
         ("batch-size", po::value<int64_t>()->default_value(8), "training batch size per rank (--mode train)")
         ("optimizer", po::value<std::string>()->default_value("sgd"), "sgd | momentum | adam (--mode train)")
         ("loss-in-autocast", po::bool_switch(), "compute the loss inside fabric.autocast() (--mode train)")
+        ("skip-every", po::value<int64_t>()->default_value(0),
+         "N > 0: batches N-1, 2N-1, ... run no backward (--mode train)")
         ("save", po::value<std::string>()->default_value(""), "save model and optimizer here at the end")
         ("load", po::value<std::string>()->default_value(""), "restore model and optimizer from here first");
     po::variables_map values;
