@@ -20,74 +20,25 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
-#include <regex>
 
-#include "distributed/network.h"
-#include "tests/distributed/worker_runs.h"
+#include "tests/strategies/reference_runs.h"
 
 namespace volt::testing {
 namespace {
 
-struct OracleCase {
-  std::string strategy;   // volt's --strategy, which the reference maps to fairscale
-  std::string optimizer;  // momentum | adam
-  std::string model = "mlp";
-};
-
-std::string describe(const OracleCase& c, int64_t world) {
-  return "--strategy " + c.strategy + " --optimizer " + c.optimizer + " --model " + c.model + " on " +
-         std::to_string(world) + " ranks vs fairscale";
-}
-
-// The reference's "CASE k STEP ..." lines, as step_lines reads the worker's, one map per case.
-std::vector<StepParameters> fairscale_steps(const std::string& output, size_t cases) {
-  std::vector<std::string> per_case(cases);
-  static const std::regex line("CASE (\\d+) (STEP [^\\n]*)");
-  for (std::sregex_iterator it(output.begin(), output.end(), line), end; it != end; ++it) {
-    const auto k = std::stoul((*it)[1]);
-    if (k < cases) per_case[k] += std::string((*it)[2]) + "\n";
-  }
-  std::vector<StepParameters> steps;
-  for (const auto& text : per_case) steps.push_back(step_lines(text));
-  return steps;
-}
-
 // Runs every case through volt's Trainer, then fairscale once for all of them, and compares.
-void expect_volt_trains_like_fairscale(int64_t world, const std::vector<OracleCase>& cases) {
+void expect_volt_trains_like_fairscale(int64_t world, const std::vector<ReferenceCase>& cases) {
   if (reference_torch_version() != "1.13") {
     GTEST_SKIP() << "fairscale 0.4.13 is compared with the PyTorch it was released for, 1.13 (the 1.13 build "
                     "tree runs this); under 2.11 its OSS with broadcast_fp16 trains differently";
   }
   ASSERT_TRUE(std::filesystem::exists(fairscale_path() + "/fairscale"))
       << "fairscale is not installed in " << fairscale_path() << ": run tools/setup_fairscale.sh";
-  TemporaryDirectory dir;
-  std::vector<StepParameters> volt;
-  std::string reference = fairscale_python() + " " + VOLT_SOURCE_DIR +
-                          "/tests/strategies/python/fairscale_reference.py --world " + std::to_string(world) +
-                          " --port " + std::to_string(find_free_port());
-  for (size_t k = 0; k < cases.size(); ++k) {
-    const auto& c = cases[k];
-    const auto output = run_print_steps(c.strategy, world, c.optimizer, "--model " + c.model + " --print-initial");
-    std::smatch initial;
-    ASSERT_TRUE(std::regex_search(output, initial, std::regex("INITIAL params=(\\S+)")))
-        << describe(c, world) << ": volt printed no INITIAL line:\n" << output;
-    const auto file = dir.path() + "/initial" + std::to_string(k);
-    std::ofstream(file) << initial[1];
-    reference += " --case '" + c.strategy + ";" + c.optimizer + ";" + c.model + ";" + file + "'";
-    volt.push_back(step_lines(output));
-  }
-  const auto result = run_command(reference + " 2>&1", 300);
-  ASSERT_EQ(result.exit_code, 0) << "the fairscale reference failed:\n" << result.output;
-  const auto expected = fairscale_steps(result.output, cases.size());
-  for (size_t k = 0; k < cases.size(); ++k) {
-    ASSERT_EQ(expected[k].size(), static_cast<size_t>(world)) << describe(cases[k], world) << ":\n" << result.output;
-    expect_steps_close(volt[k], expected[k], 1e-6, describe(cases[k], world));
-  }
+  expect_volt_trains_like({"fairscale", fairscale_python(), "fairscale_reference.py"}, world, cases);
 }
 
 // `strategy` on `world` ranks with both optimizers, plus `extra` cases.
-std::vector<OracleCase> both_optimizers(const std::string& strategy, std::vector<OracleCase> extra = {}) {
+std::vector<ReferenceCase> both_optimizers(const std::string& strategy, std::vector<ReferenceCase> extra = {}) {
   extra.insert(extra.begin(), {{strategy, "momentum"}, {strategy, "adam"}});
   return extra;
 }
