@@ -14,9 +14,10 @@
 // Against PyTorch 1.13 only, the release line fairscale 0.4.13 supports: under PyTorch 2.11 its
 // OSS with broadcast_fp16 no longer trains as under 1.13, so the 2.x tree skips these.
 //
-// The tolerance, 1e-6 relative: most cases are bitwise equal; fairscale divides each rank's values
-// by the world size before summing them (volt sums, then divides), which differs in the last bit
-// on 3 ranks, and Adam's division carries that bit further.
+// The tolerance, 1e-6 relative: most cases are bitwise equal; on 3 ranks the two sides sum the
+// ranks' values in other orders (volt's Gloo halving-doubling, PyTorch's process group's ring; and
+// fairscale's predivide factors), which differs in the last bit, and Adam's division carries that
+// bit further.
 #include <gtest/gtest.h>
 
 #include <filesystem>
