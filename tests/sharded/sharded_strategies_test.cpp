@@ -68,6 +68,18 @@ TEST(ShardingStrategyOptions, EachKeyAndAccumulationTrainLikeDDP) {
 }
 
 
+// Issue 34.5: a parameter the loss does not use (the worker's `branch`, used on batches 0 and 3 of
+// each epoch's 4) is refused on every rank, naming it and the two ways out; nothing trains on.
+TEST(ShardingStrategyOptions, DdpShardedRefusesAnUnusedParameterNamingIt) {
+  testing::TemporaryDirectory dir;
+  const auto result = testing::run_command(
+      testing::train_command(dir.path(), "--strategy ddp_sharded --devices 2 --batch-size 8 --model branch"), 180);
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  EXPECT_TRUE(testing::trained_lines(result.output).empty()) << result.output;
+  EXPECT_NE(result.output.find("parameter(s) 'branch.weight'"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("--strategy ddp:find_unused_parameters=true"), std::string::npos) << result.output;
+}
+
 TEST(ShardedCheckpoints, AResumeAtTheSameWorldSizeIsBitwiseTheUninterruptedRun) {
   for (const auto& [strategy, ranks] : std::vector<std::pair<std::string, int64_t>>{
            {"ddp:shard_optimizer=true", 2},

@@ -30,9 +30,8 @@ Fabric::~Fabric() {
 }
 
 void Fabric::launch() {
+  // setup needs a launched Fabric, so a launch after setup is a second launch: this one message.
   check<ConfigurationError>(!launched_, "Fabric::launch: already launched; call it once, before setup");
-  check<ConfigurationError>(module_ == nullptr, "Fabric::launch: called after setup; call fabric.launch() first, "
-                                                "then fabric.setup(model, optimizer)");
   setup_run_environment(*strategy_, placement_, trainer_options_);
   launched_ = true;
   // As the Trainer seeds before each run: a model built after launch starts from the same weights
