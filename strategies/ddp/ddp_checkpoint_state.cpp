@@ -31,7 +31,7 @@ void DdpCheckpointState::load_strategy_state_dict(const StateDict& state, Checkp
   } else if (state.contains("reducer_per_rank")) {
     if (const auto mine = per_rank_entry_or_warn(state, "reducer_per_rank", ddp_.topology().global_rank,
                                                  ddp_.topology().world_size, ddp_.name(),
-                                                        "buckets and the comm hook's state start afresh")) {
+                                                 "buckets and the comm hook's state start afresh")) {
       ddp_.reducer().load_state_dict(*mine);
       reducer_restored = true;
     }

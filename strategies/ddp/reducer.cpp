@@ -321,19 +321,14 @@ bool Reducer::reduce_accumulated_gradients() {
   handles_.assign(buckets_.size(), CollectiveHandle());
   traffic_start_ = communicator_.counters();
   flag_bytes_ = 0;
-  if (!options_.find_unused_parameters) {
-    // Every backward reaches every parameter (or finalize_backward refuses it): one that missed
-    // a gradient here contributes zeros. No exchange over the reducer's group, which
-    // post-local-SGD's local phase otherwise leaves alone.
-    complete_remaining();  // every bucket through the hook
-    wait_and_write_back(/*skip_globally_unused=*/false);
-  } else {
-    // Which parameters any rank gave a gradient in the window: the others keep none, as in one
-    // process (finalize_backward exchanges the same flags).
-    exchange_used_flags();
-    complete_remaining();
-    wait_and_write_back(/*skip_globally_unused=*/true);
-  }
+  // With find_unused_parameters, which parameters any rank gave a gradient in the window: the
+  // others keep none, as in one process (finalize_backward exchanges the same flags). Without it
+  // every backward reaches every parameter (or finalize_backward refuses it), one that missed a
+  // gradient here contributes zeros, and nothing crosses the reducer's group but the hook's own
+  // traffic (post-local-SGD's local phase stays in its subgroup).
+  if (options_.find_unused_parameters) exchange_used_flags();
+  complete_remaining();  // every bucket through the hook
+  wait_and_write_back(/*skip_globally_unused=*/options_.find_unused_parameters);
   record_traffic();
   std::fill(used_since_sync_.begin(), used_since_sync_.end(), 0);
   if (++synchronized_iterations_ == 1) {

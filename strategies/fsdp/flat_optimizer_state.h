@@ -8,7 +8,8 @@
 // unit (stepped through the unit's shard) or a parameter stepped as it is. Per-element state
 // (Adam's exp_avg, SGD's momentum_buffer: tensors of the shard's size) is all-gathered and cut
 // into each parameter's shape; anything else (Adam's step) is the same for every parameter of
-// the unit and copied, a tensor cloned for each (PyTorch's Adam increments it in place). Loading takes each rank's slice of the concatenated per-parameter state.
+// the unit and copied, a tensor cloned for each (PyTorch's Adam increments it in place).
+// Loading takes each rank's slice of the concatenated per-parameter state.
 #include <torch/torch.h>
 
 #include <string>

@@ -148,14 +148,14 @@ class Fabric {
   // gradients); once every set-up optimizer stepped in this step, counts a global step and runs
   // Strategy::after_optimizer_steps (the GradScaler's update; post-local-SGD's and SlowMo's model
   // averaging). A window whose last backward ran under no_sync (its closing micro-batch ran
-  // none) has its gradients synchronized by the strategy first, as the Trainer does (Note [A window
-  // that closes without backward]). Returns whether the optimizer stepped (false: skipped, counted in
-  // skipped_steps()). Throws ConfigurationError inside a no_sync region (the gradients are not
+  // none) has its gradients synchronized by the strategy first, as the Trainer does (Note [A
+  // window that closes without backward]). Returns whether the optimizer stepped (false: skipped,
+  // counted in skipped_steps()). Throws ConfigurationError inside a no_sync region (the gradients are not
   // synchronized) or for an optimizer setup_optimizers did not return. [collective for strategies
   // that average models, sharded optimizers and 16-mixed]
   bool step(torch::optim::Optimizer& optimizer);
-  // GradientSynchronization::zero_grad: drops the gradients, or zeroes them in place where they are views into
-  // the strategy's buffers (ddp:gradient_as_bucket_view=true, where optimizer->zero_grad() would
+  // GradientSynchronization::zero_grad: drops the gradients, or zeroes them in place where they
+  // are views into the strategy's buffers (ddp:gradient_as_bucket_view=true, where optimizer->zero_grad() would
   // detach them).
   void zero_grad(torch::optim::Optimizer& optimizer);
   // Steps taken so far (each counted once all set-up optimizers stepped), skipped ones included.
@@ -238,7 +238,8 @@ class Fabric {
   std::set<const torch::optim::Optimizer*> stepped_in_this_step_;
   std::shared_ptr<LoaderPosition> position_ = std::make_shared<LoaderPosition>();
   int64_t open_no_sync_ = 0;
-  // The last backward ran inside no_sync: step() synchronizes first (a window closed without backward).
+  // The last backward ran inside no_sync: step() synchronizes first (a window closed without
+  // backward).
   bool gradients_unsynchronized_ = false;
   int64_t global_step_ = 0;
   int64_t skipped_steps_ = 0;
