@@ -29,9 +29,13 @@ void DdpCheckpointState::load_strategy_state_dict(const StateDict& state, Checkp
     ddp_.reducer().load_state_dict(state.child("reducer"));
     reducer_restored = true;
   } else if (state.contains("reducer_per_rank")) {
+    // The averager is restored only with the reducer (load_averager_section), so it restarts too.
+    const auto* averager = ddp_.model_averager();
+    const std::string what = "buckets and the comm hook's state" +
+                             (averager ? ", and the " + averager->name() + "'s step count and state," : std::string()) +
+                             " start afresh";
     if (const auto mine = per_rank_entry_or_warn(state, "reducer_per_rank", ddp_.topology().global_rank,
-                                                 ddp_.topology().world_size, ddp_.name(),
-                                                 "buckets and the comm hook's state start afresh")) {
+                                                 ddp_.topology().world_size, ddp_.name(), what)) {
       ddp_.reducer().load_state_dict(*mine);
       reducer_restored = true;
     }

@@ -6,6 +6,8 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <iostream>
 #include <thread>
 
 #include "core/cpu_threads.h"
@@ -60,20 +62,30 @@ TEST(CpuThreads, FlagsWinOverTheEnvironmentAndTheRule) {
   EXPECT_EQ(openblas_threads(), 2);
 }
 
+// LibTorch and OpenBLAS read OMP_NUM_THREADS and OPENBLAS_NUM_THREADS when they start, so this
+// test runs again in a process started with them (the same test, told by VOLT_CPU_THREADS_CHILD),
+// which prints the counts in effect after configure_cpu_threads. One intra-op thread: LibTorch
+// 2.x caps OMP_NUM_THREADS at the cores, so a larger count would not show what volt left alone.
 TEST(CpuThreads, TheEnvironmentIsLeftAsTheUserSetIt) {
-  clear_thread_environment();
-  // LibTorch and OpenBLAS read these variables when they start; emulate that start.
-  setenv("OMP_NUM_THREADS", "3", 1);
-  setenv("OPENBLAS_NUM_THREADS", "2", 1);
-  set_cpu_threads(3, 2);
-  const auto threads = configure_cpu_threads({.processes_per_node = 1});
-  EXPECT_EQ(threads.intra_op, 3);
-  EXPECT_EQ(threads.intra_op_source, "OMP_NUM_THREADS");
-  EXPECT_EQ(torch::get_num_threads(), 3);
+  if (std::getenv("VOLT_CPU_THREADS_CHILD") != nullptr) {
+    const auto threads = configure_cpu_threads({.processes_per_node = 1});
+    std::cout << "THREADS intra_op=" << torch::get_num_threads() << " blas=" << openblas_threads()
+              << " sources=" << threads.intra_op_source << "," << threads.blas_source << std::endl;
+    return;
+  }
+  const auto child = testing::run_command(
+      // Without GoogleTest's sharding variables, or a sharded run's child would run no test.
+      "env -u GTEST_TOTAL_SHARDS -u GTEST_SHARD_INDEX OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=2 "
+      "VOLT_CPU_THREADS_CHILD=1 " +
+          std::filesystem::read_symlink("/proc/self/exe").string() +
+          " --gtest_filter=CpuThreads.TheEnvironmentIsLeftAsTheUserSetIt",
+      60);
+  ASSERT_EQ(child.exit_code, 0) << child.output;
+  EXPECT_NE(child.output.find("THREADS intra_op=1 "), std::string::npos) << child.output;
+  EXPECT_NE(child.output.find("sources=OMP_NUM_THREADS,"), std::string::npos) << child.output;
   if (openblas_threads() < 0) GTEST_SKIP() << "the BLAS is not OpenBLAS";
-  EXPECT_EQ(threads.blas, 2);
-  EXPECT_EQ(threads.blas_source, "OPENBLAS_NUM_THREADS");
-  EXPECT_EQ(openblas_threads(), 2);
+  EXPECT_NE(child.output.find(" blas=2 sources=OMP_NUM_THREADS,OPENBLAS_NUM_THREADS"), std::string::npos)
+      << child.output;
 }
 
 // The Trainer applies --threads / --blas-threads when a run starts.

@@ -239,6 +239,38 @@ TEST(CommHooks, PowerSGDResumesBitwiseFromItsState) {
   }
 }
 
+TEST(CommHooks, PowerSGDOnAnotherBucketLayoutRestartsItsMemoriesWithOneWarning) {
+  // Saved with several tiny buckets, loaded by a reducer whose cap makes one bucket (the same
+  // world size, another bucket_cap_mb): the iteration and the random state carry on, the error
+  // feedback and P/Q memories of buckets that no longer exist restart, and rank 0 says so.
+  auto make = [](Communicator& c) { return hook(c, "powersgd:start_powersgd_iter=2"); };
+  Nets nets = fresh_nets();
+  const auto first = train(make, 4, 1, {}, 0, 300.0 / (1 << 20), nets);
+  const auto saved = first[0].state.child("comm_hook").child("state");
+  ASSERT_GT(saved.get_ints("bucket_numel").size(), 1u) << "saved with several buckets, or this test proves nothing";
+  ASSERT_FALSE(saved.child("p").empty()) << "saved with P memories, or this test proves nothing";
+
+  ::testing::internal::CaptureStderr();
+  const auto loaded = train(make, 0, 1, {first[0].state, first[1].state}, 4, 25.0, nets);
+  const std::string warnings = ::testing::internal::GetCapturedStderr();
+  const std::string warning = "the checkpoint's error feedback and P/Q memories were saved for other buckets; "
+                              "they restart";
+  const auto at = warnings.find(warning);
+  ASSERT_NE(at, std::string::npos) << warnings;
+  EXPECT_EQ(warnings.find(warning, at + 1), std::string::npos) << "rank 0 alone warns:\n" << warnings;
+
+  for (int64_t r = 0; r < kRanks; ++r) {
+    const auto state = loaded[static_cast<size_t>(r)].state.child("comm_hook").child("state");
+    EXPECT_EQ(state.get_int("iteration"), 4) << "rank " << r << ": the iteration carries on";
+    EXPECT_EQ(state.get_string("rng"),
+              first[static_cast<size_t>(r)].state.child("comm_hook").child("state").get_string("rng"))
+        << "rank " << r << ": the random state carries on";
+    EXPECT_EQ(state.get_ints("bucket_numel").size(), 1u) << "rank " << r << ": this run's layout";
+    EXPECT_TRUE(state.child("error").empty() && state.child("p").empty() && state.child("q").empty())
+        << "rank " << r << ": the memories restart";
+  }
+}
+
 TEST(CommHooks, NumpyRandomStateDrawsWhatNumpyDraws) {
   // numpy.random.RandomState(seed).randint(1_000_000_000), six times (python3-numpy 1.24).
   const std::map<uint32_t, std::vector<int64_t>> numpy{

@@ -88,6 +88,14 @@ TEST(DDPThroughTheTrainer, ManualOptimizationEqualsAutomaticAccumulationOnOnePro
     // toggle_model(false) kept the first micro-batch of each window from synchronizing.
     if (strategy != "ddp_sharded") expect_one_reduction_per_window(dir.path(), strategy);
   }
+  // The module's own no_sync() in place of toggle_model(false): the same training, and again
+  // one reduction per window (without it every micro-batch would reduce: twice the bytes).
+  TemporaryDirectory no_sync_dir;
+  const auto run = run_worker(no_sync_dir.path(),
+                              "--strategy ddp --devices 2 --batch-size 4 --manual-accumulate 2 --manual-no-sync" + windows);
+  expect_steps_close(step_lines(run.output), for_both_ranks(reference), 1e-6,
+                     "ddp, manual accumulation in Module::no_sync(), 2 ranks × batch 4 vs 1 process × batch 8");
+  expect_one_reduction_per_window(no_sync_dir.path(), "ddp with Module::no_sync()");
 }
 
 // rank → (epoch, batch) → buffers as that training_step started, from --print-buffers lines.

@@ -110,8 +110,10 @@ TEST_F(DistributedTrainingTest, TorchrunRunEqualsOneProcessWithTheGlobalBatch) {
 // train exactly like one process with the global batch ("auto" with two processes is ddp).
 TEST_F(DistributedTrainingTest, DDPRunsEqualOneProcessWithTheGlobalBatch) {
   const auto reference = reference_params();
+  // bucket_cap_mb=0.000001 (about a byte): the bias and the weight in buckets of their own (with
+  // 10 bytes the bias's 4 would leave room and the weight would join it: one bucket).
   for (const std::string strategy :
-       {"ddp", "auto", "ddp:bucket_cap_mb=0.00001,gradient_as_bucket_view=true,static_graph=true",
+       {"ddp", "auto", "ddp:bucket_cap_mb=0.000001,gradient_as_bucket_view=true,static_graph=true",
         "ddp_find_unused_parameters_true"}) {
     testing::TemporaryDirectory dir;
     const auto result =

@@ -151,6 +151,42 @@ TEST(SlowMoBytes, WithinTheNodeEveryStepAcrossNodesOnlyAtTheAveragingSteps) {
   }
 }
 
+// bucket_cap_mb reaches SlowMo's reducer within the node: about one byte puts the regression's
+// bias (4 bytes) and weight (32) in buckets of their own (a bucket closes once it reaches the cap,
+// as in PyTorch's assignment), two all-reduces a step where the default makes one, the same bytes
+// and the same training.
+TEST(SlowMoBytes, BucketCapMbSplitsTheNodesGradientReduction) {
+  auto node_calls_per_step = [](const std::string& options, std::vector<double>& params) {
+    testing::TemporaryDirectory dir;
+    auto run = run_command(worker_command(dir.path(), "--strategy \"slowmo:nprocs_per_node=2,localsgd_frequency=3," +
+                                                          options + "\" --devices 4 --batch-size 2 --max-epochs 1"),
+                           240);
+    EXPECT_EQ(run.exit_code, 0) << run.output;
+    const auto trained = trained_lines(run.output);
+    if (trained.empty()) return std::map<int64_t, double>{};
+    params = trained.at(0).params;
+    const auto rows = byte_rows(trained.at(0).log_dir);
+    std::map<int64_t, double> calls;  // node-group calls of steps that do not average
+    for (const auto& [step, row] : rows) {
+      if (step > 3 && step % 3 != 0 && rows.count(step - 1)) {
+        calls[step] = std::stod(row.at("comm/node/calls")) - std::stod(rows.at(step - 1).at("comm/node/calls"));
+        EXPECT_EQ(std::stod(row.at("comm/node/step_bytes")), 9 * 4) << options << ", step " << step;
+      }
+    }
+    return calls;
+  };
+  std::vector<double> default_params, split_params;
+  const auto whole = node_calls_per_step("slowmo_frequency=6", default_params);
+  const auto split = node_calls_per_step("slowmo_frequency=6,bucket_cap_mb=0.000001", split_params);
+  ASSERT_FALSE(whole.empty());
+  ASSERT_EQ(whole.size(), split.size());
+  for (const auto& [step, calls] : whole) {
+    EXPECT_EQ(calls, 1) << "default bucket cap, step " << step;
+    EXPECT_EQ(split.at(step), 2) << "bucket_cap_mb=0.000001, step " << step;
+  }
+  EXPECT_EQ(split_params, default_params) << "the buckets change the calls, not the sums";
+}
+
 // Without nprocs_per_node the nodes are the cluster's: volt's launcher puts both processes on one
 // node, so SlowMo warns that local SGD is off, and without slow momentum it is DDP, bitwise.
 TEST(SlowMoNodes, OneNodeFromTheClusterWarnsAndWithoutSlowMomentumIsDDP) {

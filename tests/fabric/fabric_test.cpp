@@ -4,7 +4,12 @@
 // save/load round trips; and every misuse a ConfigurationError that says what to do.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <limits>
+#include <map>
+#include <regex>
+#include <sstream>
 #include <tuple>
 
 #include "distributed/network.h"
@@ -235,6 +240,56 @@ TEST(FabricShape, TheIssuesLoopTrainsOnDDPWithBF16MixedAndAccumulation) {
   auto [other_module, other_optimizer] = other.setup(reloaded, std::make_shared<torch::optim::AdamW>(reloaded->parameters()));
   other.load(dir.file("run.ckpt"), {{"model", other_module}, {"optimizer", other_optimizer}});
   EXPECT_TRUE(torch::equal(reloaded->linear->weight, model->linear->weight));
+}
+
+// The lines of `text` from the first that starts with `first` to the first after it that starts
+// with `last`, both included.
+std::vector<std::string> lines_between(const std::string& text, const std::string& first, const std::string& last) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  bool inside = false;
+  for (std::string line; std::getline(in, line);) {
+    inside = inside || line.rfind(first, 0) == 0;
+    if (inside) lines.push_back(line);
+    if (inside && line.rfind(last, 0) == 0) break;
+  }
+  return lines;
+}
+
+std::string file_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// docs/fabric.md's first example, on the two processes it asks for (volt's own launcher, started
+// by fabric.launch()), in tests/fabric/worker/docs_fabric_loop.cpp, whose lines are the
+// document's.
+TEST(FabricShape, TheDocsExampleRunsAsWrittenOnTwoProcesses) {
+  const std::string source_dir = VOLT_SOURCE_DIR;
+  const auto documented = lines_between(file_text(source_dir + "/docs/fabric.md"), "volt::Fabric fabric(",
+                                        "fabric.unwrap_module();");
+  const auto compiled = lines_between(file_text(source_dir + "/tests/fabric/worker/docs_fabric_loop.cpp"),
+                                      "volt::Fabric fabric(", "fabric.unwrap_module();");
+  ASSERT_GE(documented.size(), 10u) << "docs/fabric.md's example was not found";
+  EXPECT_EQ(compiled, documented) << "docs_fabric_loop.cpp must hold docs/fabric.md's example as written";
+
+  TemporaryDirectory dir;
+  const auto result =
+      run_command("cd " + dir.path() + " && " + built_binary("tests/docs_fabric_loop"), 180);
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  static const std::regex pattern("DOCS_LOOP rank=(\\d+) step=(\\d+) params=(\\S+)");
+  std::map<int64_t, std::pair<int64_t, std::string>> ranks;
+  for (std::sregex_iterator it(result.output.begin(), result.output.end(), pattern), end; it != end; ++it) {
+    ranks[std::stoll((*it)[1])] = {std::stoll((*it)[2]), (*it)[3]};
+  }
+  ASSERT_EQ(ranks.size(), 2u) << "two processes, as the example asks:\n" << result.output;
+  // 64 samples, batch 4, 2 ranks: 8 micro-batches a rank an epoch, windows of 4: 2 steps, 3 epochs.
+  EXPECT_EQ(ranks.at(0).first, 6);
+  EXPECT_EQ(ranks.at(1).first, 6);
+  EXPECT_EQ(ranks.at(0).second, ranks.at(1).second) << "DDP: both ranks end with the same model";
+  EXPECT_TRUE(std::filesystem::exists(dir.file("run.ckpt"))) << result.output;
 }
 
 TEST(FabricErrors, MisuseIsAConfigurationErrorThatSaysWhatToDo) {

@@ -35,6 +35,29 @@ class InjectingModule : public RegressionModule {
   int64_t batch_idx_ = -1;
 };
 
+// InjectingModule stepping itself (manual optimization), as README's pattern does: backward,
+// clipping by hand, the step, and the scheduler only after a step the GradScaler took.
+class ManualInjectingModule : public InjectingModule {
+ public:
+  ManualInjectingModule(RegressionOptions options, std::set<int64_t> inject, std::optional<double> clip,
+                        GradientClipAlgorithm algorithm)
+      : InjectingModule(std::move(options), std::move(inject)), clip_(clip), algorithm_(algorithm) {}
+  bool automatic_optimization() const override { return false; }
+  torch::Tensor training_step(const Batch& batch, int64_t batch_idx) override {
+    auto loss = InjectingModule::training_step(batch, batch_idx);
+    auto& opt = optimizer();
+    manual_backward(loss);
+    if (clip_) clip_gradients(opt, *clip_, algorithm_);
+    if (opt.step()) lr_schedulers().at(0)->step();
+    opt.zero_grad();
+    return loss;
+  }
+
+ private:
+  std::optional<double> clip_;
+  GradientClipAlgorithm algorithm_;
+};
+
 class CapturingLogger : public Logger {
  public:
   std::string name() const override { return "capture"; }
@@ -82,6 +105,7 @@ struct RunOptions {
   int64_t epochs = 1;
   std::string resume_from;                 // a checkpoint to resume from
   std::string save_to;                     // where to save a checkpoint after fit
+  bool manual = false;                     // ManualInjectingModule: clip applies by hand
 };
 
 struct RunResult {
@@ -100,14 +124,16 @@ RunResult train(const RunOptions& run) {
   options.precision = "bf16-mixed";
   options.log_every_n_steps = 1;
   options.accumulate_grad_batches = run.accumulate;
-  options.gradient_clip_val = run.clip;
+  if (!run.manual) options.gradient_clip_val = run.clip;
   options.gradient_clip_algorithm = run.clip_algorithm;
   auto precision = std::make_shared<MixedPrecision>(
       torch::kBFloat16, torch::kCPU, run.scaler ? std::make_shared<GradScaler>(run.scaler_options) : nullptr);
   RegressionOptions model_options{.step_scheduler = true};
   if (!run.skip.empty()) model_options.skip_batch = [skip = run.skip](int64_t b) { return skip.count(b) > 0; };
   torch::manual_seed(0);
-  auto model = std::make_shared<InjectingModule>(model_options, run.inject);
+  auto model = run.manual ? std::make_shared<ManualInjectingModule>(model_options, run.inject, run.clip,
+                                                                    run.clip_algorithm)
+                         : std::make_shared<InjectingModule>(model_options, run.inject);
   Trainer trainer(options, run.strategy, precision);
   auto logger = std::make_shared<CapturingLogger>();
   trainer.add_logger(logger);
@@ -171,6 +197,24 @@ TEST(AmpTrainer, ClippingSeesUnscaledGradients) {
     // Clipping is active at this threshold: without it the result differs.
     const auto unclipped = train({.inject = {3}});
     EXPECT_FALSE(torch::allclose(unclipped.parameters, scaled.parameters, 1e-5, 1e-7));
+  }
+}
+
+TEST(AmpTrainer, ManualOptimizationSkipsUnscalesOnceAndClipsLikeTheAutomaticLoop) {
+  // An inf at batch 3: ManualOptimizer::step returns false there and the module holds its
+  // scheduler. clip_gradients unscales, and step must not unscale again: gradients divided twice
+  // by the scale (2^16) would train differently from the automatic loop's clipping.
+  for (const std::optional<double> clip : {std::optional<double>(), std::optional<double>(0.01)}) {
+    const std::string what = clip ? "clipping by hand at 0.01" : "without clipping";
+    const auto automatic = train({.inject = {3}, .clip = clip});
+    const auto manual = train({.inject = {3}, .clip = clip, .manual = true});
+    EXPECT_TRUE(torch::equal(manual.parameters, automatic.parameters))
+        << what << ": max difference " << (manual.parameters - automatic.parameters).abs().max().item<double>();
+    EXPECT_EQ(manual.precision->scaler()->skipped_steps(), 1) << what;
+    EXPECT_EQ(manual.precision->scaler()->get_scale(), automatic.precision->scaler()->get_scale()) << what;
+    EXPECT_EQ(manual.global_step, 8) << what << ": a skipped step counts, as in the automatic loop";
+    EXPECT_EQ(manual.optimizer_steps, 8) << what << ": on_before_optimizer_step runs before the skip is known";
+    EXPECT_DOUBLE_EQ(manual.lr, automatic.lr) << what << ": the scheduler held for the skipped step";
   }
 }
 

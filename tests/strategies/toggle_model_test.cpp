@@ -12,13 +12,17 @@
 namespace volt::testing {
 namespace {
 
-StepParameters gan_steps(const std::string& strategy) {
+ProcessResult run_gan(const std::string& strategy) {
   TemporaryDirectory dir;
   const auto command = built_binary("tests/distributed_worker") + " --mode gan --seed 3 --max-epochs 2 --timeout 60" +
                        " --enable-progress-bar false --enable-model-summary false --enable-checkpointing false" +
                        " --num-sanity-val-steps 0 --log-every-n-steps 1 --devices 2 --batch-size 8 --default-root-dir " +
                        dir.path() + " --strategy " + strategy;
-  const auto result = run_command(command, 180);
+  return run_command(command, 180);
+}
+
+StepParameters gan_steps(const std::string& strategy) {
+  const auto result = run_gan(strategy);
   EXPECT_EQ(result.exit_code, 0) << strategy << ":\n" << result.output;
   return step_lines(result.output);
 }
@@ -32,6 +36,14 @@ TEST(ToggleModel, TheGanPatternTrainsAlikeUnderEveryStrategyAfterEveryStep) {
         "fsdp:min_num_params=10,sharding_strategy=SHARD_GRAD_OP"}) {
     expect_steps_close(gan_steps(strategy), reference, 1e-6, strategy + " vs ddp:find_unused_parameters=true");
   }
+}
+
+TEST(ToggleModel, PlainDDPStopsAtTheFirstBackwardNamingTheToggledParameters) {
+  // As PyTorch's DDP: parameters that get no gradient need find_unused_parameters.
+  const auto result = run_gan("ddp");
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("disc.0.weight"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("find_unused_parameters"), std::string::npos) << result.output;
 }
 
 }  // namespace

@@ -123,8 +123,12 @@ void register_test_strategy(testing::ReplicaStrategy::ReplicaFactory make_replic
 // samples summed over ranks (each sample must count exactly once).
 class WorkerModule : public testing::RegressionModule {
  public:
-  WorkerModule(testing::RegressionOptions options, bool print_buffers, int64_t manual_accumulate)
-      : RegressionModule(std::move(options)), print_buffers_(print_buffers), manual_accumulate_(manual_accumulate) {}
+  WorkerModule(testing::RegressionOptions options, bool print_buffers, int64_t manual_accumulate,
+               bool module_no_sync = false)
+      : RegressionModule(std::move(options)),
+        print_buffers_(print_buffers),
+        manual_accumulate_(manual_accumulate),
+        module_no_sync_(module_no_sync) {}
   bool automatic_optimization() const override { return manual_accumulate_ == 0; }
   torch::Tensor training_step(const Batch& batch, int64_t batch_idx) override {
     if (print_buffers_) print_buffers(batch_idx);
@@ -156,11 +160,15 @@ class WorkerModule : public testing::RegressionModule {
 
   // --manual-accumulate k: what --accumulate-grad-batches k does, written in training_step with
   // manual optimization (the window's last micro-batch, or the epoch's last batch, synchronizes
-  // and steps).
+  // and steps). The other micro-batches skip synchronization in toggle_model(false), or with
+  // --manual-no-sync in the module's own no_sync().
   void accumulate_by_hand(const torch::Tensor& loss, int64_t batch_idx) {
     const bool closes = (batch_idx + 1) % manual_accumulate_ == 0 || batch_idx + 1 == trainer().num_training_batches();
     auto& opt = optimizer();
-    {
+    if (module_no_sync_) {
+      auto scope = closes ? ScopeGuard() : no_sync();
+      manual_backward(loss / static_cast<double>(manual_accumulate_));
+    } else {
       auto scope = opt.toggle_model(/*sync_grad=*/closes);
       manual_backward(loss / static_cast<double>(manual_accumulate_));
     }
@@ -172,6 +180,7 @@ class WorkerModule : public testing::RegressionModule {
 
   bool print_buffers_;
   int64_t manual_accumulate_;
+  bool module_no_sync_;
 };
 
 // One rank takes a decision the others do not take (Note [Which decision]).
@@ -258,7 +267,7 @@ testing::RegressionOptions regression_options(const std::string& optimizer, int6
 
 void train(const TrainerOptions& options, ProcessLauncher& launcher, int64_t batch_size, std::shared_ptr<Callback> extra,
            const testing::RegressionOptions& model_options, bool print_steps, bool print_buffers,
-           int64_t manual_accumulate, int64_t stray_decision_rank, bool print_initial) {
+           int64_t manual_accumulate, bool module_no_sync, int64_t stray_decision_rank, bool print_initial) {
   register_test_strategy([&] { return std::make_shared<WorkerModule>(model_options, false, manual_accumulate); });
   Trainer trainer(options, launcher);  // run_main's launcher: the children's exit statuses count
   trainer.add_callback(std::move(extra));
@@ -267,7 +276,7 @@ void train(const TrainerOptions& options, ProcessLauncher& launcher, int64_t bat
   // LibTorch seeds its default generator nondeterministically: seed before building the model,
   // so that the one-process reference starts from the same weights as the ranks.
   if (options.seed) seed_everything(*options.seed);
-  auto module = std::make_shared<WorkerModule>(model_options, print_buffers, manual_accumulate);
+  auto module = std::make_shared<WorkerModule>(model_options, print_buffers, manual_accumulate, module_no_sync);
   if (print_initial) {  // every process builds the same weights from the seed
     std::ostringstream line;
     line << std::setprecision(17) << "INITIAL params=";
@@ -445,6 +454,8 @@ int main(int argc, char** argv) {
         ("print-buffers", po::bool_switch(), "print the buffers as every training_step starts (--mode train)")
         ("manual-accumulate", po::value<int64_t>()->default_value(0),
          "k > 0: manual optimization, accumulating k micro-batches by hand (--mode train)")
+        ("manual-no-sync", po::bool_switch(),
+         "with --manual-accumulate: skip synchronization in the module's no_sync(), not toggle_model(false)")
         ("model", po::value<std::string>()->default_value("linear"),
          "linear | batch_norm | branch | sparse_embedding | mlp | mlp_wrapped | wide_mlp (--mode train)")
         ("skip-every", po::value<int64_t>()->default_value(0),
@@ -460,7 +471,8 @@ int main(int argc, char** argv) {
                    regression_options(vm["optimizer"].as<std::string>(), vm["skip-every"].as<int64_t>(),
                                       vm["model"].as<std::string>()),
                    vm["print-steps"].as<bool>(), vm["print-buffers"].as<bool>(),
-                   vm["manual-accumulate"].as<int64_t>(), vm["stray-decision-rank"].as<int64_t>(),
+                   vm["manual-accumulate"].as<int64_t>(), vm["manual-no-sync"].as<bool>(),
+                   vm["stray-decision-rank"].as<int64_t>(),
                    vm["print-initial"].as<bool>());
     }
     if (mode == "sampler") return record_sampler(options);
