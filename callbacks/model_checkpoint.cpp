@@ -39,7 +39,9 @@ const OptionSchema<ModelCheckpointOptions>& ModelCheckpointOptions::schema() {
                   satisfies([](std::chrono::seconds d) { return d.count() > 0; }, "a positive duration"))
           .option("save_on_train_epoch_end", &O::save_on_train_epoch_end,
                   "save at the training epoch's end (true) or after validation (false); unset: Lightning's rule")
-          .option("verbose", &O::verbose, "print every save and removal");
+          .option("verbose", &O::verbose, "print every save and removal")
+          .option("async", &O::async_write,
+                  "write in the background: a snapshot now, the file by a thread; the next save waits for it");
   return schema;
 }
 
@@ -181,7 +183,7 @@ std::string ModelCheckpoint::unique_path(Trainer& trainer, const std::string& na
 }
 
 void ModelCheckpoint::write(Trainer& trainer, const std::string& path) {
-  trainer.save_checkpoint(path, options_.save_weights_only);  // creates dirpath as needed
+  trainer.save_checkpoint(path, options_.save_weights_only, options_.async_write);  // creates dirpath as needed
   if (options_.verbose && trainer.is_global_zero()) {
     std::cout << "ModelCheckpoint: saved " << path << " (epoch " << trainer.current_epoch() << ", step "
               << trainer.global_step() << ")" << std::endl;

@@ -26,6 +26,9 @@ struct ModelCheckpointOptions {
   // end when validation runs once per epoch or not at all, after validation otherwise (Lightning).
   std::optional<bool> save_on_train_epoch_end;
   bool verbose = false;                      // print what is saved and removed (rank 0)
+  // Write in the background (key "async"): the step goes on while a thread writes a snapshot;
+  // at most one write in flight (Note [Checkpoints written in the background]).
+  bool async_write = false;
 
   static const OptionSchema<ModelCheckpointOptions>& schema();
   // Each key's requirement, then those across keys (one trigger at most; save_top_k > 1 needs a

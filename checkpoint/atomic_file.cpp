@@ -47,10 +47,20 @@ void remove_stale_temporaries(const fs::path& path) {
 void checkpoint_test_kill_point() {
   const char* point = std::getenv("VOLT_CHECKPOINT_TEST_KILL");
   if (point == nullptr || *point == '\0') return;
-  check<ConfigurationError>(std::string(point) == "before_rename",
-                            "VOLT_CHECKPOINT_TEST_KILL: expected 'before_rename' (or unset), got '", point,
-                            "'; this variable is for volt's tests only");
-  ::raise(SIGKILL);
+  const std::string value = point;
+  const std::string prefix = "before_rename";
+  int64_t nth = 1;
+  bool valid = value.rfind(prefix, 0) == 0;
+  if (valid && value.size() > prefix.size()) {
+    valid = value[prefix.size()] == ':' && value.size() > prefix.size() + 1 &&
+            value.find_first_not_of("0123456789", prefix.size() + 1) == std::string::npos;
+    if (valid) nth = std::stoll(value.substr(prefix.size() + 1));
+  }
+  check<ConfigurationError>(valid && nth >= 1,
+                            "VOLT_CHECKPOINT_TEST_KILL: expected 'before_rename' or 'before_rename:N' (N >= 1), or "
+                            "unset, got '", value, "'; this variable is for volt's tests only");
+  static std::atomic<int64_t> reached{0};  // renames this process reached, from any thread
+  if (++reached == nth) ::raise(SIGKILL);
 }
 
 AtomicFileWriter::AtomicFileWriter(fs::path path) : path_(std::move(path)) {

@@ -14,7 +14,8 @@ namespace volt {
 // removed by the next writer of the same name.
 //
 // Test-only pause point: with VOLT_CHECKPOINT_TEST_KILL=before_rename in the environment, commit()
-// kills the process (SIGKILL) after the temporary file is complete and synced, before the rename.
+// kills the process (SIGKILL) after the temporary file is complete and synced, before the rename;
+// with before_rename:N, at the N-th such point the process reaches.
 // Not thread-safe; one writer per file at a time.
 class AtomicFileWriter {
  public:
@@ -50,7 +51,7 @@ class AtomicFileWriter {
 };
 
 // The test-only pause point: kills this process (SIGKILL) when VOLT_CHECKPOINT_TEST_KILL is
-// "before_rename"; does nothing when it is unset. Called where a complete temporary file or
+// "before_rename", or "before_rename:N" and this is the N-th call; does nothing when it is unset. Called where a complete temporary file or
 // directory is about to be renamed into place.
 void checkpoint_test_kill_point();
 

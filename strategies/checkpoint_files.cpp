@@ -10,9 +10,11 @@
 #include <exception>
 #include <functional>
 #include <source_location>
+#include <utility>
 
 #include "checkpoint/atomic_file.h"
 #include "core/error.h"
+#include "core/warning.h"
 
 namespace fs = std::filesystem;
 
@@ -62,28 +64,152 @@ void replace_directory(const fs::path& temporary, const fs::path& path) {
   sync_directory(path.parent_path().empty() ? fs::path(".") : path.parent_path());
 }
 
-}  // namespace
-
-void save_checkpoint_files(StrategyCollectives& collectives, CheckpointIO& io, CheckpointLayout layout,
-                           const StateDict& checkpoint, const fs::path& path) {
-  const auto topology = collectives.topology();
-  if (layout == CheckpointLayout::Full) {
-    run_and_agree(collectives, topology.global_rank == 0, false, "writing checkpoint '" + path.string() + "'",
-                  [&] { io.save(checkpoint, path); });
-    return;
+// A host copy of `tensor`, into the staging tensor of the previous snapshot at the same place
+// when that one has the same shape and dtype: a large state is then copied, not allocated and
+// page-faulted in afresh at every save (the previous write is finished, nothing reads it).
+torch::Tensor staged_copy(const torch::Tensor& tensor, std::vector<torch::Tensor>& staging, size_t& next) {
+  const auto source = tensor.detach();
+  torch::Tensor copy;
+  if (next < staging.size() && source.layout() == torch::kStrided && staging[next].sizes() == source.sizes() &&
+      staging[next].scalar_type() == source.scalar_type()) {
+    copy = staging[next].copy_(source);
+  } else {
+    copy = source.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
+    if (next < staging.size()) {
+      staging[next] = copy;
+    } else {
+      staging.push_back(copy);
+    }
   }
+  ++next;
+  return copy;
+}
+
+// `value` with every tensor copied to host memory (staged_copy) and every container rebuilt: a
+// snapshot that the training thread may go on changing the originals of.
+c10::IValue snapshot_of(const c10::IValue& value, std::vector<torch::Tensor>& staging, size_t& next) {
+  if (value.isTensor()) return staged_copy(value.toTensor(), staging, next);
+  if (value.isTensorList()) {
+    std::vector<torch::Tensor> copies;
+    for (const auto& tensor : value.toTensorVector()) copies.push_back(staged_copy(tensor, staging, next));
+    return copies;
+  }
+  if (value.isGenericDict()) {
+    const auto dict = value.toGenericDict();
+    c10::impl::GenericDict copy(dict.keyType(), dict.valueType());
+    for (const auto& entry : dict) copy.insert(entry.key(), snapshot_of(entry.value(), staging, next));
+    return copy;
+  }
+  if (value.isList()) {
+    const auto list = value.toList();
+    c10::impl::GenericList copy(list.elementType());
+    for (const auto& element : list) copy.push_back(snapshot_of(element, staging, next));
+    return copy;
+  }
+  if (value.isTuple()) {
+    std::vector<c10::IValue> elements;
+    for (const auto& element : value.toTupleRef().elements()) elements.push_back(snapshot_of(element, staging, next));
+    return c10::ivalue::Tuple::create(std::move(elements));
+  }
+  return value;  // strings, numbers, booleans, None: immutable
+}
+
+void prepare_directory(StrategyCollectives& collectives, const fs::path& temporary) {
+  run_and_agree(collectives, collectives.topology().global_rank == 0, false, "preparing '" + temporary.string() + "'",
+                [&] {
+                  std::error_code error;
+                  fs::remove_all(temporary, error);  // left behind by a writer that was killed
+                  fs::create_directories(temporary, error);
+                  check<CheckpointError>(!error, "checkpoint: cannot create '", temporary.string(), "': ",
+                                         error.message());
+                });
+}
+
+fs::path temporary_directory(const fs::path& path) {
   check<CheckpointError>(!path.filename().empty(), "checkpoint: expected a path to name a sharded checkpoint, got '",
                          path.string(), "'");
   std::string hidden(1, '.');  // built by appending: GCC 12 warns falsely on "." + std::string
   hidden += path.filename().string();
   hidden += ".tmp";
-  const fs::path temporary = path.parent_path() / hidden;
-  run_and_agree(collectives, topology.global_rank == 0, false, "preparing '" + temporary.string() + "'", [&] {
-    std::error_code error;
-    fs::remove_all(temporary, error);  // left behind by a writer that was killed
-    fs::create_directories(temporary, error);
-    check<CheckpointError>(!error, "checkpoint: cannot create '", temporary.string(), "': ", error.message());
-  });
+  return path.parent_path() / hidden;
+}
+
+}  // namespace
+
+BackgroundCheckpointWrite::~BackgroundCheckpointWrite() {
+  if (writer_.joinable()) writer_.join();
+  if (pending_ && layout_ == CheckpointLayout::Sharded && !temporary_.empty()) {
+    warn("checkpoint: the sharded checkpoint '" + path_.string() + "' written in the background was not finished "
+         "(the run ended before its next save, load or end); it was not put in place. Finish the writes before "
+         "the end (Fabric::finish_checkpoint_writes)");
+  } else if (failure_) {
+    try {
+      std::rethrow_exception(failure_);
+    } catch (const std::exception& e) {
+      warn(std::string("checkpoint: a write in the background failed: ") + e.what());
+    }
+  }
+}
+
+void finish_checkpoint_writes(StrategyCollectives& collectives, CheckpointIO& io, BackgroundCheckpointWrite& pending) {
+  if (!pending.pending_) return;
+  if (pending.writer_.joinable()) pending.writer_.join();
+  const auto failure = std::exchange(pending.failure_, nullptr);
+  const auto layout = pending.layout_;
+  const auto path = pending.path_, temporary = std::exchange(pending.temporary_, fs::path());
+  auto removals = std::exchange(pending.removals_, {});
+  pending.pending_ = false;
+  const auto topology = collectives.topology();
+  const bool sharded = layout == CheckpointLayout::Sharded;
+  run_and_agree(collectives, sharded || topology.global_rank == 0, sharded,
+                "writing checkpoint '" + path.string() + "' in the background", [&] {
+                  if (failure) std::rethrow_exception(failure);
+                });
+  if (sharded) {
+    run_and_agree(collectives, topology.global_rank == 0, false, "renaming '" + temporary.string() + "'",
+                  [&] { replace_directory(temporary, path); });
+  }
+  for (const auto& removal : removals) remove_checkpoint_files(collectives, io, removal, pending);
+}
+
+void save_checkpoint_files(StrategyCollectives& collectives, CheckpointIO& io, CheckpointLayout layout,
+                           const StateDict& checkpoint, const fs::path& path, BackgroundCheckpointWrite& pending,
+                           bool in_background) {
+  finish_checkpoint_writes(collectives, io, pending);
+  const auto topology = collectives.topology();
+  if (in_background) {
+    const bool writes_here = layout == CheckpointLayout::Sharded || topology.global_rank == 0;
+    fs::path file = path;
+    if (layout == CheckpointLayout::Sharded) {
+      pending.temporary_ = temporary_directory(path);
+      prepare_directory(collectives, pending.temporary_);
+      file = shard_file(pending.temporary_, topology.global_rank);
+    }
+    pending.pending_ = true;
+    pending.layout_ = layout;
+    pending.path_ = path;
+    if (writes_here) {
+      size_t next = 0;
+      auto snapshot =
+          StateDict::from_ivalue(snapshot_of(checkpoint.to_ivalue(), pending.staging_, next), "checkpoint snapshot");
+      pending.staging_.resize(next);
+      pending.writer_ = std::thread([&io, &pending, snapshot = std::move(snapshot), file] {
+        try {
+          io.save(snapshot, file);
+        } catch (...) {
+          pending.failure_ = std::current_exception();
+        }
+      });
+    }
+    return;
+  }
+  if (layout == CheckpointLayout::Full) {
+    run_and_agree(collectives, topology.global_rank == 0, false, "writing checkpoint '" + path.string() + "'",
+                  [&] { io.save(checkpoint, path); });
+    return;
+  }
+  const fs::path temporary = temporary_directory(path);
+  prepare_directory(collectives, temporary);
   run_and_agree(collectives, true, true, "writing shard " + std::to_string(topology.global_rank) + " of '" + path.string() + "'",
                 [&] { io.save(checkpoint, shard_file(temporary, topology.global_rank)); });
   run_and_agree(collectives, topology.global_rank == 0, false, "renaming '" + temporary.string() + "'",
@@ -102,7 +228,12 @@ StateDict load_checkpoint_files(const StrategyCollectives& collectives, Checkpoi
   return io.load(shard);
 }
 
-void remove_checkpoint_files(StrategyCollectives& collectives, CheckpointIO& io, const fs::path& path) {
+void remove_checkpoint_files(StrategyCollectives& collectives, CheckpointIO& io, const fs::path& path,
+                             BackgroundCheckpointWrite& pending) {
+  if (pending.pending_) {
+    pending.removals_.push_back(path);  // after the write in flight: the previous file stays until then
+    return;
+  }
   run_and_agree(collectives, collectives.is_global_zero(), false, "removing checkpoint '" + path.string() + "'",
                 [&] { io.remove(path); });
 }

@@ -3,7 +3,10 @@
 // 0 writes the Full file; every rank writes its shard of a Sharded directory, which appears whole
 // or not at all. The bytes go through a CheckpointIO; the ranks agree through their collectives,
 // so that when any rank fails, every rank throws.
+#include <exception>
 #include <filesystem>
+#include <thread>
+#include <vector>
 
 #include "checkpoint/checkpoint_io.h"
 #include "checkpoint/checkpoint_layout.h"
@@ -12,15 +15,59 @@
 
 namespace volt {
 
+// Note [Checkpoints written in the background] A save in the background takes a snapshot of the
+// checkpoint on the calling thread (every tensor copied to host memory: the next optimizer step
+// cannot change what is written, Lightning's #21079, and a device holds no second copy; the host
+// tensors are kept and refilled by the next snapshot of the same shapes, which then copies
+// without allocating), then a thread writes it through the CheckpointIO, atomically as any write. At most one write is in
+// flight per strategy: the next save, load or the end of the run first finishes it, which is
+// where the ranks agree on its success (a failure is thrown there, on every rank) and, in the
+// Sharded layout, where rank 0 renames the complete directory into place. A removal asked for
+// meanwhile (ModelCheckpoint dropping an older file) waits for that point too, so that a kill at
+// any moment leaves the previous checkpoint loadable. A run that ends without finishing leaves a
+// Full file complete (its thread is joined) and a Sharded one unwritten, with a warning.
+class BackgroundCheckpointWrite {
+ public:
+  BackgroundCheckpointWrite() = default;
+  ~BackgroundCheckpointWrite();
+  BackgroundCheckpointWrite(const BackgroundCheckpointWrite&) = delete;
+  BackgroundCheckpointWrite& operator=(const BackgroundCheckpointWrite&) = delete;
+
+  bool pending() const { return pending_; }
+
+ private:
+  friend void save_checkpoint_files(StrategyCollectives&, CheckpointIO&, CheckpointLayout, const StateDict&,
+                                    const std::filesystem::path&, BackgroundCheckpointWrite&, bool);
+  friend void finish_checkpoint_writes(StrategyCollectives&, CheckpointIO&, BackgroundCheckpointWrite&);
+  friend void remove_checkpoint_files(StrategyCollectives&, CheckpointIO&, const std::filesystem::path&,
+                                      BackgroundCheckpointWrite&);
+
+  bool pending_ = false;
+  CheckpointLayout layout_ = CheckpointLayout::Full;
+  std::filesystem::path path_, temporary_;  // temporary_: the Sharded layout's directory
+  std::thread writer_;                      // on the ranks that write
+  std::exception_ptr failure_;              // set by writer_ before it ends
+  std::vector<std::filesystem::path> removals_;
+  std::vector<torch::Tensor> staging_;      // the last snapshot's host tensors, reused by the next
+};
+
 // Writes `checkpoint` atomically in `layout`: the file `path` (Full), or this rank's shard into
-// the directory `path` (Sharded). [collective]
+// the directory `path` (Sharded); with `in_background`, from a snapshot on a thread of `pending`
+// (Note [Checkpoints written in the background]). First finishes a write still pending. [collective]
 void save_checkpoint_files(StrategyCollectives& collectives, CheckpointIO& io, CheckpointLayout layout,
-                           const StateDict& checkpoint, const std::filesystem::path& path);
+                           const StateDict& checkpoint, const std::filesystem::path& path,
+                           BackgroundCheckpointWrite& pending, bool in_background = false);
+// Waits for the write in flight, if any; every rank learns whether it succeeded (throws
+// CheckpointError otherwise); then puts a Sharded directory in place and runs the removals asked
+// for meanwhile. [collective]
+void finish_checkpoint_writes(StrategyCollectives& collectives, CheckpointIO& io, BackgroundCheckpointWrite& pending);
 // This rank's view of the checkpoint at `path`: the file, or this rank's shard of a sharded
 // directory. Throws CheckpointError when missing, damaged, or sharded for another world size.
 StateDict load_checkpoint_files(const StrategyCollectives& collectives, CheckpointIO& io,
                                 const std::filesystem::path& path);
-// Global rank 0 removes the checkpoint file or directory. [collective]
-void remove_checkpoint_files(StrategyCollectives& collectives, CheckpointIO& io, const std::filesystem::path& path);
+// Global rank 0 removes the checkpoint file or directory, once the write in flight (if any) is
+// finished. [collective]
+void remove_checkpoint_files(StrategyCollectives& collectives, CheckpointIO& io, const std::filesystem::path& path,
+                             BackgroundCheckpointWrite& pending);
 
 }  // namespace volt

@@ -11,7 +11,8 @@ Strategy::Strategy()
       gradients_(std::make_shared<GradientSynchronization>(*this)),
       placement_(std::make_shared<Placement>(*this)),
       checkpointing_(std::make_shared<CheckpointState>(*this)),
-      checkpoint_io_(std::make_shared<CheckpointIO>()) {}
+      checkpoint_io_(std::make_shared<CheckpointIO>()),
+      background_write_(std::make_unique<BackgroundCheckpointWrite>()) {}
 
 Strategy::~Strategy() = default;
 
@@ -60,6 +61,9 @@ Precision& Strategy::precision() const {
 
 void Strategy::set_checkpoint_io(std::shared_ptr<CheckpointIO> checkpoint_io) {
   check<ConfigurationError>(checkpoint_io != nullptr, "Strategy::set_checkpoint_io: expected a CheckpointIO, got nullptr");
+  check<ConfigurationError>(!background_write_->pending(),
+                            "Strategy::set_checkpoint_io: a checkpoint is being written in the background; call "
+                            "finish_checkpoint_writes() first");
   checkpoint_io_ = std::move(checkpoint_io);
 }
 
@@ -98,16 +102,22 @@ void Strategy::clip_gradients_value(torch::optim::Optimizer& optimizer, double c
   gradients_->clip_value(optimizer, clip_value);
 }
 
-void Strategy::save_checkpoint(const StateDict& checkpoint, const std::filesystem::path& path) {
-  save_checkpoint_files(*collectives_, *checkpoint_io_, checkpointing_->layout(), checkpoint, path);
+void Strategy::save_checkpoint(const StateDict& checkpoint, const std::filesystem::path& path, bool in_background) {
+  save_checkpoint_files(*collectives_, *checkpoint_io_, checkpointing_->layout(), checkpoint, path, *background_write_,
+                        in_background);
 }
 
 StateDict Strategy::load_checkpoint(const std::filesystem::path& path) const {
+  finish_checkpoint_writes();
   return load_checkpoint_files(*collectives_, *checkpoint_io_, path);
 }
 
 void Strategy::remove_checkpoint(const std::filesystem::path& path) {
-  remove_checkpoint_files(*collectives_, *checkpoint_io_, path);
+  remove_checkpoint_files(*collectives_, *checkpoint_io_, path, *background_write_);
+}
+
+void Strategy::finish_checkpoint_writes() const {
+  volt::finish_checkpoint_writes(*collectives_, *checkpoint_io_, *background_write_);
 }
 
 }  // namespace volt

@@ -46,6 +46,8 @@
 
 namespace volt {
 
+class BackgroundCheckpointWrite;
+
 class ProcessLauncher;
 
 // What the Trainer resolved from its options before the strategy sets up.
@@ -144,10 +146,14 @@ class Strategy {
   double clip_gradients_norm(torch::optim::Optimizer& optimizer, double max_norm, double norm_type = 2.0);
   void clip_gradients_value(torch::optim::Optimizer& optimizer, double clip_value);
 
-  // ---- checkpoint files, in checkpointing().layout() (checkpoint_files.h)
-  void save_checkpoint(const StateDict& checkpoint, const std::filesystem::path& path);  // [collective]
-  StateDict load_checkpoint(const std::filesystem::path& path) const;
+  // ---- checkpoint files, in checkpointing().layout() (checkpoint_files.h); `in_background`:
+  // from a snapshot, on a thread (Note [Checkpoints written in the background]). Each call first
+  // finishes a write still in flight, as does finish_checkpoint_writes.
+  void save_checkpoint(const StateDict& checkpoint, const std::filesystem::path& path,
+                       bool in_background = false);  // [collective]
+  StateDict load_checkpoint(const std::filesystem::path& path) const;  // [collective with a write in flight]
   void remove_checkpoint(const std::filesystem::path& path);  // [collective]
+  void finish_checkpoint_writes() const;  // [collective]
 
   // Numbers published beside the training metrics: the precision's (the loss scale) and the
   // strategy's own (an override adds to this one's). The fit loop logs them every logged step.
@@ -173,6 +179,8 @@ class Strategy {
   std::shared_ptr<CheckpointState> checkpointing_;
   std::shared_ptr<Precision> precision_;
   std::shared_ptr<CheckpointIO> checkpoint_io_;
+  // Last: destroyed (its thread joined) before anything the thread uses.
+  std::unique_ptr<BackgroundCheckpointWrite> background_write_;
 };
 
 }  // namespace volt

@@ -204,6 +204,7 @@ void Trainer::run_guarded(TrainerFn fn, const std::shared_ptr<Module>& module,
   try {
     setup(fn, module, data);
     body();
+    strategy_->finish_checkpoint_writes();  // a run ends with its checkpoints on disk
     strategy_->restore_module(*state_.module);
     state_.status = TrainerStatus::Finished;
     if (loggers_active(*this)) {
@@ -334,9 +335,9 @@ void Trainer::set_accumulate_grad_batches(int64_t micro_batches) {
   state_.accumulate_grad_batches = micro_batches;
 }
 
-void Trainer::save_checkpoint(const std::filesystem::path& path, bool weights_only) {
+void Trainer::save_checkpoint(const std::filesystem::path& path, bool weights_only, bool in_background) {
   CheckpointConnector connector(*this, state_);
-  strategy_->save_checkpoint(connector.dump(weights_only), path);
+  strategy_->save_checkpoint(connector.dump(weights_only), path, in_background);
 }
 
 void Trainer::remove_checkpoint(const std::filesystem::path& path) { strategy_->remove_checkpoint(path); }

@@ -68,8 +68,10 @@ class Trainer {
   // Writes a checkpoint of the whole training state (docs/checkpoints.md), or with
   // `weights_only` the model's state dict and loop counters, atomically through the strategy:
   // global rank 0 writes unless the strategy shards. Valid once a model is attached (during or
-  // after fit/validate/test/predict). [collective: every rank calls it]
-  void save_checkpoint(const std::filesystem::path& path, bool weights_only = false);
+  // after fit/validate/test/predict). With `in_background` the call returns once a snapshot is
+  // taken and a thread writes it; the next save, load or the end of the run finishes it (Note
+  // [Checkpoints written in the background]). [collective: every rank calls it]
+  void save_checkpoint(const std::filesystem::path& path, bool weights_only = false, bool in_background = false);
   // Global rank 0 removes a checkpoint file (or sharded directory). [collective]
   void remove_checkpoint(const std::filesystem::path& path);
   // Where checkpoints go by default: <log_dir()>/checkpoints with a logger, else

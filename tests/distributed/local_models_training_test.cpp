@@ -19,9 +19,7 @@ using testing::run_command;
 using testing::trained_lines;
 
 std::string worker_command(const std::string& root, const std::string& extra) {
-  return testing::built_binary("tests/distributed_worker") + " --mode train --seed 3 --timeout 60 --optimizer adam" +
-         " --enable-progress-bar false --enable-model-summary false --enable-checkpointing false" +
-         " --num-sanity-val-steps 0 --log-every-n-steps 1 --default-root-dir " + root + " " + extra;
+  return testing::adam_train_command(root, extra);
 }
 
 std::string find_file(const std::string& root, const std::string& name) {

@@ -22,10 +22,7 @@ namespace {
 using testing::run_command;
 
 std::string worker_command(const std::string& root, const std::string& extra) {
-  return testing::built_binary("tests/distributed_worker") + " --mode train --seed 3 --timeout 60 --optimizer adam" +
-         " --enable-progress-bar false --enable-model-summary false --enable-checkpointing false" +
-         " --num-sanity-val-steps 0 --log-every-n-steps 1 --batch-size 2 --print-steps --default-root-dir " + root +
-         " " + extra;
+  return testing::adam_train_command(root, "--batch-size 2 --print-steps " + extra);
 }
 
 // `checkpoint` less its strategy's own state, written beside it: what a fresh strategy resumes.

@@ -54,6 +54,14 @@ inline std::string train_command(const std::string& root, const std::string& ext
          " --num-sanity-val-steps 0 --log-every-n-steps 1 --default-root-dir " + root + " " + extra;
 }
 
+// The worker's train mode with Adam (every rank has optimizer state of its own) and no epoch
+// count: for resume tests, which set --max-epochs, --batch-size and --strategy in `extra`.
+inline std::string adam_train_command(const std::string& root, const std::string& extra) {
+  return built_binary("tests/distributed_worker") + " --mode train --seed 3 --timeout 60 --optimizer adam" +
+         " --enable-progress-bar false --enable-model-summary false --enable-checkpointing false" +
+         " --num-sanity-val-steps 0 --log-every-n-steps 1 --default-root-dir " + root + " " + extra;
+}
+
 // The parameters one process reaches with batch 16 under `extra` flags: what two ranks with batch
 // 8 each must reproduce.
 inline std::vector<double> one_process_params(const std::string& extra = "") {

@@ -64,8 +64,14 @@ void Fabric::unwrap_module() {
   require_not_unwrapped("unwrap_module");
   check<ConfigurationError>(module_ != nullptr, "Fabric::unwrap_module: no module is set up; call "
                             "fabric.setup(model, optimizer) first");
+  strategy_->finish_checkpoint_writes();  // the loop's end, as the Trainer's run ends
   strategy_->restore_module(*module_);
   unwrapped_ = true;
+}
+
+void Fabric::finish_checkpoint_writes() {
+  require_launched("finish_checkpoint_writes");
+  strategy_->finish_checkpoint_writes();
 }
 
 void Fabric::set_up_module(const std::shared_ptr<torch::nn::Module>& module) {
@@ -235,7 +241,7 @@ torch::nn::Module& Fabric::unwrapped(torch::nn::Module& module) {
 // "optimizer" | "value"}, "state" {name: the module's state dict | the optimizer's state | the
 // value}, "strategy" {"name", "world_size", "state"} and "precision" {"name", "state"}, the last
 // two as the Trainer writes them.
-void Fabric::save(const std::filesystem::path& path, const CheckpointItems& items) {
+void Fabric::save(const std::filesystem::path& path, const CheckpointItems& items, bool in_background) {
   require_launched("save");
   require_not_unwrapped("save");
   const auto layout = strategy_->checkpointing().layout();
@@ -272,7 +278,7 @@ void Fabric::save(const std::filesystem::path& path, const CheckpointItems& item
   precision_section.set("name", precision().name());
   precision_section.set("state", precision().state_dict());
   checkpoint.set("precision", precision_section);
-  strategy_->save_checkpoint(checkpoint, path);
+  strategy_->save_checkpoint(checkpoint, path, in_background);
 }
 
 StateDict Fabric::load(const std::filesystem::path& path, const CheckpointItems& items, bool strict) {

@@ -200,8 +200,14 @@ class Fabric {
   // (one full file written by rank 0, or a directory of per-rank shards). Besides the items it
   // holds the strategy's own section (comm-hook state, averager step), the precision's state (the
   // GradScaler's scale) and global_step(). Modules may be given as the user's module or the
-  // FabricModule; optimizers as the one setup returned or the one given to it. [collective]
-  void save(const std::filesystem::path& path, const CheckpointItems& items);
+  // FabricModule; optimizers as the one setup returned or the one given to it. With
+  // `in_background` it returns once a snapshot is taken and a thread writes it (Note [Checkpoints
+  // written in the background]): the next save or load, unwrap_module() or
+  // finish_checkpoint_writes() waits for it and says whether it succeeded. [collective]
+  void save(const std::filesystem::path& path, const CheckpointItems& items, bool in_background = false);
+  // Waits for a checkpoint written in the background; throws CheckpointError on every rank when
+  // it failed on any. [collective]
+  void finish_checkpoint_writes();
   // Restores `items` in place from a checkpoint save wrote (any world size for a full one), plus
   // the strategy's section, the precision's state and global_step(); returns the items' section
   // (plain values are read from it). Throws CheckpointError for a missing item, a damaged file,

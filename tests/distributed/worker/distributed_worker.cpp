@@ -19,7 +19,8 @@
 //                       --print-buffers prints "BUFFERS rank=.. epoch=.. batch=.. values=.." with
 //                       the module's buffers as each training_step starts (after the strategy's
 //                       pre-forward work, e.g. DDP's broadcast_buffers);
-//                       --checkpoint-every-epoch saves last.ckpt at every epoch end; with
+//                       --checkpoint-every-epoch saves last.ckpt at every epoch end (in the
+//                       background with --checkpoint-async); with
 //                       --crash-rank R --crash-epoch E rank R throws at the start of epoch E on
 //                       the first attempt (TORCHELASTIC_RESTART_COUNT unset or 0), so that
 //                       torchrun --max_restarts 1 ... --ckpt-path last resumes the group
@@ -200,8 +201,8 @@ class StrayDecision : public Callback {
 // Saves <checkpoint_dir>/last.ckpt at every epoch end, and makes one rank fail once.
 class CheckpointAndCrash : public Callback {
  public:
-  CheckpointAndCrash(bool save, int64_t crash_rank, int64_t crash_epoch)
-      : save_(save), crash_rank_(crash_rank), crash_epoch_(crash_epoch) {}
+  CheckpointAndCrash(bool save, bool in_background, int64_t crash_rank, int64_t crash_epoch)
+      : save_(save), in_background_(in_background), crash_rank_(crash_rank), crash_epoch_(crash_epoch) {}
   void on_train_epoch_start(Trainer& trainer, Module&) override {
     const auto restarts = current_environment()["TORCHELASTIC_RESTART_COUNT"];
     if (trainer.strategy().topology().global_rank == crash_rank_ && trainer.current_epoch() == crash_epoch_ &&
@@ -210,11 +211,11 @@ class CheckpointAndCrash : public Callback {
     }
   }
   void on_train_epoch_end(Trainer& trainer, Module&) override {
-    if (save_) trainer.save_checkpoint(trainer.checkpoint_dir() / "last.ckpt");
+    if (save_) trainer.save_checkpoint(trainer.checkpoint_dir() / "last.ckpt", false, in_background_);
   }
 
  private:
-  bool save_;
+  bool save_, in_background_;
   int64_t crash_rank_, crash_epoch_;
 };
 
@@ -443,6 +444,7 @@ int main(int argc, char** argv) {
         ("how", po::value<std::string>()->default_value("throw"), "throw | exit | kill | stall")
         ("batch-size", po::value<int64_t>()->default_value(8), "training batch size (--mode train)")
         ("checkpoint-every-epoch", po::bool_switch(), "save last.ckpt at every epoch end (--mode train)")
+        ("checkpoint-async", po::bool_switch(), "with --checkpoint-every-epoch: write it in the background")
         ("crash-rank", po::value<int64_t>()->default_value(-1), "rank that throws once (--mode train)")
         ("crash-epoch", po::value<int64_t>()->default_value(-1), "epoch at whose start it throws")
         ("stray-decision-rank", po::value<int64_t>()->default_value(-1),
@@ -466,6 +468,7 @@ int main(int argc, char** argv) {
     if (mode == "train") {
       return train(options, launcher, vm["batch-size"].as<int64_t>(),
                    std::make_shared<CheckpointAndCrash>(vm["checkpoint-every-epoch"].as<bool>(),
+                                                        vm["checkpoint-async"].as<bool>(),
                                                         vm["crash-rank"].as<int64_t>(),
                                                         vm["crash-epoch"].as<int64_t>()),
                    regression_options(vm["optimizer"].as<std::string>(), vm["skip-every"].as<int64_t>(),
