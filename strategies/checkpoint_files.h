@@ -16,16 +16,17 @@
 namespace volt {
 
 // Note [Checkpoints written in the background] A save in the background takes a snapshot of the
-// checkpoint on the calling thread (every tensor copied to host memory: the next optimizer step
-// cannot change what is written, Lightning's #21079, and a device holds no second copy; the host
-// tensors are kept and refilled by the next snapshot of the same shapes, which then copies
-// without allocating), then a thread writes it through the CheckpointIO, atomically as any write. At most one write is in
-// flight per strategy: the next save, load or the end of the run first finishes it, which is
-// where the ranks agree on its success (a failure is thrown there, on every rank) and, in the
-// Sharded layout, where rank 0 renames the complete directory into place. A removal asked for
-// meanwhile (ModelCheckpoint dropping an older file) waits for that point too, so that a kill at
-// any moment leaves the previous checkpoint loadable. A run that ends without finishing leaves a
-// Full file complete (its thread is joined) and a Sharded one unwritten, with a warning.
+// checkpoint on the calling thread: every tensor copied to host memory, so that the next
+// optimizer step cannot change what is written (Lightning's #21079) and a device holds no second
+// copy. The host tensors are kept and refilled by the next snapshot of the same shapes, which then
+// copies without allocating. A thread writes the snapshot through the CheckpointIO, atomically as
+// any write. At most one write is in flight per strategy: the next save, load or the end of the
+// run first finishes it, which is where the ranks agree on its success (a failure is thrown there,
+// on every rank) and, in the Sharded layout, where rank 0 renames the complete directory into
+// place. A removal asked for meanwhile (ModelCheckpoint dropping an older file) waits for that
+// point too, so that a kill at any moment leaves the previous checkpoint loadable. A run that ends
+// without finishing leaves a Full file complete (its thread is joined) and a Sharded one
+// unwritten, with a warning.
 class BackgroundCheckpointWrite {
  public:
   BackgroundCheckpointWrite() = default;

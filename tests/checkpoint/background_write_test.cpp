@@ -8,7 +8,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <sstream>
 #include <thread>
 
 #include "callbacks/model_checkpoint.h"
@@ -81,34 +80,6 @@ Run fit_saving_every_step(const fs::path& root, bool async, std::shared_ptr<Chec
   return {root / "checkpoints", checkpoint};
 }
 
-// Where two checkpoint values differ ("" when equal): tensors bitwise, containers element by
-// element.
-std::string first_difference(const c10::IValue& a, const c10::IValue& b, const std::string& where) {
-  if (a.isTensor() && b.isTensor()) return torch::equal(a.toTensor(), b.toTensor()) ? "" : where;
-  if (a.isGenericDict() && b.isGenericDict()) {
-    const auto x = a.toGenericDict(), y = b.toGenericDict();
-    if (x.size() != y.size()) return where + " (keys)";
-    for (const auto& entry : x) {
-      if (!y.contains(entry.key())) return where + " (keys)";
-      std::ostringstream key;
-      key << entry.key();  // a name, or an optimizer state's parameter index
-      auto found = first_difference(entry.value(), y.at(entry.key()), where + "/" + key.str());
-      if (!found.empty()) return found;
-    }
-    return "";
-  }
-  if (a.isList() && b.isList()) {
-    const auto x = a.toList(), y = b.toList();
-    if (x.size() != y.size()) return where + " (length)";
-    for (size_t i = 0; i < x.size(); ++i) {
-      auto found = first_difference(x.get(i), y.get(i), where + "[" + std::to_string(i) + "]");
-      if (!found.empty()) return found;
-    }
-    return "";
-  }
-  return a == b ? "" : where;
-}
-
 TEST(BackgroundCheckpointWrite, EveryFileHoldsWhatASynchronousSaveWritesAtThatStep) {
   TemporaryDirectory sync_dir, async_dir;
   const auto sync = fit_saving_every_step(sync_dir.path(), false);
@@ -126,7 +97,7 @@ TEST(BackgroundCheckpointWrite, EveryFileHoldsWhatASynchronousSaveWritesAtThatSt
     // The callbacks' section names each run's own directory.
     expected.erase("callbacks");
     got.erase("callbacks");
-    EXPECT_EQ(first_difference(got.to_ivalue(), expected.to_ivalue(), name), "")
+    EXPECT_EQ(checkpoint_difference(got.to_ivalue(), expected.to_ivalue(), name), "")
         << "the file written in the background differs there";
   }
 }

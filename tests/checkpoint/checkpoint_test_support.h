@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -13,6 +14,35 @@
 #include "tests/support/test_support.h"
 
 namespace volt::testing {
+
+// Where two checkpoint values differ, as a path from `where` ("" when they are equal): tensors by
+// value wherever they live (a file written in the background holds host copies of device
+// tensors), containers element by element, anything else by IValue equality.
+inline std::string checkpoint_difference(const c10::IValue& a, const c10::IValue& b, const std::string& where) {
+  if (a.isTensor() && b.isTensor()) return torch::equal(a.toTensor().cpu(), b.toTensor().cpu()) ? "" : where;
+  if (a.isGenericDict() && b.isGenericDict()) {
+    const auto x = a.toGenericDict(), y = b.toGenericDict();
+    if (x.size() != y.size()) return where + " (keys)";
+    for (const auto& entry : x) {
+      if (!y.contains(entry.key())) return where + " (keys)";
+      std::ostringstream key;
+      key << entry.key();  // a name, or an optimizer state's parameter index
+      auto found = checkpoint_difference(entry.value(), y.at(entry.key()), where + "/" + key.str());
+      if (!found.empty()) return found;
+    }
+    return "";
+  }
+  if (a.isList() && b.isList()) {
+    const auto x = a.toList(), y = b.toList();
+    if (x.size() != y.size()) return where + " (length)";
+    for (size_t i = 0; i < x.size(); ++i) {
+      auto found = checkpoint_difference(x.get(i), y.get(i), where + "[" + std::to_string(i) + "]");
+      if (!found.empty()) return found;
+    }
+    return "";
+  }
+  return a == b ? "" : where;
+}
 
 // The names in a directory, sorted.
 inline std::vector<std::string> directory_entries(const std::filesystem::path& directory) {
