@@ -51,8 +51,8 @@ class AtomicFileWriter {
 };
 
 // The test-only pause point: kills this process (SIGKILL) when VOLT_CHECKPOINT_TEST_KILL is
-// "before_rename", or "before_rename:N" and this is the N-th call; does nothing when it is unset. Called where a complete temporary file or
-// directory is about to be renamed into place.
+// "before_rename", or "before_rename:N" and this is the N-th call; does nothing when it is unset.
+// Called where a complete temporary file or directory is about to be renamed into place.
 void checkpoint_test_kill_point();
 
 // fsyncs a directory so that entries created, renamed or removed in it survive a power loss.

@@ -2,31 +2,12 @@
 // interval asked for, under Lightning's names.
 #include <gtest/gtest.h>
 
+#include "tests/support/recording_logger.h"
 #include "tests/support/regression_problem.h"
 #include "tests/support/test_support.h"
 
 namespace volt::testing {
 namespace {
-
-class RecordingLogger : public Logger {
- public:
-  std::string name() const override { return "recording"; }
-  int64_t version() const override { return 0; }
-  std::string log_dir() const override { return ""; }
-  void log_metrics(const std::map<std::string, double>& metrics, int64_t step) override {
-    rows.emplace_back(step, metrics);
-  }
-  void log_hyperparams(const Hyperparameters&) override {}
-  // (step, value) of every row that holds `key`.
-  std::vector<std::pair<int64_t, double>> series(const std::string& key) const {
-    std::vector<std::pair<int64_t, double>> out;
-    for (const auto& [step, metrics] : rows) {
-      if (auto found = metrics.find(key); found != metrics.end()) out.emplace_back(step, found->second);
-    }
-    return out;
-  }
-  std::vector<std::pair<int64_t, std::map<std::string, double>>> rows;
-};
 
 // Two optimizers (SGD with momentum on the weight, Adam on the bias), or one SGD with two groups.
 class TwoOptimizerModule : public RegressionModule {

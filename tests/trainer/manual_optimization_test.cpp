@@ -3,6 +3,7 @@
 // calls as the automatic loop. Oracles: hand-written LibTorch loops and the automatic loop.
 #include <gtest/gtest.h>
 
+#include "tests/support/recording_logger.h"
 #include "tests/support/regression_problem.h"
 #include "tests/support/test_support.h"
 
@@ -109,19 +110,6 @@ TEST(ManualOptimization, TwoOptimizersStepLikeAHandWrittenLoop) {
   EXPECT_TRUE(trainer.callback_metrics().count("first_loss"));
 }
 
-// Records the global step of every logger row that carries the training loss.
-class StepRecorder : public Logger {
- public:
-  std::string name() const override { return "steps"; }
-  int64_t version() const override { return 0; }
-  std::string log_dir() const override { return "."; }
-  void log_metrics(const std::map<std::string, double>& metrics, int64_t step) override {
-    if (metrics.count("first_loss")) steps.push_back(step);
-  }
-  void log_hyperparams(const Hyperparameters&) override {}
-  std::vector<int64_t> steps;
-};
-
 TEST(ManualOptimization, LogEveryNStepsCountsEveryOptimizersStep) {
   // Two steps a batch: global_step is 2, 4, ..., 12 after the 6 batches. With
   // --log-every-n-steps 3 a row is written after the batch whose steps reach a multiple of 3
@@ -132,11 +120,13 @@ TEST(ManualOptimization, LogEveryNStepsCountsEveryOptimizersStep) {
   options.max_epochs = 1;
   options.log_every_n_steps = 3;
   Trainer trainer(options);
-  auto recorder = std::make_shared<StepRecorder>();
+  auto recorder = std::make_shared<RecordingLogger>();
   trainer.add_logger(recorder);
   trainer.fit(std::make_shared<TwoOptimizers>(), std::make_shared<RegressionData>(48, 8));
   EXPECT_EQ(trainer.global_step(), 12);
-  EXPECT_EQ(recorder->steps, (std::vector<int64_t>{4, 6, 10, 12}));
+  std::vector<int64_t> steps;
+  for (const auto& [step, loss] : recorder->series("first_loss")) steps.push_back(step);
+  EXPECT_EQ(steps, (std::vector<int64_t>{4, 6, 10, 12}));
 }
 
 TEST(ManualOptimization, MaxStepsCountsEveryOptimizersStep) {
