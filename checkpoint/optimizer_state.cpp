@@ -178,4 +178,23 @@ ParameterNamer parameter_namer(const torch::nn::Module& module) {
   };
 }
 
+std::optional<c10::impl::GenericDict> optimizer_state_at(const c10::impl::GenericDict& states, int64_t index) {
+  for (const auto& item : states) {
+    if ((item.key().isInt() && item.key().toInt() == index) ||
+        (item.key().isString() && item.key().toStringRef() == std::to_string(index))) {
+      return item.value().toGenericDict();
+    }
+  }
+  return std::nullopt;
+}
+
+StateDict param_group_options(const c10::IValue& group, const std::string& what) {
+  const auto saved = StateDict::from_ivalue(group, what);
+  StateDict options;
+  for (const auto& key : saved.keys()) {
+    if (key != "params") options.set(key, saved.at(key));
+  }
+  return options;
+}
+
 }  // namespace volt

@@ -12,6 +12,7 @@
 #include <torch/torch.h>
 
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "core/state_dict.h"
@@ -33,5 +34,11 @@ ParameterNamer parameter_namer(const torch::nn::Module& module);
 // `what` names the optimizer in messages (e.g. "optimizer 0").
 void load_optimizer_state_dict(torch::optim::Optimizer& optimizer, const StateDict& state,
                                const std::string& what, const ParameterNamer& name_of = {});
+
+// The entry of parameter `index` in such a layout's "state" (keys are ints as volt writes them;
+// strings are accepted too, as other tools may leave them); none when it has no state.
+std::optional<c10::impl::GenericDict> optimizer_state_at(const c10::impl::GenericDict& states, int64_t index);
+// A param group's options (lr, betas, ...): the group without its "params". `what` names it in errors.
+StateDict param_group_options(const c10::IValue& group, const std::string& what);
 
 }  // namespace volt

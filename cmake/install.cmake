@@ -1,6 +1,7 @@
 # `cmake --install build --prefix P` puts volt where another project's find_package(volt) finds it:
 #   P/include/volt/<layer>/*.h   headers, reached as in this tree: #include "trainer/volt.h"
 #   P/lib/libvolt.a              the library
+#   P/bin/volt-ckpt              the checkpoint tool (docs/checkpoints.md#volt-ckpt)
 #   P/lib/cmake/volt/            voltConfig.cmake (finds volt's dependencies), the volt::volt target
 include(CMakePackageConfigHelpers)
 include(GNUInstallDirs)
@@ -13,6 +14,9 @@ foreach(layer trainer callbacks loggers strategies precision checkpoint distribu
 endforeach()
 
 install(TARGETS volt EXPORT voltTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+if(VOLT_BUILD_TOOLS)
+  install(TARGETS volt-ckpt RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})  # P/bin/volt-ckpt
+endif()
 install(EXPORT voltTargets NAMESPACE volt:: DESTINATION ${VOLT_INSTALL_CMAKEDIR})
 
 configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/voltConfig.cmake.in

@@ -30,6 +30,8 @@ class DataLoader {
   // (Trainer::fit installs a DistributedSampler built from the loader's own options).
   void set_sampler(std::shared_ptr<const Sampler> sampler);
   const Sampler& sampler() const { return *sampler_; }
+  // Whether the sampler is the one the options chose (none given to set_sampler).
+  bool sampler_from_options() const { return own_sampler_; }
 
   // Selects the epoch whose order batch() draws from (the sampler's per-epoch seed).
   void set_epoch(int64_t epoch);

@@ -31,6 +31,10 @@ std::vector<int64_t> permutation(int64_t n, uint64_t seed) {
 
 }  // namespace
 
+std::vector<int64_t> epoch_order(int64_t dataset_size, bool shuffle, uint64_t seed, int64_t epoch) {
+  return shuffle ? permutation(dataset_size, seed + static_cast<uint64_t>(epoch)) : sequence(dataset_size);
+}
+
 SequentialSampler::SequentialSampler(int64_t dataset_size) : dataset_size_(dataset_size) {
   check_dataset_size(dataset_size, "SequentialSampler");
 }
@@ -43,40 +47,44 @@ RandomSampler::RandomSampler(int64_t dataset_size, uint64_t seed)
 }
 
 std::vector<int64_t> RandomSampler::indices(int64_t epoch) const {
-  return permutation(dataset_size_, seed_ + static_cast<uint64_t>(epoch));
+  return epoch_order(dataset_size_, /*shuffle=*/true, seed_, epoch);
 }
 
 DistributedSampler::DistributedSampler(int64_t dataset_size, int64_t num_replicas, int64_t rank,
-                                       bool shuffle, uint64_t seed, bool drop_last)
+                                       bool shuffle, uint64_t seed, bool drop_last, int64_t first_position)
     : dataset_size_(dataset_size),
       num_replicas_(num_replicas),
       rank_(rank),
       shuffle_(shuffle),
       seed_(seed),
-      drop_last_(drop_last) {
+      drop_last_(drop_last),
+      first_position_(first_position) {
   check_dataset_size(dataset_size, "DistributedSampler");
   check<ConfigurationError>(num_replicas >= 1, "DistributedSampler: expected num_replicas >= 1, got ",
                             num_replicas);
   check<ConfigurationError>(rank >= 0 && rank < num_replicas,
                             "DistributedSampler: expected a rank in [0, ", num_replicas, "), got ",
                             rank);
-  if (drop_last_ && dataset_size_ % num_replicas_ != 0) {
-    num_samples_ = dataset_size_ / num_replicas_;
+  check<ConfigurationError>(first_position >= 0 && first_position <= dataset_size,
+                            "DistributedSampler: expected a first position in [0, ", dataset_size, "], got ",
+                            first_position);
+  const int64_t remaining = dataset_size_ - first_position_;
+  if (drop_last_ && remaining % num_replicas_ != 0) {
+    num_samples_ = remaining / num_replicas_;
   } else {
-    num_samples_ = (dataset_size_ + num_replicas_ - 1) / num_replicas_;
+    num_samples_ = (remaining + num_replicas_ - 1) / num_replicas_;
   }
 }
 
 std::vector<int64_t> DistributedSampler::indices(int64_t epoch) const {
-  std::vector<int64_t> order = shuffle_
-                                   ? permutation(dataset_size_, seed_ + static_cast<uint64_t>(epoch))
-                                   : sequence(dataset_size_);
+  const std::vector<int64_t> whole = epoch_order(dataset_size_, shuffle_, seed_, epoch);
+  std::vector<int64_t> order(whole.begin() + first_position_, whole.end());
   const int64_t total = num_samples_ * num_replicas_;
-  if (static_cast<int64_t>(order.size()) < total && !order.empty()) {
-    // Pad by repeating the head of the order (several times when the dataset is tiny).
-    const size_t original = order.size();
+  if (static_cast<int64_t>(order.size()) < total && !whole.empty()) {
+    // Pad by repeating the head of the epoch's order (several times when the dataset is tiny),
+    // as a whole epoch is padded, so that a remainder from k*R*B pads exactly like one.
     for (size_t i = 0; static_cast<int64_t>(order.size()) < total; ++i) {
-      order.push_back(order[i % original]);
+      order.push_back(whole[i % whole.size()]);
     }
   }
   order.resize(static_cast<size_t>(total));

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "checkpoint/atomic_file.h"
+#include "checkpoint/sharded_checkpoint.h"
 #include "core/error.h"
 #include "core/warning.h"
 
@@ -20,10 +21,6 @@ namespace fs = std::filesystem;
 
 namespace volt {
 namespace {
-
-fs::path shard_file(const fs::path& directory, int64_t rank) {
-  return directory / ("shard_" + std::to_string(rank) + ".ckpt");
-}
 
 // Runs `body` where `run_here` holds; then every rank learns whether it succeeded (the decision is
 // a collective, so it is also the barrier after the write). A failure is rethrown where it
@@ -216,16 +213,35 @@ void save_checkpoint_files(StrategyCollectives& collectives, CheckpointIO& io, C
                 [&] { replace_directory(temporary, path); });
 }
 
-StateDict load_checkpoint_files(const StrategyCollectives& collectives, CheckpointIO& io, const fs::path& path) {
+StateDict load_checkpoint_files(const StrategyCollectives& collectives, CheckpointIO& io, const fs::path& path,
+                                const std::string& strategy, CheckpointLayout layout) {
   std::error_code error;
   if (!fs::is_directory(path, error)) return io.load(path);
   const auto topology = collectives.topology();
-  const fs::path shard = shard_file(path, topology.global_rank);
-  check<CheckpointError>(fs::exists(shard, error), "checkpoint: '", path.string(),
-                         "' is a directory without a shard for global rank ", topology.global_rank, " (",
-                         shard.filename().string(), "); it is not a sharded checkpoint, or was written by fewer than ",
-                         topology.world_size, " ranks");
-  return io.load(shard);
+  // This rank's own shard, when this strategy wrote the directory at this world size.
+  const fs::path own = shard_file(path, topology.global_rank);
+  if (layout == CheckpointLayout::Sharded && fs::exists(own, error)) {
+    StateDict shard = io.load(own);
+    if (shard.contains("shard") && shard.child("shard").get_int("world_size") == topology.world_size &&
+        shard.child("strategy").get_string("name") == strategy) {
+      return shard;
+    }
+  }
+  // Anything else reads every shard and puts them together (Note [Reading a sharded checkpoint
+  // anywhere] in checkpoint/sharded_checkpoint.h).
+  const auto shards = read_shards(io, path);
+  std::vector<std::string> notes;
+  StateDict full = assemble_full_checkpoint(shards, path.string(), &notes);
+  if (topology.global_rank == 0) {
+    std::string message = "checkpoint '" + path.string() + "': sharded by strategy '" +
+                          shards.front().child("strategy").get_string("name") + "' over " +
+                          std::to_string(shards.size()) + " ranks, loaded by '" + strategy + "' with " +
+                          std::to_string(topology.world_size) + ": every rank reads the " +
+                          std::to_string(shards.size()) + " shards and puts the full checkpoint together";
+    for (const auto& note : notes) message += "; " + note;
+    warn(message);
+  }
+  return full;
 }
 
 void remove_checkpoint_files(StrategyCollectives& collectives, CheckpointIO& io, const fs::path& path,

@@ -62,10 +62,13 @@ void save_checkpoint_files(StrategyCollectives& collectives, CheckpointIO& io, C
 // CheckpointError otherwise); then puts a Sharded directory in place and runs the removals asked
 // for meanwhile. [collective]
 void finish_checkpoint_writes(StrategyCollectives& collectives, CheckpointIO& io, BackgroundCheckpointWrite& pending);
-// This rank's view of the checkpoint at `path`: the file, or this rank's shard of a sharded
-// directory. Throws CheckpointError when missing, damaged, or sharded for another world size.
+// This rank's view of the checkpoint at `path`: the file; this rank's shard of a sharded directory
+// that `strategy` wrote in `layout` at this world size; any other sharded directory put together
+// into the full layout (Note [Reading a sharded checkpoint anywhere], with one warning on global
+// rank 0 saying so and what restarts). Throws CheckpointError when missing or damaged.
 StateDict load_checkpoint_files(const StrategyCollectives& collectives, CheckpointIO& io,
-                                const std::filesystem::path& path);
+                                const std::filesystem::path& path, const std::string& strategy,
+                                CheckpointLayout layout);
 // Global rank 0 removes the checkpoint file or directory, once the write in flight (if any) is
 // finished. [collective]
 void remove_checkpoint_files(StrategyCollectives& collectives, CheckpointIO& io, const std::filesystem::path& path,

@@ -4,6 +4,7 @@
 
 #include "checkpoint/module_state.h"
 #include "checkpoint/per_rank_entries.h"
+#include "checkpoint/sharded_checkpoint.h"
 #include "core/error.h"
 #include "core/warning.h"
 #include "strategies/rank_gather.h"
@@ -35,6 +36,12 @@ void CheckpointState::load_optimizer_state_dict(torch::optim::Optimizer& optimiz
     return as_sharded_optimizer(optimizer, owner().name()).load_sharded_or_consolidated_state_dict(state, what, name_of);
   }
   volt::load_optimizer_state_dict(optimizer, state, what, name_of);
+}
+
+StateDict CheckpointState::shard_index(const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers) {
+  std::vector<OptimizerShardIndex> layouts(optimizers.size());
+  for (auto& layout : layouts) layout.kind = owner().shards_optimizer_state() ? "partitioned" : "replicated";
+  return volt::shard_index({}, layouts);
 }
 
 StateDict CheckpointState::accumulated_gradients(torch::nn::Module& module, CheckpointLayout layout) {

@@ -57,6 +57,11 @@ class CheckpointState {
   // `layout`: for Full, what differs per rank is gathered for global rank 0 to write. Restored
   // only into a strategy of the same name. [collective]
   virtual StateDict strategy_state_dict(CheckpointLayout layout) { return {}; }
+  // The index a Sharded checkpoint carries so that any strategy at any world size can put its
+  // shards together (Note [Reading a sharded checkpoint anywhere] in
+  // checkpoint/sharded_checkpoint.h). The default: no flat tensors, and each optimizer's state
+  // replicated or, when the strategy shards it, partitioned.
+  virtual StateDict shard_index(const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers);
   virtual void load_strategy_state_dict(const StateDict& state, CheckpointLayout layout) {}
 
  protected:

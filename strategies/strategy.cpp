@@ -109,7 +109,7 @@ void Strategy::save_checkpoint(const StateDict& checkpoint, const std::filesyste
 
 StateDict Strategy::load_checkpoint(const std::filesystem::path& path) const {
   finish_checkpoint_writes();
-  return load_checkpoint_files(*collectives_, *checkpoint_io_, path);
+  return load_checkpoint_files(*collectives_, *checkpoint_io_, path, name(), checkpointing_->layout());
 }
 
 void Strategy::remove_checkpoint(const std::filesystem::path& path) {

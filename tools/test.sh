@@ -16,6 +16,9 @@
 # -ffast-math / FMA targets. build/ (tools/setup.sh, the main job, benchmarks) stays Release.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Where the hour goes: each phase's start, in seconds since this script began.
+phase() { echo "test.sh: $1 at ${SECONDS} s"; }
+phase "setup"
 tools/setup.sh
 tools/setup_fairscale.sh  # the oracle of the fairscale-style strategies, in both trees' suites
 # PyTorch 2.x (~4 GB of wheels) downloads while the first tree compiles: the network and the
@@ -35,7 +38,9 @@ build_and_test() {
   local configured
   configured=$(cmake -S . -B "$tree" "${ci_flags[@]}" "$@" 2>&1) || { echo "$configured"; return 1; }
   grep -E '^-- volt:' <<<"$configured" | tee "$tree/volt_summary.txt"
+  phase "build $tree"
   cmake --build "$tree" -j2
+  phase "tests of $tree"
   [[ -f $costs ]] || { mkdir -p "$(dirname "$costs")" && cp "$seed" "$costs"; }
   # shellcheck disable=SC2086  # ctest_args: words
   ctest --test-dir "$tree" --output-on-failure -j2 $ctest_args
@@ -54,6 +59,7 @@ build_and_test build-test-torch2 tools/ctest_cost_data_torch2.txt "-LE ^e2e$" -D
 # The point of that tree: its summary must say CUDA and NCCL were compiled in.
 grep -q 'CUDA and NCCL code paths compiled in' build-test-torch2/volt_summary.txt
 
+phase "other builds"
 # One non-default build combination must configure and build too: without the example program
 # and the benchmarks, the test targets still link the example's library (issue 21.5).
 cmake -S . -B build-no-examples "${ci_flags[@]}" -DVOLT_BUILD_EXAMPLES=OFF -DVOLT_BUILD_BENCHMARKS=OFF > /dev/null
@@ -64,6 +70,7 @@ cmake --build build-no-examples -j2 --target precision_tests
 # volt's build inside it sits beside build-test/, so that ccache serves it build-test's objects.
 rm -rf build-consumer build-subproject-volt
 cmake --install build-test --prefix build-consumer/prefix > /dev/null
+build-consumer/prefix/bin/volt-ckpt --help > /dev/null  # the checkpoint tool is installed with volt
 cmake -S examples/starter -B build-consumer/starter "${ci_flags[@]}" -DCMAKE_PREFIX_PATH="$PWD/build-consumer/prefix" > /dev/null
 cmake --build build-consumer/starter -j2
 build-consumer/starter/starter --strategy ddp --devices 2 --max-epochs 1 --default-root-dir build-consumer/run \
@@ -80,3 +87,4 @@ build-test/examples/own_loop --strategy ddp --devices 2 --max-epochs 1 --limit-t
   --batch-size 64 --accumulate-grad-batches 2 --default-root-dir build-own-loop | tee build-own-loop/own_loop.out
 grep -q "^own_loop: 2 process(es), 10 step(s)" build-own-loop/own_loop.out
 test -s build-own-loop/own_loop.ckpt
+phase "done"

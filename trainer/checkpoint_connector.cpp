@@ -10,6 +10,7 @@
 #include "strategies/rank_gather.h"
 #include "trainer/trainer.h"
 #include "trainer/training_state.h"
+#include "trainer/loops/epoch_remainder.h"
 #include "trainer/trainer_internals.h"
 
 namespace volt {
@@ -49,6 +50,10 @@ StateDict CheckpointConnector::dump(bool weights_only) {
   strategy_section.set("world_size", topology.world_size);
   if (!weights_only) strategy_section.set("state", strategy.checkpointing().strategy_state_dict(layout));
   checkpoint.set("strategy", strategy_section);
+  if (layout == CheckpointLayout::Sharded) {
+    checkpoint.set("shard_index", strategy.checkpointing().shard_index(
+                                      weights_only ? decltype(state_.optimizers){} : state_.optimizers));
+  }
 
   if (!weights_only) {
     c10::impl::GenericList optimizers(c10::AnyType::get());
@@ -106,7 +111,11 @@ StateDict CheckpointConnector::dump_fit_loop() {
   fit_loop.set("accumulate_grad_batches_option", t.options().accumulate_grad_batches);
   fit_loop.set("num_training_batches", state_.num_training_batches);
   const auto topology = TrainerInternals::strategy(t).topology();
-  if (state_.train_loader) fit_loop.set("train_data", train_data_state(*state_.train_loader, topology.world_size));
+  if (state_.train_loader) {
+    fit_loop.set("train_data", train_data_state(*state_.train_loader, topology.world_size));
+    fit_loop.set("epoch_samples_consumed", epoch_samples_consumed(*state_.train_loader, topology.world_size, p.epoch,
+                                                                  p.next_batch, state_.epoch_remainder));
+  }
   // What has been logged: the open epoch's aggregates, and the values callbacks monitor.
   if (state_.train_collector.stage() == RunningStage::Training) fit_loop.set("train_metrics", state_.train_collector.state_dict());
   StateDict callback_metrics;
@@ -274,15 +283,17 @@ void CheckpointConnector::restore_fit_loop(const StateDict& fit_loop, const std:
                   std::to_string(progress.epoch) + " keeps the " + std::to_string(in_use) +
                   " micro-batches per step in use when it was written; the new value applies from the next epoch");
     }
-    const int64_t batches = fit_loop.get_int("num_training_batches");
-    if (batches != state_.num_training_batches) {
-      changes.push_back("training batches per epoch: " + std::to_string(batches) + " -> " +
-                        std::to_string(state_.num_training_batches));
-    }
-    if (fit_loop.contains("train_data") && state_.train_loader) {
-      for (auto& change : train_data_differences(fit_loop.child("train_data"),
-                                                 train_data_state(*state_.train_loader, TrainerInternals::strategy(t).topology().world_size))) {
-        changes.push_back(std::move(change));
+    if (!continue_epoch_in_order(fit_loop, progress, source)) {
+      const int64_t batches = fit_loop.get_int("num_training_batches");
+      if (batches != state_.num_training_batches) {
+        changes.push_back("training batches per epoch: " + std::to_string(batches) + " -> " +
+                          std::to_string(state_.num_training_batches));
+      }
+      if (fit_loop.contains("train_data") && state_.train_loader) {
+        for (auto& change : train_data_differences(fit_loop.child("train_data"),
+                                                   train_data_state(*state_.train_loader, TrainerInternals::strategy(t).topology().world_size))) {
+          changes.push_back(std::move(change));
+        }
       }
     }
     if (!changes.empty()) {
@@ -294,6 +305,7 @@ void CheckpointConnector::restore_fit_loop(const StateDict& fit_loop, const std:
     }
   }
   state_.progress = progress;
+  if (!mid_epoch) state_.epoch_remainder.reset();
   if (mid_epoch && fit_loop.contains("train_metrics")) state_.train_collector.load_state_dict(fit_loop.child("train_metrics"));
   if (fit_loop.contains("callback_metrics")) {
     const auto metrics = fit_loop.child("callback_metrics");
@@ -301,6 +313,54 @@ void CheckpointConnector::restore_fit_loop(const StateDict& fit_loop, const std:
   }
   // The gradients of an open accumulation window (none: the window is empty).
   TrainerInternals::strategy(t).checkpointing().load_accumulated_gradients(*state_.module, fit_loop, source);
+}
+
+bool CheckpointConnector::continue_epoch_in_order(const StateDict& fit_loop, const FitProgress& progress,
+                                                  const std::string& source) {
+  state_.epoch_remainder.reset();
+  if (!fit_loop.contains("train_data") || !state_.train_loader) return false;
+  const DataLoader& loader = *state_.train_loader;
+  const auto topology = TrainerInternals::strategy(trainer_).topology();
+  const StateDict saved = fit_loop.child("train_data");
+  const StateDict now = train_data_state(loader, topology.world_size);
+  // The same epoch order (dataset, shuffling, seed, drop_last), dealt by volt on both sides, over
+  // whole epochs (no batch limit) on both sides: the data position carries over.
+  for (const char* key : {"dataset_size", "shuffle", "seed", "drop_last"}) {
+    if (!saved.contains(key) || !(saved.at(key) == now.at(key))) return false;
+  }
+  if (saved.contains("global_order") && !saved.get_bool("global_order")) return false;
+  if (!now.get_bool("global_order")) return false;
+  const int64_t saved_batch = saved.get_int("batch_size"), saved_ranks = saved.get_int("world_size");
+  const int64_t saved_samples = saved.get_int("samples");
+  const int64_t saved_whole_epoch = saved.get_bool("drop_last") ? saved_samples / saved_batch
+                                                                : (saved_samples + saved_batch - 1) / saved_batch;
+  if (fit_loop.get_int("num_training_batches") != saved_whole_epoch) return false;
+  if (state_.num_training_batches != loader.num_batches()) return false;
+
+  const int64_t dataset_size = saved.get_int("dataset_size");
+  const int64_t consumed = fit_loop.contains("epoch_samples_consumed")
+                               ? fit_loop.get_int("epoch_samples_consumed")
+                               : std::min(progress.next_batch * saved_batch * saved_ranks, dataset_size);
+  check<CheckpointError>(consumed >= 0 && consumed <= dataset_size, source, ": the fit loop has consumed ", consumed,
+                         " samples of an epoch of ", dataset_size, "; the checkpoint is damaged");
+  state_.epoch_remainder = epoch_remainder(loader, topology.world_size, topology.global_rank, progress.epoch,
+                                           progress.next_batch, consumed);
+  if (state_.epoch_remainder) {
+    const int64_t batch = loader.options().batch_size;
+    const auto per_step = [](int64_t ranks, int64_t b) {
+      return std::to_string(ranks) + (ranks == 1 ? " rank" : " ranks") + " with batch " + std::to_string(b) + " (" +
+             std::to_string(ranks * b) + " samples per step)";
+    };
+    warn(trainer_, source + " was written in the middle of epoch " + std::to_string(progress.epoch) + ", " +
+                       std::to_string(consumed) + " of its " + std::to_string(dataset_size) + " samples in, by " +
+                       per_step(saved_ranks, saved_batch) + "; this run has " + per_step(topology.world_size, batch) +
+                       ": the rest of epoch " + std::to_string(progress.epoch) + " continues with the " +
+                       std::to_string(dataset_size - consumed) +
+                       " samples not yet consumed, in the same order, in " +
+                       std::to_string(state_.epoch_remainder->loader->num_batches()) +
+                       " more batches per rank; the global batch size (and so the steps per epoch) changes with it");
+  }
+  return true;
 }
 
 }  // namespace volt

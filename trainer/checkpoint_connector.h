@@ -48,6 +48,10 @@ class CheckpointConnector {
   void restore_callbacks(const StateDict& checkpoint);
   StateDict dump_fit_loop();
   void restore_fit_loop(const StateDict& fit_loop, const std::string& source);
+  // For a checkpoint written mid-epoch: whether the rest of its epoch continues in the epoch's
+  // order from the first sample not consumed (setting LoopState::epoch_remainder when that takes
+  // a loader of its own, with a warning); false when the data or the batch limits changed.
+  bool continue_epoch_in_order(const StateDict& fit_loop, const FitProgress& progress, const std::string& source);
   // Every rank's random states, for a full checkpoint of several ranks. [collective]
   c10::IValue gather_rng_states();
   // The random states this rank continues from.

@@ -1,5 +1,6 @@
 #include "trainer/training_state.h"
 
+#include "trainer/loops/epoch_remainder.h"
 #include "trainer/trainer.h"
 
 namespace volt {
@@ -43,6 +44,7 @@ StateDict train_data_state(const DataLoader& loader, int64_t world_size) {
   state.set("drop_last", options.drop_last);
   state.set("world_size", world_size);
   state.set("samples", loader.sampler().size());
+  state.set("global_order", deals_the_global_order(loader));
   return state;
 }
 

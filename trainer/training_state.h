@@ -16,8 +16,9 @@ StateDict fit_progress_state(const FitProgress& progress);
 FitProgress fit_progress_from(const StateDict& state);
 
 // {"dataset_size", "batch_size", "shuffle", "seed", "drop_last", "world_size", "samples"
-// (this rank's share per epoch)}: with the epoch and batch index these fix which samples the
-// next batch holds (the samplers are pure functions of them, Note in sampler.h).
+// (this rank's share per epoch), "global_order" (whether the loader deals the epoch's global
+// order, Note [The data position across world sizes])}: with the epoch and batch index these fix
+// which samples the next batch holds (the samplers are pure functions of them).
 StateDict train_data_state(const DataLoader& loader, int64_t world_size);
 
 // The fields of `saved` and `current` train_data_state()s that differ, as "name: saved → now".

@@ -21,26 +21,6 @@ bool per_element(const c10::IValue& value, int64_t numel) {
   return value.isTensor() && value.toTensor().dim() >= 1 && value.toTensor().numel() == numel;
 }
 
-c10::optional<GenericDict> state_at(const GenericDict& states, int64_t index) {
-  for (const auto& item : states) {
-    if ((item.key().isInt() && item.key().toInt() == index) ||
-        (item.key().isString() && item.key().toStringRef() == std::to_string(index))) {
-      return item.value().toGenericDict();
-    }
-  }
-  return c10::nullopt;
-}
-
-// Every group's options, without "params".
-StateDict group_options(const c10::IValue& group, const std::string& what) {
-  const auto saved = StateDict::from_ivalue(group, what);
-  StateDict options;
-  for (const auto& key : saved.keys()) {
-    if (key != "params") options.set(key, saved.at(key));
-  }
-  return options;
-}
-
 }  // namespace
 
 StateDict consolidate_optimizer_state(torch::optim::Optimizer& optimizer, const std::vector<GroupLayout>& groups) {
@@ -59,7 +39,7 @@ StateDict consolidate_optimizer_state(torch::optim::Optimizer& optimizer, const 
     for (const auto& p : groups[g]) {
       if (p.unit == nullptr || gathered.count(p.stepped)) continue;
       auto& per_key = gathered[p.stepped];
-      const auto state = state_at(states, base + static_cast<int64_t>(p.stepped));
+      const auto state = optimizer_state_at(states, base + static_cast<int64_t>(p.stepped));
       if (!state) continue;
       std::map<std::string, c10::IValue> sorted;
       for (const auto& item : *state) sorted.emplace(item.key().toStringRef(), item.value());
@@ -71,7 +51,7 @@ StateDict consolidate_optimizer_state(torch::optim::Optimizer& optimizer, const 
     for (const auto& p : groups[g]) {
       const int64_t index = original++;
       indices.push_back(index);
-      const auto state = state_at(states, base + static_cast<int64_t>(p.stepped));
+      const auto state = optimizer_state_at(states, base + static_cast<int64_t>(p.stepped));
       if (!state) continue;
       if (p.unit == nullptr) {
         out_states.insert(index, *state);
@@ -95,7 +75,7 @@ StateDict consolidate_optimizer_state(torch::optim::Optimizer& optimizer, const 
       }
       out_states.insert(index, entry_state);
     }
-    auto options = group_options(saved_groups[g], "fsdp: param group");
+    auto options = param_group_options(saved_groups[g], "fsdp: param group");
     options.set("params", indices);
     out_groups.push_back(options.to_ivalue());
     base += static_cast<int64_t>(optimizer.param_groups()[g].params().size());
@@ -126,7 +106,7 @@ void load_consolidated_optimizer_state(torch::optim::Optimizer& optimizer, const
     // The states of each stepped tensor's original parameters, in entry order.
     std::map<size_t, std::vector<std::pair<const OriginalParameter*, GenericDict>>> by_stepped;
     for (size_t i = 0; i < groups[g].size(); ++i) {
-      const auto entry_state = state_at(states, saved_indices[i]);
+      const auto entry_state = optimizer_state_at(states, saved_indices[i]);
       if (entry_state) by_stepped[groups[g][i].stepped].emplace_back(&groups[g][i], *entry_state);
     }
     for (const auto& [stepped, parts] : by_stepped) {
@@ -162,7 +142,7 @@ void load_consolidated_optimizer_state(torch::optim::Optimizer& optimizer, const
     const int64_t stepped_count = static_cast<int64_t>(optimizer.param_groups()[g].params().size());
     c10::impl::GenericList indices(c10::IntType::get());
     for (int64_t i = 0; i < stepped_count; ++i) indices.push_back(base + i);
-    auto options = group_options(saved.toListRef()[g], what + " param group");
+    auto options = param_group_options(saved.toListRef()[g], what + " param group");
     options.set("params", indices);
     sharded_groups.push_back(options.to_ivalue());
     base += stepped_count;

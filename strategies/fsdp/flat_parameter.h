@@ -87,6 +87,8 @@ class FlatParameter {
   int64_t numel() const { return numel_; }                 // without padding
   int64_t padded_numel() const { return shard_numel_ * world_; }
   int64_t shard_numel() const { return shard_numel_; }
+  // Where this rank's slice starts in the padded flat tensor.
+  int64_t shard_offset() const { return rank_ * shard_numel_; }
   // This rank's slice, [rank·shard_numel, (rank+1)·shard_numel) of the padded flat tensor.
   torch::Tensor& shard() { return shard_; }
   const torch::Tensor& shard() const { return shard_; }

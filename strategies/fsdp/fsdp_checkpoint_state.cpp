@@ -3,6 +3,7 @@
 #include <set>
 
 #include "checkpoint/module_state.h"
+#include "checkpoint/sharded_checkpoint.h"
 #include "core/error.h"
 #include "strategies/fsdp/fsdp_strategy.h"
 
@@ -99,6 +100,40 @@ void FsdpCheckpointState::load_optimizer_state_dict(torch::optim::Optimizer& opt
     return CheckpointState::load_optimizer_state_dict(optimizer, state, layout, what, name_of);
   }
   fsdp::load_consolidated_optimizer_state(optimizer, it->second, state, what);
+}
+
+StateDict FsdpCheckpointState::shard_index(const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers) {
+  std::vector<FlatShardIndex> flats;
+  for (const auto& unit : fsdp_.units_) {
+    const auto& flat = unit->flat();
+    if (flat.empty()) continue;
+    FlatShardIndex index{sharded_key(*unit), flat.numel(), flat.shard_offset(), flat.shard_numel(), {}, {}, {}};
+    for (const auto& entry : flat.entries()) {
+      index.names.push_back(entry.name);
+      index.shapes.push_back(entry.shape);
+      index.offsets.push_back(entry.offset);
+    }
+    flats.push_back(std::move(index));
+  }
+  std::vector<OptimizerShardIndex> layouts;
+  for (const auto& optimizer : optimizers) {
+    OptimizerShardIndex layout;
+    const auto it = fsdp_.layouts_.find(optimizer.get());
+    if (it != fsdp_.layouts_.end()) {
+      layout.kind = "flat";
+      for (const auto& group : it->second) {
+        OptimizerShardIndex::Group g;
+        for (const auto& p : group) {
+          g.flat.push_back(p.unit != nullptr ? sharded_key(*p.unit) : std::string());
+          g.entry.push_back(static_cast<int64_t>(p.entry));
+          g.stepped.push_back(static_cast<int64_t>(p.stepped));
+        }
+        layout.groups.push_back(std::move(g));
+      }
+    }
+    layouts.push_back(std::move(layout));
+  }
+  return volt::shard_index(flats, layouts);
 }
 
 }  // namespace volt

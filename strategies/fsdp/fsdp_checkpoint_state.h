@@ -20,6 +20,8 @@ class FsdpCheckpointState : public CheckpointState {
   StateDict optimizer_state_dict(torch::optim::Optimizer& optimizer, CheckpointLayout layout) override;  // [collective for Full]
   void load_optimizer_state_dict(torch::optim::Optimizer& optimizer, const StateDict& state, CheckpointLayout layout,
                                  const std::string& what, const ParameterNamer& name_of) override;
+  // Each unit's flat shard (its slice and parameters) and each optimizer's layout over them.
+  StateDict shard_index(const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers) override;
 
  private:
   FSDPStrategy& fsdp_;

@@ -27,7 +27,10 @@ struct StepCounter : Callback {
   std::atomic<int64_t> steps{0};
 };
 
-// Sleeps before each write; records how many writes overlapped and how many steps ran during them.
+// Sleeps before each write (at least `delay`, and on until a step after the snapshot's ran or a
+// second passed, so that a machine busy with other work still lets the training thread in: the
+// tests ask whether steps *can* run during a write, not how fast); records how many writes
+// overlapped and how many steps ran after each snapshot before its write ended.
 class SlowCheckpointIO : public CheckpointIO {
  public:
   SlowCheckpointIO(std::chrono::milliseconds delay, std::shared_ptr<StepCounter> counter, int64_t fail_on_call = 0)
@@ -36,8 +39,13 @@ class SlowCheckpointIO : public CheckpointIO {
     const int64_t in_flight = ++in_flight_;
     max_in_flight = std::max<int64_t>(max_in_flight, in_flight);
     const int64_t call = ++calls;
-    const int64_t steps_before = counter_->steps;
+    // The step the snapshot was taken at: the writer thread may start after the next step ran.
+    const int64_t steps_before = checkpoint.get_int("global_step");
+    const auto start = std::chrono::steady_clock::now();
     std::this_thread::sleep_for(delay_);
+    while (counter_->steps <= steps_before && std::chrono::steady_clock::now() - start < std::chrono::seconds(1)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
     steps_during_writes += counter_->steps - steps_before;
     --in_flight_;
     if (call == fail_on_call_) throw CheckpointError("slow disk: write " + std::to_string(call) + " failed");

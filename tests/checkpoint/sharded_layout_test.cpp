@@ -1,6 +1,6 @@
 // The sharded layout's mechanics, with a strategy that declares it on one process: a directory
 // with one file per rank, written atomically (also over an existing checkpoint), resumed bit for
-// bit by the same strategy, and refused with a clear message by another strategy or world size.
+// bit by the same strategy, and by another one from its shards put together.
 #include "strategies/single_device_strategy.h"
 #include "tests/support/test_doubles.h"
 #include "tests/checkpoint/checkpoint_test_support.h"
@@ -69,21 +69,26 @@ TEST(ShardedLayout, ASecondSaveReplacesTheDirectoryWhole) {
   EXPECT_EQ(directory_entries(dir.path()), std::vector<std::string>{"last.ckpt"});
 }
 
-TEST(ShardedLayout, AnotherStrategyOrWorldSizeIsRefused) {
+// Another strategy puts the shards together (Note [Reading a sharded checkpoint anywhere]) and
+// resumes exactly; a shard without its index (a Fabric checkpoint's) is refused, naming the file.
+TEST(ShardedLayout, AnotherStrategyResumesItPutTogether) {
   TemporaryDirectory dir;
   const fs::path path = dir.file("sharded.ckpt");
+  const auto reference = fit(dir.path(), std::make_shared<ShardingStrategy>(), nullptr, "");
   fit(dir.path(), std::make_shared<ShardingStrategy>(), std::make_shared<SaveAndInterrupt>(path, SavePoint::TrainBatchEnd, 0, 3), "");
-  auto expect_refused = [&](std::shared_ptr<Strategy> strategy, const std::string& expected) {
-    try {
-      fit(dir.path(), std::move(strategy), nullptr, path.string());
-      ADD_FAILURE() << "expected CheckpointError";
-    } catch (const CheckpointError& e) {
-      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
-    }
-  };
-  expect_refused(std::make_shared<SingleDeviceStrategy>(),
-                 "a sharded checkpoint written by strategy 'sharding_test' with 1 ranks; this run uses 'single_device' with 1 ranks");
-  expect_refused(std::make_shared<ShardingStrategy>(2), "with 1 ranks; this run uses 'sharding_test' with 2 ranks");
+  EXPECT_TRUE(torch::equal(fit(dir.path(), std::make_shared<SingleDeviceStrategy>(), nullptr, path.string(), 2), reference));
+
+  auto shard = CheckpointIO().load(path / "shard_0.ckpt");
+  shard.erase("shard_index");
+  CheckpointIO().save(shard, path / "shard_0.ckpt");
+  try {
+    fit(dir.path(), std::make_shared<SingleDeviceStrategy>(), nullptr, path.string());
+    ADD_FAILURE() << "expected CheckpointError";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("shard_0.ckpt: has no shard index"), std::string::npos) << e.what();
+  }
+  // The strategy and world size that wrote it still load it.
+  EXPECT_TRUE(torch::equal(fit(dir.path(), std::make_shared<ShardingStrategy>(), nullptr, path.string(), 2), reference));
 }
 
 TEST(ShardedLayout, AFullCheckpointLoadsIntoAShardingStrategy) {

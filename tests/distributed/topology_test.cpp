@@ -5,6 +5,7 @@
 // world's; sizes that do not divide the world fail on every rank with a clear message.
 #include <gtest/gtest.h>
 
+#include "core/error.h"
 #include "distributed/topology.h"
 #include "tests/distributed/thread_ranks.h"
 #include "tests/support/test_support.h"

@@ -66,6 +66,41 @@ TEST(DistributedSampler, MatchesPyTorchsOrder) {
   }
 }
 
+// The rest of an epoch from position k*R*B is exactly what batches k, k+1, ... of the whole epoch
+// hold, padding and drop_last included: what a plain resume draws.
+TEST(DistributedSampler, TheRestFromAStepBoundaryIsTheTailOfTheWholeEpoch) {
+  for (const bool drop_last : {false, true}) {
+    for (int64_t world : {1, 2, 3}) {
+      for (int64_t rank = 0; rank < world; ++rank) {
+        const int64_t n = 23, batch = 2, steps_done = 2;
+        const auto whole = DistributedSampler(n, world, rank, true, 5, drop_last).indices(4);
+        const auto rest = DistributedSampler(n, world, rank, true, 5, drop_last, steps_done * world * batch).indices(4);
+        ASSERT_GE(whole.size(), static_cast<size_t>(steps_done * batch));
+        EXPECT_EQ(rest, std::vector<int64_t>(whole.begin() + steps_done * batch, whole.end()))
+            << "world " << world << " rank " << rank << " drop_last " << drop_last;
+      }
+    }
+  }
+}
+
+// Dealt from any position, the ranks together take the epoch's order from there on, in order
+// (position p goes to rank p mod R), whatever consumed the head.
+TEST(DistributedSampler, TheRestFromAnyPositionContinuesTheEpochsOrder) {
+  const int64_t n = 20, first = 7, world = 3;
+  const auto order = epoch_order(n, /*shuffle=*/true, /*seed=*/9, /*epoch=*/1);
+  std::vector<std::vector<int64_t>> shares;
+  for (int64_t rank = 0; rank < world; ++rank) {
+    shares.push_back(DistributedSampler(n, world, rank, true, 9, false, first).indices(1));
+    EXPECT_EQ(shares.back().size(), 5u);  // 13 samples over 3 ranks: 15 with the head's 2 repeated
+  }
+  for (int64_t p = 0; p < 15; ++p) {
+    const int64_t expected = first + p < n ? order[static_cast<size_t>(first + p)] : order[static_cast<size_t>(first + p - n)];
+    EXPECT_EQ(shares[static_cast<size_t>(p % world)][static_cast<size_t>(p / world)], expected) << "position " << p;
+  }
+  EXPECT_EQ(epoch_order(n, true, 9, 1), RandomSampler(n, 9).indices(1)) << "one process draws the same order";
+  EXPECT_THROW(DistributedSampler(n, world, 0, true, 9, false, n + 1), ConfigurationError);
+}
+
 TEST(UnpaddedDistributedSampler, CountsEverySampleExactlyOnce) {
   std::multiset<int64_t> all;
   for (int64_t rank = 0; rank < 3; ++rank) {

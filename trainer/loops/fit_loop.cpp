@@ -143,8 +143,9 @@ bool FitLoop::run_epoch() {
   Trainer& t = trainer_;
   Module& module = *state_.module;
   auto& p = state_.progress;
-  const int64_t n = state_.num_training_batches;
   train_->set_epoch(p.epoch);
+  if (state_.epoch_remainder && state_.epoch_remainder->epoch != p.epoch) state_.epoch_remainder.reset();
+  const int64_t n = epoch_batches();
   // A run resumed from a checkpoint written in on_train_epoch_end of a finished epoch only
   // finishes that epoch.
   bool finished = true;
@@ -190,12 +191,24 @@ bool FitLoop::run_epoch() {
   return true;
 }
 
+const EpochRemainder* FitLoop::remainder() const {
+  const auto& r = state_.epoch_remainder;
+  return r && r->epoch == state_.progress.epoch ? &*r : nullptr;
+}
+
+int64_t FitLoop::epoch_batches() const {
+  const EpochRemainder* r = remainder();
+  return r ? r->first_batch + r->loader->num_batches() : state_.num_training_batches;
+}
+
 void FitLoop::run_batch(int64_t batch_idx) {
   Trainer& t = trainer_;
   Strategy& strategy = TrainerInternals::strategy(t);
   Module& module = *state_.module;
   auto& p = state_.progress;
-  const Batch batch = strategy.placement().batch_to_device(train_->batch(batch_idx));
+  const EpochRemainder* rest = remainder();
+  const Batch batch = strategy.placement().batch_to_device(rest ? rest->loader->batch(batch_idx - rest->first_batch)
+                                                                : train_->batch(batch_idx));
   // Manual optimization: training_step runs backward and steps itself (ManualOptimizer), and
   // accumulates by hand; the window is then always the one batch.
   const bool manual = !module.automatic_optimization();
@@ -204,7 +217,7 @@ void FitLoop::run_batch(int64_t batch_idx) {
                             ": the Trainer accumulates only in automatic optimization; with "
                             "automatic_optimization() false, accumulate in training_step (toggle_model(false) "
                             "on the micro-batches that should not synchronize, step every k batches)");
-  const auto window = accumulation_window(batch_idx, state_.num_training_batches, state_.accumulate_grad_batches);
+  const auto window = accumulation_window(batch_idx, epoch_batches(), state_.accumulate_grad_batches);
   const int64_t steps_before = p.global_step;
   call_callbacks(t, module, &Callback::on_train_batch_start, batch, batch_idx);
   state_.train_collector.begin_batch();
@@ -319,7 +332,9 @@ void FitLoop::validate_if_due(int64_t batch_idx) {
   state_.progress.validation_checked = true;
   if (!validation_enabled_ || !state_.validation_step_defined) return;
   if ((state_.progress.epoch + 1) % trainer_.options().check_val_every_n_epoch != 0) return;
-  if ((batch_idx + 1) % val_check_batch_ != 0) return;
+  // Once per epoch means after its last batch, also in a remainder of another length.
+  const bool once_per_epoch = val_check_batch_ == state_.num_training_batches;
+  if (once_per_epoch ? batch_idx + 1 != epoch_batches() : (batch_idx + 1) % val_check_batch_ != 0) return;
   run_validation();
 }
 

@@ -23,6 +23,10 @@ class FitLoop {
   // last batch (Note [Interrupted epochs]).
   bool run_epoch();
   void run_batch(int64_t batch_idx);
+  // The current epoch's remainder, when it is one (Note [The data position across world sizes]).
+  const EpochRemainder* remainder() const;
+  // The current epoch's batch count: num_training_batches, or where its remainder ends.
+  int64_t epoch_batches() const;
   void step_optimizers();
   void clip_gradients(torch::optim::Optimizer& optimizer);
   void step_schedulers(bool epoch_interval, const std::vector<bool>& stepped);

@@ -17,6 +17,7 @@
 #include "core/state_dict.h"
 #include "data/data_loader.h"
 #include "data/data_module.h"
+#include "trainer/loops/epoch_remainder.h"
 #include "trainer/metrics/metric_collector.h"
 #include "trainer/optim/manual_optimizer.h"
 #include "trainer/optim/optimizer_config.h"
@@ -71,6 +72,9 @@ struct LoopState {
   // start the factor returns to options().accumulate_grad_batches (and callbacks may change it).
   int64_t accumulation_restored_for_epoch = -1;
   int64_t num_training_batches = 0;
+  // The rest of an epoch a checkpoint of another world size or batch size began, which the fit
+  // loop draws that epoch's remaining batches from (Note [The data position across world sizes]).
+  std::optional<EpochRemainder> epoch_remainder;
   int64_t num_eval_batches = 0;
   bool fit_validates = false;
   bool validation_step_defined = true;

@@ -26,8 +26,11 @@
 //                       torchrun --max_restarts 1 ... --ckpt-path last resumes the group
 //                       --stray-decision-rank R: rank R alone takes a broadcast_decision after
 //                       its first training batch (a collective behind a rank-local condition)
-//   --mode sampler      fit over a dataset whose inputs are the sample indices (10 samples,
-//                       batch 2, shuffled, 2 epochs); prints "SEEN rank=.. epoch=.. indices=.."
+//   --mode sampler      fit over a dataset whose inputs are the sample indices (--samples, 10
+//                       by default, batch 2, shuffled, seed 11); prints "SEEN rank=.. epoch=..
+//                       indices=.." per epoch and "BATCH rank=.. epoch=.. step=.. batch=..
+//                       indices=.." per training batch; --save-at-end PATH saves a checkpoint
+//                       there after fit (with --max-steps: in the middle of an epoch)
 //   --mode gan          README's GAN pattern (manual optimization, two Adam optimizers,
 //                       toggle_model) on the regression samples; --print-steps' STEP lines always
 // --report-signals (any mode): a process that SIGINT or SIGTERM ends prints "SIGNAL rank=..
@@ -359,10 +362,16 @@ void train_gan(const TrainerOptions& options, ProcessLauncher& launcher, int64_t
 class IndexRecorder : public Module {
  public:
   IndexRecorder() { weight = register_parameter("weight", torch::ones({1})); }
-  torch::Tensor training_step(const Batch& batch, int64_t) override {
+  torch::Tensor training_step(const Batch& batch, int64_t batch_idx) override {
+    std::ostringstream line;
+    line << "BATCH rank=" << trainer().strategy().topology().global_rank << " epoch=" << trainer().current_epoch()
+         << " step=" << trainer().global_step() << " batch=" << batch_idx << " indices=";
     for (int64_t i = 0; i < batch.size(); ++i) {
-      seen[trainer().current_epoch()].push_back(static_cast<int64_t>(batch.input[i][0].item<double>()));
+      const auto index = static_cast<int64_t>(batch.input[i][0].item<double>());
+      seen[trainer().current_epoch()].push_back(index);
+      line << (i ? "," : "") << index;
     }
+    batches.push_back(line.str());
     return (weight * batch.input.sum()).sum();
   }
   OptimizerConfig configure_optimizers() override {
@@ -370,20 +379,23 @@ class IndexRecorder : public Module {
   }
   torch::Tensor weight;
   std::map<int64_t, std::vector<int64_t>> seen;
+  std::vector<std::string> batches;
 };
 
 // The Trainer owns its launcher here (no launcher given), the other way a program can run.
-void record_sampler(const TrainerOptions& options) {
+void record_sampler(const TrainerOptions& options, int64_t samples, const std::string& save_at_end) {
   register_test_strategy();
   Trainer trainer(options);
   auto module = std::make_shared<IndexRecorder>();
-  auto indices = torch::arange(10, torch::kFloat).unsqueeze(1);
+  auto indices = torch::arange(samples, torch::kFloat).unsqueeze(1);
   DataLoaderOptions loader;
   loader.batch_size = 2;
   loader.shuffle = true;
   loader.seed = 11;
-  trainer.fit(module, std::make_shared<DataLoader>(std::make_shared<TensorDataset>(indices, torch::zeros({10})), loader));
+  trainer.fit(module, std::make_shared<DataLoader>(std::make_shared<TensorDataset>(indices, torch::zeros({samples})), loader));
+  if (!save_at_end.empty()) trainer.save_checkpoint(save_at_end);
   std::ostringstream lines;
+  for (const auto& batch : module->batches) lines << batch << "\n";
   for (const auto& [epoch, seen] : module->seen) {
     lines << "SEEN rank=" << trainer.strategy().topology().global_rank << " epoch=" << epoch << " indices=";
     for (size_t i = 0; i < seen.size(); ++i) lines << (i ? "," : "") << seen[i];
@@ -443,6 +455,8 @@ int main(int argc, char** argv) {
         ("fail-rank", po::value<int64_t>()->default_value(-1), "rank that misbehaves in --mode fail")
         ("how", po::value<std::string>()->default_value("throw"), "throw | exit | kill | stall")
         ("batch-size", po::value<int64_t>()->default_value(8), "training batch size (--mode train)")
+        ("samples", po::value<int64_t>()->default_value(10), "dataset size (--mode sampler)")
+        ("save-at-end", po::value<std::string>()->default_value(""), "checkpoint written after fit (--mode sampler)")
         ("checkpoint-every-epoch", po::bool_switch(), "save last.ckpt at every epoch end (--mode train)")
         ("checkpoint-async", po::bool_switch(), "with --checkpoint-every-epoch: write it in the background")
         ("crash-rank", po::value<int64_t>()->default_value(-1), "rank that throws once (--mode train)")
@@ -478,7 +492,7 @@ int main(int argc, char** argv) {
                    vm["stray-decision-rank"].as<int64_t>(),
                    vm["print-initial"].as<bool>());
     }
-    if (mode == "sampler") return record_sampler(options);
+    if (mode == "sampler") return record_sampler(options, vm["samples"].as<int64_t>(), vm["save-at-end"].as<std::string>());
     if (mode == "gan") return train_gan(options, launcher, vm["batch-size"].as<int64_t>());
     const auto cluster = cluster_of(options);
     auto communicator = start_process_group(*cluster, options.timeout, torch::kCPU, &launcher);
