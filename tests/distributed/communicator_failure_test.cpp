@@ -221,7 +221,9 @@ TEST(CommunicatorFailureTest, PortInUseIsNamed) {
 TEST(CommunicatorFailureTest, AProcessAloneNeverMeetsAnotherOnItsPort) {
   const int64_t port = find_free_port();
   const auto errors = run_thread_ranks(2, [&](int64_t, int64_t) {
-    auto c = Communicator::connect(loopback_options(0, 1, port, std::chrono::seconds(2)));
+    // A timeout far above any connect here: the test is about ports, and 2 s was once too short
+    // for a connection to the process's own store with the 2-core machine busy with ctest -j2.
+    auto c = Communicator::connect(loopback_options(0, 1, port, std::chrono::seconds(20)));
     auto t = torch::ones({3});
     c->all_reduce(t);
     std::this_thread::sleep_for(std::chrono::milliseconds(200));  // both alive at once
