@@ -85,7 +85,8 @@ struct Shard {
 torch::Tensor join_flat(const std::vector<Shard>& shards, const std::string& key,
                         const std::function<torch::Tensor(const Shard&)>& pick) {
   const FlatShardIndex& first = shards.front().flats.at(key);
-  torch::Tensor flat;
+  std::vector<std::pair<const FlatShardIndex*, torch::Tensor>> slices;
+  int64_t padded = first.numel;
   for (const auto& shard : shards) {
     const auto it = shard.flats.find(key);
     check<CheckpointError>(it != shard.flats.end(), shard.name, ": its index has no flat tensor '", key,
@@ -94,15 +95,15 @@ torch::Tensor join_flat(const std::vector<Shard>& shards, const std::string& key
     check<CheckpointError>(index.numel == first.numel, shard.name, ": '", key, "' has ", index.numel,
                            " values in all, ", shards.front().name, " says ", first.numel,
                            ": the shards are from different models");
-    const auto slice = pick(shard).reshape({-1});
+    auto slice = pick(shard).reshape({-1});
     check<CheckpointError>(slice.numel() == index.shard_numel, shard.name, ": '", key, "' holds ", slice.numel(),
                            " values, its index says ", index.shard_numel, ": the file is damaged");
-    if (!flat.defined()) flat = torch::zeros({std::max(first.numel, index.shard_offset + index.shard_numel)}, slice.options());
-    if (flat.numel() < index.shard_offset + index.shard_numel) {
-      flat = torch::cat({flat, torch::zeros({index.shard_offset + index.shard_numel - flat.numel()}, flat.options())});
-    }
-    flat.narrow(0, index.shard_offset, index.shard_numel).copy_(slice);
+    padded = std::max(padded, index.shard_offset + index.shard_numel);
+    slices.emplace_back(&index, std::move(slice));
   }
+  // Replicas of a slice (NO_SHARD) write the same values to the same place.
+  auto flat = torch::zeros({padded}, slices.front().second.options());
+  for (const auto& [index, slice] : slices) flat.narrow(0, index->shard_offset, index->shard_numel).copy_(slice);
   return flat.narrow(0, 0, first.numel);
 }
 
@@ -150,13 +151,17 @@ StateDict assemble_flat_optimizer(const std::vector<Shard>& shards, size_t i) {
   int64_t original = 0;
   for (size_t g = 0; g < groups.size(); ++g) {
     const auto& group = layout.groups[g];
+    // Each shard's stepped tensors' indices in its "state".
+    std::vector<std::vector<int64_t>> params;
+    for (const auto& state : states) params.push_back(StateDict::from_ivalue(state.at("param_groups").toListRef()[g]).get_ints("params"));
     // A stepped tensor's state in shard r.
     const auto stepped_state = [&](size_t r, int64_t stepped) {
-      const auto params = StateDict::from_ivalue(states[r].at("param_groups").toListRef()[g]).get_ints("params");
-      check<CheckpointError>(stepped >= 0 && stepped < static_cast<int64_t>(params.size()), shards[r].name,
+      check<CheckpointError>(stepped >= 0 && stepped < static_cast<int64_t>(params[r].size()), shards[r].name,
                              ": optimizer ", i, " param group ", g, " has no tensor ", stepped, ": the file is damaged");
-      return optimizer_state_at(states[r].at("state").toGenericDict(), params[static_cast<size_t>(stepped)]);
+      return optimizer_state_at(states[r].at("state").toGenericDict(), params[r][static_cast<size_t>(stepped)]);
     };
+    // Each flat's per-element state, put together once for all of its parameters.
+    std::map<std::pair<std::string, std::string>, torch::Tensor> joined;
     GenericList indices(c10::IntType::get());
     for (size_t p = 0; p < group.flat.size(); ++p) {
       const int64_t index = original++;
@@ -175,14 +180,17 @@ StateDict assemble_flat_optimizer(const std::vector<Shard>& shards, size_t i) {
         // Per-element state (Adam's exp_avg) has the shard's size; the rest (Adam's step) is the
         // same on every rank and for every parameter of the flat: each its own copy.
         if (value.isTensor() && value.toTensor().dim() >= 1 && value.toTensor().numel() == flat.shard_numel) {
-          const auto joined = join_flat(shards, group.flat[p], [&](const Shard& shard) {
-            const size_t r = static_cast<size_t>(&shard - shards.data());
-            const auto state = stepped_state(r, group.stepped[p]);
-            check<CheckpointError>(state && state->contains(key), shard.name, ": optimizer ", i, " has no '", key,
-                                   "' for '", group.flat[p], "', which ", shards.front().name, " has");
-            return state->at(key).toTensor();
-          });
-          entry_state.insert(key, entry_of(joined, flat, static_cast<size_t>(group.entry[p])));
+          auto& whole = joined[{group.flat[p], key}];
+          if (!whole.defined()) {
+            whole = join_flat(shards, group.flat[p], [&](const Shard& shard) {
+              const size_t r = static_cast<size_t>(&shard - shards.data());
+              const auto state = stepped_state(r, group.stepped[p]);
+              check<CheckpointError>(state && state->contains(key), shard.name, ": optimizer ", i, " has no '", key,
+                                     "' for '", group.flat[p], "', which ", shards.front().name, " has");
+              return state->at(key).toTensor();
+            });
+          }
+          entry_state.insert(key, entry_of(whole, flat, static_cast<size_t>(group.entry[p])));
         } else if (value.isTensor()) {
           entry_state.insert(key, value.toTensor().clone());
         } else {
