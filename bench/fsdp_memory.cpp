@@ -21,6 +21,7 @@
 //   build/bench/fsdp_memory [--rounds 2] [--steps 8] [--warmup 2] [--ranks 2,4]
 #include <cstdio>
 
+#include "bench/block_mlp.h"
 #include "bench/ranked_runs.h"
 #include "trainer/run_main.h"
 
@@ -29,25 +30,10 @@ namespace {
 using volt::bench::mib;
 using volt::bench::storage_bytes;
 
-constexpr int64_t kWidth = 1580, kBlocks = 8, kBatch = 16;  // 8 x (1580 x 1580 + 1580) = 19.98M parameters
+using volt::bench::BlockMlp;
+using volt::bench::kBlocks;
+constexpr int64_t kWidth = volt::bench::kBlockWidth, kBatch = 16;
 
-class BlockMlp : public volt::Module {
- public:
-  BlockMlp() {
-    for (int64_t i = 0; i < kBlocks; ++i) {
-      net->push_back(torch::nn::Linear(kWidth, kWidth));
-      if (i + 1 < kBlocks) net->push_back(torch::nn::ReLU());
-    }
-    register_module("net", net);
-  }
-  torch::Tensor training_step(const volt::Batch& batch, int64_t) override {
-    return torch::mse_loss(net->forward(batch.input), batch.target);
-  }
-  volt::OptimizerConfig configure_optimizers() override {
-    return volt::OptimizerConfig(std::make_shared<torch::optim::Adam>(parameters(), torch::optim::AdamOptions(1e-4)));
-  }
-  torch::nn::Sequential net;
-};
 
 std::vector<torch::Tensor> kept_parameters(volt::Module& module, torch::optim::Optimizer& optimizer) {
   auto tensors = module.parameters();

@@ -45,17 +45,25 @@ class FileReadAdapter : public caffe2::serialize::ReadAdapterInterface {
   size_t size_ = 0;
 };
 
-}  // namespace
-
-StateDict read_checkpoint_file(const fs::path& path, bool require_integrity) {
+// The file `path` for the zip reader; throws CheckpointError when it is missing or a directory.
+std::shared_ptr<FileReadAdapter> open_checkpoint_file(const fs::path& path) {
   std::error_code error;
   const auto status = fs::status(path, error);
   check<CheckpointError>(fs::exists(status), "checkpoint: no file at '", path.string(),
                          "'; check the path (or pass 'last' to resume from the newest checkpoint)");
   check<CheckpointError>(!fs::is_directory(status), "checkpoint: '", path.string(),
                          "' is a directory; expected a checkpoint file");
-  return read_checkpoint_archive(std::make_shared<FileReadAdapter>(path), "checkpoint '" + path.string() + "'",
-                                 require_integrity);
+  return std::make_shared<FileReadAdapter>(path);
+}
+
+}  // namespace
+
+StateDict read_checkpoint_file(const fs::path& path, bool require_integrity) {
+  return read_checkpoint_archive(open_checkpoint_file(path), "checkpoint '" + path.string() + "'", require_integrity);
+}
+
+LazyCheckpoint CheckpointIO::load_lazily(const fs::path& path, const std::vector<std::string>& lazy_sections) {
+  return read_checkpoint_archive_lazily(open_checkpoint_file(path), "checkpoint '" + path.string() + "'", lazy_sections);
 }
 
 void CheckpointIO::save(const StateDict& checkpoint, const fs::path& path) {

@@ -1,6 +1,7 @@
 #pragma once
 #include <filesystem>
 
+#include "checkpoint/checkpoint_format.h"
 #include "core/state_dict.h"
 
 namespace volt {
@@ -19,6 +20,10 @@ class CheckpointIO {
   // Reads and verifies the file `path`. Throws CheckpointError when it is missing, truncated,
   // damaged (checksum), not a checkpoint, or of a newer format version.
   virtual StateDict load(const std::filesystem::path& path);
+  // Reads the file `path` leaving the tensors under the top-level keys `lazy_sections` in it, to
+  // be read in parts later (Note [Reading parts of a checkpoint] in checkpoint_format.h); verifies
+  // what it reads. A subclass that stores elsewhere overrides this too.
+  virtual LazyCheckpoint load_lazily(const std::filesystem::path& path, const std::vector<std::string>& lazy_sections);
   // Removes the file or directory `path`; a path that does not exist is not an error.
   virtual void remove(const std::filesystem::path& path);
 };

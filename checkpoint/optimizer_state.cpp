@@ -100,7 +100,7 @@ StateDict optimizer_state_dict(const Optimizer& optimizer) {
 }
 
 void load_optimizer_state_dict(Optimizer& optimizer, const StateDict& state, const std::string& what,
-                               const ParameterNamer& name_of) {
+                               const ParameterNamer& name_of, bool take_tensors) {
   const OptimizerStateCodec* codec = optimizer_state_codecs().find(optimizer);
   const std::string saved_type = state.contains("volt_optimizer") ? state.get_string("volt_optimizer") : "";
   const std::string current_type = codec ? codec->name : type_name(optimizer);
@@ -163,7 +163,7 @@ void load_optimizer_state_dict(Optimizer& optimizer, const StateDict& state, con
         states.erase(key);
         continue;
       }
-      ParameterContext context{what, static_cast<size_t>(indices[i]), name_of ? name_of(parameter) : ""};
+      ParameterContext context{what, static_cast<size_t>(indices[i]), name_of ? name_of(parameter) : "", take_tensors};
       states[key] = codec->load_parameter(StateDict::from_ivalue(found->value(), context.where()), parameter, context);
     }
   }

@@ -31,9 +31,11 @@ ParameterNamer parameter_namer(const torch::nn::Module& module);
 // Replaces the optimizer's state and its groups' options (lr, betas, ...) with `state`, moving
 // tensors to each parameter's device and dtype. Throws CheckpointError when the optimizer type,
 // the number of groups or of parameters per group, or a state tensor's shape does not match.
-// `what` names the optimizer in messages (e.g. "optimizer 0").
+// `what` names the optimizer in messages (e.g. "optimizer 0"). `take_tensors`: `state`'s tensors
+// are the caller's own and unused after, so the optimizer may keep them instead of copies.
 void load_optimizer_state_dict(torch::optim::Optimizer& optimizer, const StateDict& state,
-                               const std::string& what, const ParameterNamer& name_of = {});
+                               const std::string& what, const ParameterNamer& name_of = {},
+                               bool take_tensors = false);
 
 // The entry of parameter `index` in such a layout's "state" (keys are ints as volt writes them;
 // strings are accepted too, as other tools may leave them); none when it has no state.

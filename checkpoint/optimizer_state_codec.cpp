@@ -35,7 +35,7 @@ torch::Tensor take_state_tensor(const StateDict& state, const char* key, const t
                          tensor.sizes(), " but the parameter has shape ", parameter.sizes(),
                          "; configure_optimizers must build the same parameter groups as the run that wrote "
                          "the checkpoint");
-  return tensor.to(parameter.options(), /*non_blocking=*/false, /*copy=*/true);
+  return tensor.to(parameter.options(), /*non_blocking=*/false, /*copy=*/!context.take_tensors);
 }
 
 c10::IValue pair_value(const std::tuple<double, double>& values) {

@@ -34,6 +34,9 @@ struct ParameterContext {
   std::string what;  // "optimizer 0"
   size_t index = 0;  // the parameter's index across groups
   std::string parameter_name;
+  // The state's tensors are the loader's to keep (nobody else holds them): take_state_tensor then
+  // keeps a tensor already of the parameter's device and dtype instead of copying it.
+  bool take_tensors = false;
   std::string where() const;  // "optimizer 0, parameter 3 (fc.weight)"
 };
 

@@ -2,6 +2,9 @@
 //   volt-ckpt inspect PATH        layout, strategy, world size, step, epoch, sections, tensors
 //   volt-ckpt verify PATH         every file's checksum; a sharded directory's every shard, of one save
 //   volt-ckpt convert PATH OUT    a sharded checkpoint (directory) into one full checkpoint file
+//   volt-ckpt convert FILE OUT --ranks N
+//                                 a full checkpoint file into a sharded directory for N ranks
+//                                 (Note [A full checkpoint sharded for N ranks])
 //   volt-ckpt export PATH OUT     the weights alone: model.load_state_dict(torch.load(OUT)) in PyTorch
 // PATH is a full checkpoint file or a sharded checkpoint directory. Errors go to stderr, naming
 // the file and what is wrong; the exit status is 1 for a bad checkpoint, 2 for a bad command line.
@@ -11,6 +14,7 @@
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -30,6 +34,8 @@ const char* kUsage =
     "usage: volt-ckpt inspect PATH\n"
     "       volt-ckpt verify PATH\n"
     "       volt-ckpt convert PATH OUT   (a sharded checkpoint directory into one full checkpoint file)\n"
+    "       volt-ckpt convert FILE OUT --ranks N\n"
+    "                                    (a full checkpoint file into a sharded checkpoint directory for N ranks)\n"
     "       volt-ckpt export PATH OUT    (the weights alone, for model.load_state_dict(torch.load(OUT)))\n"
     "PATH: a checkpoint file, or a sharded checkpoint's directory\n";
 
@@ -43,13 +49,16 @@ struct Loaded {
   bool sharded = false;
 };
 
-Loaded load_any(const fs::path& path) {
+// `every_byte`: each shard file is also verified whole (putting together reads and verifies only
+// the blocks the full checkpoint holds: not a flat's padding).
+Loaded load_any(const fs::path& path, bool every_byte = false) {
   std::error_code error;
   volt::check<CheckpointError>(fs::exists(path, error), "'", path.string(), "' does not exist");
   CheckpointIO io;
   if (!fs::is_directory(path, error)) return {io.load(path), 1, false};
-  const auto shards = volt::read_shards(io, path);
-  return {volt::assemble_full_checkpoint(shards, path.string()), static_cast<int64_t>(shards.size()), true};
+  if (every_byte) volt::read_shards(io, path);
+  const volt::ShardedCheckpoint sharded(io, path);
+  return {sharded.materialize(sharded.full()), sharded.shards(), true};
 }
 
 std::string human_bytes(int64_t bytes) {
@@ -127,21 +136,50 @@ void inspect(const fs::path& path) {
 }
 
 void verify(const fs::path& path) {
-  const Loaded loaded = load_any(path);  // every checksum, every shard and the index checked
+  const Loaded loaded = load_any(path, /*every_byte=*/true);  // every checksum, every shard and the index checked
   std::cout << "OK: " << path.string() << ": " << loaded.files << (loaded.files == 1 ? " file" : " files")
             << " verified (checksums" << (loaded.sharded ? ", every shard present and of one save, put together" : "")
             << ")\n";
 }
 
-void convert(const fs::path& path, const fs::path& out) {
+// The directory OUT appears complete or not at all: the shards are written into a hidden sibling
+// first, which is then renamed. An existing OUT is not written over.
+void shard(const fs::path& path, const fs::path& out, int64_t ranks) {
+  std::error_code error;
+  volt::check<CheckpointError>(!fs::exists(out, error), "'", out.string(),
+                               "' exists; name a new directory for the sharded checkpoint (nothing was written)");
+  CheckpointIO io;
+  std::vector<std::string> notes;
+  const auto shards = volt::shard_full_checkpoint(io.load(path), ranks, &notes);
+  std::string hidden(1, '.');  // built by appending: GCC 12 warns falsely on "." + std::string
+  hidden += out.filename().string();
+  hidden += ".tmp";
+  const fs::path temporary = out.parent_path() / hidden;
+  fs::remove_all(temporary, error);
+  try {
+    for (size_t r = 0; r < shards.size(); ++r) io.save(shards[r], volt::shard_file(temporary, static_cast<int64_t>(r)));
+    fs::rename(temporary, out);
+  } catch (...) {
+    fs::remove_all(temporary, error);
+    throw;
+  }
+  std::cout << "wrote " << out.string() << ": the sharded checkpoint of " << path.string() << " for " << ranks
+            << " ranks\n";
+  for (const auto& line : notes) std::cout << "note: " << line << "\n";
+}
+
+void convert(const fs::path& path, const fs::path& out, std::optional<int64_t> ranks) {
   std::error_code error;
   if (!fs::is_directory(path, error)) {
     volt::check<CheckpointError>(fs::exists(path, error), "'", path.string(), "' does not exist");
-    throw UsageError("'" + path.string() +
-                     "' is a full checkpoint already. Converting full to sharded is not supported: a full checkpoint "
-                     "resumes as it is under any strategy and world size, and a sharding strategy then writes its "
-                     "own shards");
+    if (!ranks) {
+      throw UsageError("'" + path.string() + "' is a full checkpoint already; to shard it for N ranks, add --ranks N");
+    }
+    if (*ranks < 1) throw UsageError("--ranks must be 1 or more, got " + std::to_string(*ranks));
+    shard(path, out, *ranks);
+    return;
   }
+  if (ranks) throw UsageError("--ranks shards a full checkpoint file; '" + path.string() + "' is sharded already");
   const Loaded loaded = load_any(path);
   CheckpointIO().save(loaded.full, out);
   std::cout << "wrote " << out.string() << ": the full checkpoint of the " << loaded.files << " shards of "
@@ -168,18 +206,36 @@ int main(int argc, char** argv) {
       std::cout << kUsage;
       return args.empty() ? 2 : 0;
     }
-    const std::string& command = args[0];
+    std::vector<std::string> positional;
+    std::optional<int64_t> ranks;
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (args[i] != "--ranks") {
+        positional.push_back(args[i]);
+        continue;
+      }
+      if (i + 1 >= args.size()) throw UsageError("--ranks takes a number");
+      try {
+        size_t used = 0;
+        ranks = std::stoll(args[i + 1], &used);
+        if (used != args[i + 1].size()) throw std::invalid_argument("trailing characters");
+      } catch (const std::logic_error&) {
+        throw UsageError("--ranks takes a number, got '" + args[i + 1] + "'");
+      }
+      ++i;
+    }
+    const std::string& command = positional.empty() ? args[0] : positional[0];
+    if (ranks && command != "convert") throw UsageError("--ranks belongs to convert");
     const size_t needed = command == "inspect" || command == "verify" ? 2 : 3;
     if ((command != "inspect" && command != "verify" && command != "convert" && command != "export") ||
-        args.size() != needed) {
+        positional.size() != needed) {
       throw UsageError(command == "inspect" || command == "verify" || command == "convert" || command == "export"
                            ? "'" + command + "' takes " + std::to_string(needed - 1) + " path(s)"
                            : "unknown command '" + command + "'");
     }
-    if (command == "inspect") inspect(args[1]);
-    if (command == "verify") verify(args[1]);
-    if (command == "convert") convert(args[1], args[2]);
-    if (command == "export") export_weights(args[1], args[2]);
+    if (command == "inspect") inspect(positional[1]);
+    if (command == "verify") verify(positional[1]);
+    if (command == "convert") convert(positional[1], positional[2], ranks);
+    if (command == "export") export_weights(positional[1], positional[2]);
     return 0;
   } catch (const UsageError& e) {
     std::cerr << "volt-ckpt: " << e.what() << "\n" << kUsage;

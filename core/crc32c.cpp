@@ -73,4 +73,43 @@ uint32_t crc32c_software(const void* data, size_t size, uint32_t crc) {
 
 }  // namespace detail
 
+namespace {
+
+// A 32x32 matrix over GF(2), column n as the bits of mat[n], times a vector.
+uint32_t gf2_times(const uint32_t* mat, uint32_t vec) {
+  uint32_t sum = 0;
+  for (; vec != 0; vec >>= 1, ++mat) {
+    if (vec & 1) sum ^= *mat;
+  }
+  return sum;
+}
+
+void gf2_square(uint32_t* square, const uint32_t* mat) {
+  for (int n = 0; n < 32; ++n) square[n] = gf2_times(mat, mat[n]);
+}
+
+}  // namespace
+
+uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t size_b) {
+  if (size_b == 0) return crc_a;
+  // Appending size_b zero bytes to A advances its CRC register linearly: apply the operator for
+  // one zero bit squared up to the bytes' count (the pre- and post-inversions cancel in the XOR).
+  uint32_t even[32], odd[32];
+  odd[0] = 0x82F63B78u;  // one zero bit
+  uint32_t row = 1;
+  for (int n = 1; n < 32; ++n, row <<= 1) odd[n] = row;
+  gf2_square(even, odd);  // two zero bits
+  gf2_square(odd, even);  // four
+  do {
+    gf2_square(even, odd);  // first pass: one zero byte
+    if (size_b & 1) crc_a = gf2_times(even, crc_a);
+    size_b >>= 1;
+    if (size_b == 0) break;
+    gf2_square(odd, even);
+    if (size_b & 1) crc_a = gf2_times(odd, crc_a);
+    size_b >>= 1;
+  } while (size_b != 0);
+  return crc_a ^ crc_b;
+}
+
 }  // namespace volt

@@ -214,7 +214,9 @@ void save_checkpoint_files(StrategyCollectives& collectives, CheckpointIO& io, C
 }
 
 StateDict load_checkpoint_files(const StrategyCollectives& collectives, CheckpointIO& io, const fs::path& path,
-                                const std::string& strategy, CheckpointLayout layout) {
+                                const std::string& strategy, CheckpointLayout layout,
+                                std::shared_ptr<const ShardedCheckpoint>* slices) {
+  if (slices != nullptr) slices->reset();
   std::error_code error;
   if (!fs::is_directory(path, error)) return io.load(path);
   const auto topology = collectives.topology();
@@ -229,19 +231,23 @@ StateDict load_checkpoint_files(const StrategyCollectives& collectives, Checkpoi
   }
   // Anything else reads every shard and puts them together (Note [Reading a sharded checkpoint
   // anywhere] in checkpoint/sharded_checkpoint.h).
-  const auto shards = read_shards(io, path);
-  std::vector<std::string> notes;
-  StateDict full = assemble_full_checkpoint(shards, path.string(), &notes);
+  auto sharded = std::make_shared<ShardedCheckpoint>(io, path);
   if (topology.global_rank == 0) {
-    std::string message = "checkpoint '" + path.string() + "': sharded by strategy '" +
-                          shards.front().child("strategy").get_string("name") + "' over " +
-                          std::to_string(shards.size()) + " ranks, loaded by '" + strategy + "' with " +
-                          std::to_string(topology.world_size) + ": every rank reads the " +
-                          std::to_string(shards.size()) + " shards and puts the full checkpoint together";
-    for (const auto& note : notes) message += "; " + note;
+    const auto shards = std::to_string(sharded->shards());
+    std::string message = "checkpoint '" + path.string() + "': sharded by strategy '" + sharded->strategy() +
+                          "' over " + shards + " ranks, loaded by '" + strategy + "' with " +
+                          std::to_string(topology.world_size) +
+                          (slices != nullptr ? ": each rank reads the slices of the " + shards + " shards that it owns"
+                                             : ": every rank reads the " + shards +
+                                                   " shards and puts the full checkpoint together");
+    for (const auto& note : sharded->notes()) message += "; " + note;
     warn(message);
   }
-  return full;
+  if (slices != nullptr) {
+    *slices = sharded;
+    return sharded->full();
+  }
+  return sharded->materialize(sharded->full());
 }
 
 void remove_checkpoint_files(StrategyCollectives& collectives, CheckpointIO& io, const fs::path& path,

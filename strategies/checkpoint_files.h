@@ -10,6 +10,7 @@
 
 #include "checkpoint/checkpoint_io.h"
 #include "checkpoint/checkpoint_layout.h"
+#include "checkpoint/sharded_checkpoint.h"
 #include "core/state_dict.h"
 #include "strategies/strategy_collectives.h"
 
@@ -65,10 +66,12 @@ void finish_checkpoint_writes(StrategyCollectives& collectives, CheckpointIO& io
 // This rank's view of the checkpoint at `path`: the file; this rank's shard of a sharded directory
 // that `strategy` wrote in `layout` at this world size; any other sharded directory put together
 // into the full layout (Note [Reading a sharded checkpoint anywhere], with one warning on global
-// rank 0 saying so and what restarts). Throws CheckpointError when missing or damaged.
+// rank 0 saying so and what restarts). With `slices` (a strategy that reads slices), that full
+// layout keeps its placeholders and *slices the ShardedCheckpoint that reads them; it is reset
+// otherwise. Throws CheckpointError when missing or damaged.
 StateDict load_checkpoint_files(const StrategyCollectives& collectives, CheckpointIO& io,
                                 const std::filesystem::path& path, const std::string& strategy,
-                                CheckpointLayout layout);
+                                CheckpointLayout layout, std::shared_ptr<const ShardedCheckpoint>* slices = nullptr);
 // Global rank 0 removes the checkpoint file or directory, once the write in flight (if any) is
 // finished. [collective]
 void remove_checkpoint_files(StrategyCollectives& collectives, CheckpointIO& io, const std::filesystem::path& path,

@@ -10,6 +10,7 @@
 // default needs no communication.
 #include <torch/torch.h>
 
+#include <memory>
 #include <string>
 
 #include "checkpoint/checkpoint_layout.h"
@@ -18,6 +19,7 @@
 
 namespace volt {
 
+class ShardedCheckpoint;
 class Strategy;
 
 class CheckpointState {
@@ -64,12 +66,22 @@ class CheckpointState {
   virtual StateDict shard_index(const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers);
   virtual void load_strategy_state_dict(const StateDict& state, CheckpointLayout layout) {}
 
+  // Whether this strategy loads a sharded checkpoint of another layout by reading only the slices
+  // it owns (Note [Reading a sharded checkpoint anywhere]): the full layout it then receives holds
+  // placeholders for the model's and optimizers' tensors, read through slices().
+  virtual bool reads_slices() const { return false; }
+  // What reads the placeholders of the checkpoint loaded last; null when it held none. Kept until
+  // the next load (it holds the shard files open).
+  const ShardedCheckpoint* slices() const { return slices_.get(); }
+  void set_slices(std::shared_ptr<const ShardedCheckpoint> slices) { slices_ = std::move(slices); }
+
  protected:
   Strategy& owner() const { return owner_; }
 
  private:
   Strategy& owner_;
   CheckpointLayout layout_;
+  std::shared_ptr<const ShardedCheckpoint> slices_;
 };
 
 }  // namespace volt

@@ -109,7 +109,11 @@ void Strategy::save_checkpoint(const StateDict& checkpoint, const std::filesyste
 
 StateDict Strategy::load_checkpoint(const std::filesystem::path& path) const {
   finish_checkpoint_writes();
-  return load_checkpoint_files(*collectives_, *checkpoint_io_, path, name(), checkpointing_->layout());
+  std::shared_ptr<const ShardedCheckpoint> slices;
+  auto checkpoint = load_checkpoint_files(*collectives_, *checkpoint_io_, path, name(), checkpointing_->layout(),
+                                          checkpointing_->reads_slices() ? &slices : nullptr);
+  checkpointing_->set_slices(std::move(slices));
+  return checkpoint;
 }
 
 void Strategy::remove_checkpoint(const std::filesystem::path& path) {

@@ -3,7 +3,9 @@
 #include <map>
 
 #include "checkpoint/optimizer_state.h"
+#include "checkpoint/sharded_checkpoint.h"
 #include "core/error.h"
+#include "strategies/fsdp/flat_slice.h"
 
 namespace volt::fsdp {
 
@@ -19,6 +21,17 @@ GenericDict new_name_dict() { return GenericDict(c10::StringType::get(), c10::An
 // the parameter): the rest (Adam's step) is per parameter.
 bool per_element(const c10::IValue& value, int64_t numel) {
   return value.isTensor() && value.toTensor().dim() >= 1 && value.toTensor().numel() == numel;
+}
+
+// `value` with each real tensor in it copied (placeholders stay: reading one makes a new tensor).
+c10::IValue owned(const c10::IValue& value) {
+  if (value.isTensor()) return value.toTensor().is_meta() ? value : c10::IValue(value.toTensor().clone());
+  if (value.isGenericDict()) {
+    auto out = new_name_dict();
+    for (const auto& item : value.toGenericDict()) out.insert(item.key(), owned(item.value()));
+    return out;
+  }
+  return value;  // numbers, strings, tuples of numbers (an optimizer's state holds no other containers)
 }
 
 }  // namespace
@@ -87,7 +100,7 @@ StateDict consolidate_optimizer_state(torch::optim::Optimizer& optimizer, const 
 }
 
 void load_consolidated_optimizer_state(torch::optim::Optimizer& optimizer, const std::vector<GroupLayout>& groups,
-                                       const StateDict& state, const std::string& what) {
+                                       const StateDict& state, const std::string& what, const ShardedCheckpoint* source) {
   const auto states = state.at("state").toGenericDict();
   const auto saved = state.at("param_groups");
   check<CheckpointError>(saved.isList() && saved.toListRef().size() == groups.size(), what, ": expected ",
@@ -112,7 +125,7 @@ void load_consolidated_optimizer_state(torch::optim::Optimizer& optimizer, const
     for (const auto& [stepped, parts] : by_stepped) {
       const auto* first = parts.front().first;
       if (first->unit == nullptr) {
-        sharded_states.insert(base + static_cast<int64_t>(stepped), parts.front().second);
+        sharded_states.insert(base + static_cast<int64_t>(stepped), owned(c10::IValue(parts.front().second)));
         continue;
       }
       auto& flat = first->unit->flat();
@@ -124,18 +137,18 @@ void load_consolidated_optimizer_state(torch::optim::Optimizer& optimizer, const
         const auto& key = item.key().toStringRef();
         const auto& entry0 = flat.entries()[first->entry];
         if (!per_element(item.value(), entry0.numel())) {
-          shard_state.insert(key, item.value());
+          shard_state.insert(key, owned(item.value()));  // placeholders among them are read below
           continue;
         }
-        std::vector<torch::Tensor> pieces(flat.entries().size());
+        std::vector<torch::Tensor> values(flat.entries().size());
         for (const auto& [original, entry_state] : parts) {
           const auto value = entry_state.at(key).toTensor();
           check<CheckpointError>(value.numel() == flat.entries()[original->entry].numel(), what, ": '", key,
                                  "' of parameter '", flat.entries()[original->entry].name, "' has ", value.numel(),
                                  " elements, the parameter ", flat.entries()[original->entry].numel());
-          pieces[original->entry] = value.reshape({-1}).to(flat.shard().dtype());
+          values[original->entry] = value;
         }
-        shard_state.insert(key, flat.slice_of(torch::cat(pieces)));
+        shard_state.insert(key, read_flat_slice(flat, values, source, flat.shard().scalar_type()));
       }
       sharded_states.insert(base + static_cast<int64_t>(stepped), shard_state);
     }
@@ -147,10 +160,15 @@ void load_consolidated_optimizer_state(torch::optim::Optimizer& optimizer, const
     sharded_groups.push_back(options.to_ivalue());
     base += stepped_count;
   }
-  StateDict sharded = state;
+  StateDict sharded;
+  for (const auto& key : state.keys()) sharded.set(key, state.at(key));
   sharded.set("state", sharded_states);
   sharded.set("param_groups", sharded_groups);
-  load_optimizer_state_dict(optimizer, sharded, what);
+  // What is left of a placeholder is small (Adam's step, parameters outside the units): read whole.
+  if (source != nullptr) sharded = source->materialize(sharded);
+  // Every tensor of `sharded` is new (a slice, a copy or just read): the optimizer keeps them
+  // rather than a second copy of its whole state (Note [Loading a slice]).
+  load_optimizer_state_dict(optimizer, sharded, what, {}, /*take_tensors=*/true);
 }
 
 }  // namespace volt::fsdp

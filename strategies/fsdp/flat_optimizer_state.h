@@ -9,7 +9,7 @@
 // (Adam's exp_avg, SGD's momentum_buffer: tensors of the shard's size) is all-gathered and cut
 // into each parameter's shape; anything else (Adam's step) is the same for every parameter of
 // the unit and copied, a tensor cloned for each (PyTorch's Adam increments it in place).
-// Loading takes each rank's slice of the concatenated per-parameter state.
+// Loading takes each rank's slice of the per-parameter state, read a parameter at a time.
 #include <torch/torch.h>
 
 #include <string>
@@ -17,6 +17,10 @@
 
 #include "core/state_dict.h"
 #include "strategies/fsdp/fully_sharded_unit.h"
+
+namespace volt {
+class ShardedCheckpoint;
+}
 
 namespace volt::fsdp {
 
@@ -33,8 +37,10 @@ using GroupLayout = std::vector<OriginalParameter>;
 StateDict consolidate_optimizer_state(torch::optim::Optimizer& optimizer, const std::vector<GroupLayout>& groups);
 
 // Loads PyTorch's layout over the original parameters into `optimizer` (which steps shards):
-// each rank takes its shard's slice. `what` names it in errors.
+// each rank takes its shard's slice (Note [Loading a slice] in flat_slice.h). `state`'s tensors may
+// be placeholders of `source`. `what` names it in errors.
 void load_consolidated_optimizer_state(torch::optim::Optimizer& optimizer, const std::vector<GroupLayout>& groups,
-                                       const StateDict& state, const std::string& what);
+                                       const StateDict& state, const std::string& what,
+                                       const ShardedCheckpoint* source = nullptr);
 
 }  // namespace volt::fsdp

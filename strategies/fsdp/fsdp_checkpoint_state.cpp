@@ -5,6 +5,7 @@
 #include "checkpoint/module_state.h"
 #include "checkpoint/sharded_checkpoint.h"
 #include "core/error.h"
+#include "strategies/fsdp/flat_slice.h"
 #include "strategies/fsdp/fsdp_strategy.h"
 
 namespace volt {
@@ -60,18 +61,21 @@ void FsdpCheckpointState::load_model_state_dict(torch::nn::Module& module, const
       rest.erase(key);
       continue;
     }
-    std::vector<torch::Tensor> pieces;
+    // Only this rank's slice of each parameter (Note [Loading a slice]).
+    std::vector<torch::Tensor> values;
     for (const auto& entry : flat.entries()) {
       check<CheckpointError>(state.contains(entry.name), source, ": no '", entry.name, "' (a parameter of ",
                              unit->describe(), ")");
       const auto value = state.get_tensor(entry.name);
       check<CheckpointError>(value.sizes().vec() == entry.shape, source, ": '", entry.name, "' has shape ",
                              value.sizes(), ", the model's is ", c10::IntArrayRef(entry.shape));
-      pieces.push_back(value.reshape({-1}).to(flat.shard().scalar_type()));
+      values.push_back(value);
       rest.erase(entry.name);
     }
-    flat.load_full_values(torch::cat(pieces));
+    torch::NoGradGuard no_grad;
+    flat.shard().copy_(fsdp::read_flat_slice(flat, values, slices(), flat.shard().scalar_type()));
   }
+  if (slices() != nullptr) rest = slices()->materialize(rest);  // buffers and parameters outside the units
   // Buffers and parameters outside the units; the units' parameters (released) are checked above.
   auto mismatch = compare_state_dict(module, rest);
   std::set<std::string> sharded_names;
@@ -99,7 +103,7 @@ void FsdpCheckpointState::load_optimizer_state_dict(torch::optim::Optimizer& opt
   if (layout == CheckpointLayout::Sharded || it == fsdp_.layouts_.end()) {
     return CheckpointState::load_optimizer_state_dict(optimizer, state, layout, what, name_of);
   }
-  fsdp::load_consolidated_optimizer_state(optimizer, it->second, state, what);
+  fsdp::load_consolidated_optimizer_state(optimizer, it->second, state, what, slices());
 }
 
 StateDict FsdpCheckpointState::shard_index(const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers) {

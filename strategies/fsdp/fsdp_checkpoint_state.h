@@ -3,7 +3,9 @@
 // Model, Full: every parameter unsharded under its name (gathered on every rank), with the
 // buffers; Sharded: each unit's shard ("<unit>.flat_shard", the root's "flat_shard") and the
 // buffers. Optimizer, Full: PyTorch's layout over the model's parameters (flat_optimizer_state.h),
-// on every rank; Sharded: the optimizer's own state (its shards').
+// on every rank; Sharded: the optimizer's own state (its shards'). A full layout is loaded a slice
+// at a time (Note [Loading a slice] in flat_slice.h), also from another layout's sharded
+// checkpoint (reads_slices).
 #include "strategies/checkpoint_state.h"
 
 namespace volt {
@@ -22,6 +24,7 @@ class FsdpCheckpointState : public CheckpointState {
                                  const std::string& what, const ParameterNamer& name_of) override;
   // Each unit's flat shard (its slice and parameters) and each optimizer's layout over them.
   StateDict shard_index(const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers) override;
+  bool reads_slices() const override { return true; }
 
  private:
   FSDPStrategy& fsdp_;

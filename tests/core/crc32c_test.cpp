@@ -42,6 +42,16 @@ TEST(Crc32c, TheInstructionAndTheTablesAgreeAtEveryAlignment) {
   }
 }
 
+TEST(Crc32c, CombiningThePartsChecksumsIsTheWholesChecksum) {
+  std::vector<unsigned char> bytes(300000);
+  uint32_t state = 777;
+  for (auto& b : bytes) b = static_cast<unsigned char>((state = state * 1103515245u + 12345u) >> 24);
+  for (size_t split : {size_t{0}, size_t{1}, size_t{8}, size_t{4095}, size_t{262144}, bytes.size()}) {
+    const uint32_t a = crc32c(bytes.data(), split), b = crc32c(bytes.data() + split, bytes.size() - split);
+    EXPECT_EQ(crc32c_combine(a, b, bytes.size() - split), crc32c(bytes.data(), bytes.size())) << "split " << split;
+  }
+}
+
 TEST(Crc32c, MaskIsTFRecords) {
   // masked_crc32c of the CRC of an empty string, as TensorFlow's record writer computes it.
   EXPECT_EQ(masked_crc32c(crc32c("", 0)), 0xA282EAD8u);

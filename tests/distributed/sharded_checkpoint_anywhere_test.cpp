@@ -60,7 +60,7 @@ TEST_P(ShardsPutTogether, AreTheFullCheckpointOfTheSameRunBitForBit) {
 
   CheckpointIO io;
   std::vector<std::string> notes;
-  const StateDict assembled = assemble_full_checkpoint(read_shards(io, sharded), sharded.string(), &notes);
+  const StateDict assembled = assemble_full_checkpoint(io, sharded, &notes);
   const StateDict expected = io.load(full);
   for (const char* key : {"state_dict", "optimizer_states", "epoch", "global_step", "layout"}) {
     EXPECT_EQ(testing::checkpoint_difference(assembled.at(key), expected.at(key), key), "") << c.name;
@@ -139,7 +139,7 @@ TEST(ShardedCheckpointErrors, NameTheFileAndWhatIsWrong) {
   CheckpointIO io;
   const auto expect_error = [&](const std::filesystem::path& path, const std::string& text) {
     try {
-      assemble_full_checkpoint(read_shards(io, path), path.string());
+      assemble_full_checkpoint(io, path);
       ADD_FAILURE() << "expected an error containing \"" << text << "\"";
     } catch (const CheckpointError& e) {
       EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();

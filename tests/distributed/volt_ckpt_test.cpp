@@ -80,7 +80,56 @@ TEST_F(VoltCkpt, ConvertWritesTheFullCheckpointOfTheSameRun) {
   }
   const auto again = run_command(volt_ckpt("convert " + full_.string() + " " + out.string() + ".2"), 60);
   EXPECT_EQ(again.exit_code, 2) << again.output;
-  EXPECT_NE(again.output.find("is a full checkpoint already"), std::string::npos) << again.output;
+  EXPECT_NE(again.output.find("is a full checkpoint already; to shard it for N ranks, add --ranks N"), std::string::npos)
+      << again.output;
+}
+
+// Full -> sharded for N ranks (Note [A full checkpoint sharded for N ranks]): the shards put
+// together are the full checkpoint bit for bit, and resuming from them trains like resuming from
+// the full file, under fsdp (which reads slices) and ddp (which puts them together).
+TEST_F(VoltCkpt, ConvertShardsAFullCheckpointForNRanks) {
+  const auto out = fs::path(dir_->path()) / "sharded_for_3";
+  const auto result = run_command(volt_ckpt("convert " + full_.string() + " " + out.string() + " --ranks 3"), 60);
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("for 3 ranks"), std::string::npos) << result.output;
+  for (int64_t r = 0; r < 3; ++r) EXPECT_TRUE(fs::exists(shard_file(out, r))) << r;
+  const auto verified = run_command(volt_ckpt("verify " + out.string()), 60);
+  EXPECT_EQ(verified.exit_code, 0) << verified.output;
+  const auto inspected = run_command(volt_ckpt("inspect " + out.string()), 60);
+  EXPECT_NE(inspected.output.find("layout: sharded, 3 shards"), std::string::npos) << inspected.output;
+
+  CheckpointIO io;
+  const auto assembled = assemble_full_checkpoint(io, out);
+  const auto expected = io.load(full_);
+  for (const char* key : {"state_dict", "optimizer_states", "epoch", "global_step"}) {
+    EXPECT_EQ(testing::checkpoint_difference(assembled.at(key), expected.at(key), key), "");
+  }
+
+  for (const auto& [strategy, devices] : {std::pair<std::string, int>{"fsdp:min_num_params=20", 3}, {"ddp", 2}}) {
+    const auto resume = [&](const fs::path& checkpoint, const std::string& root) {
+      return run_command(testing::adam_train_command(root, "--batch-size 2 --model mlp --devices " +
+                                                               std::to_string(devices) + " --strategy \"" + strategy +
+                                                               "\" --max-epochs 2 --print-steps --ckpt-path " +
+                                                               checkpoint.string()),
+                         240);
+    };
+    const auto from_sharded = resume(out, dir_->path() + "/resume_sharded_" + std::to_string(devices));
+    ASSERT_EQ(from_sharded.exit_code, 0) << from_sharded.output;
+    const auto from_full = resume(full_, dir_->path() + "/resume_full_" + std::to_string(devices));
+    ASSERT_EQ(from_full.exit_code, 0) << from_full.output;
+    const auto got = testing::step_lines(from_sharded.output);
+    ASSERT_EQ(got.size(), static_cast<size_t>(devices)) << from_sharded.output;
+    ASSERT_FALSE(got.begin()->second.empty()) << from_sharded.output;
+    testing::expect_steps_close(got, testing::step_lines(from_full.output), 0.0,
+                                strategy + ": resumed from the converted shards vs from the full file");
+  }
+
+  const auto exists = run_command(volt_ckpt("convert " + full_.string() + " " + out.string() + " --ranks 2"), 60);
+  EXPECT_EQ(exists.exit_code, 1) << exists.output;
+  EXPECT_NE(exists.output.find("exists; name a new directory"), std::string::npos) << exists.output;
+  const auto zero = run_command(volt_ckpt("convert " + full_.string() + " " + out.string() + "_0 --ranks 0"), 60);
+  EXPECT_EQ(zero.exit_code, 2) << zero.output;
+  EXPECT_FALSE(fs::exists(out.string() + "_0"));
 }
 
 TEST_F(VoltCkpt, ExportWritesTheWeightsPyTorchLoads) {

@@ -1,0 +1,31 @@
+#pragma once
+// The FSDP benchmarks' model (fsdp_memory, reshard_memory): a ~20M-parameter MLP of 8 equal
+// blocks, Linear 1580x1580 (one fsdp unit each by min_num_params=1e6) with ReLUs between them,
+// an MSE loss and Adam.
+#include <torch/torch.h>
+
+#include "trainer/module.h"
+
+namespace volt::bench {
+
+inline constexpr int64_t kBlockWidth = 1580, kBlocks = 8;  // 8 x (1580 x 1580 + 1580) = 19.98M parameters
+
+class BlockMlp : public Module {
+ public:
+  BlockMlp() {
+    for (int64_t i = 0; i < kBlocks; ++i) {
+      net->push_back(torch::nn::Linear(kBlockWidth, kBlockWidth));
+      if (i + 1 < kBlocks) net->push_back(torch::nn::ReLU());
+    }
+    register_module("net", net);
+  }
+  torch::Tensor training_step(const Batch& batch, int64_t) override {
+    return torch::mse_loss(net->forward(batch.input), batch.target);
+  }
+  OptimizerConfig configure_optimizers() override {
+    return OptimizerConfig(std::make_shared<torch::optim::Adam>(parameters(), torch::optim::AdamOptions(1e-4)));
+  }
+  torch::nn::Sequential net;
+};
+
+}  // namespace volt::bench

@@ -1,0 +1,201 @@
+// Memory of loading a sharded checkpoint on another number of ranks (issue 35 item 4): an fsdp run
+// on 2 ranks saves a sharded checkpoint; fsdp on N' ranks resumes from it (each rank reads the
+// slices it owns: Note [Loading a slice]) and, as the baseline, from the same state as one full
+// checkpoint file (every rank reads the whole file), measured in the same run; and the full
+// checkpoint put together in one process (what every rank of a strategy that keeps whole tensors
+// does). Model: a ~20M-parameter MLP of 8 equal blocks (Linear 1580x1580, one fsdp unit each by
+// min_num_params=1e6), Adam after 2 steps; Gloo on 127.0.0.1, one compute thread per rank.
+//
+// Counted from live CPU tensors (a counting allocator, bench/counting_allocator.h), per rank, each
+// column's largest rank shown:
+//   held      the rank's model state after the load: its flat shards and their Adam state (what
+//             (model + optimizer state) / N' is in fact on that rank, padding included);
+//   load peak the most bytes of live tensors during the load, less those live before it that are
+//             not the rank's shards (data, buffers): the rank's shards plus what the load holds
+//             at its peak;
+//   goal      issue 35's bound: held + the largest unit (its parameters and their Adam state).
+// Also per run: the bytes each rank read from the checkpoint's files (verification blocks
+// included) and the wall time of the load.
+//
+//   build/bench/reshard_memory [--ranks 2,3,4]
+#include <cstdio>
+
+#include "bench/block_mlp.h"
+#include "bench/counting_allocator.h"
+#include "bench/ranked_runs.h"
+#include "checkpoint/sharded_checkpoint.h"
+#include "strategies/checkpoint_state.h"
+#include "trainer/run_main.h"
+
+namespace {
+
+using volt::bench::CountingCpuAllocator;
+using volt::bench::mib;
+using volt::bench::storage_bytes;
+
+using volt::bench::kBlocks;
+constexpr int64_t kWidth = volt::bench::kBlockWidth, kBatch = 16, kSavedRanks = 2, kSteps = 2;
+constexpr const char* kStrategy = "fsdp:min_num_params=1e6";
+
+// The benchmarks' model, marking where a resume's load starts.
+class BlockMlp : public volt::bench::BlockMlp {
+ public:
+  volt::OptimizerConfig configure_optimizers() override {
+    // The last allocation before a resume's load: the peak is counted from here.
+    auto& counter = CountingCpuAllocator::install();
+    counter.reset_peak();
+    live_before_load = counter.live();
+    load_start = std::chrono::steady_clock::now();
+    return volt::bench::BlockMlp::configure_optimizers();
+  }
+  std::chrono::steady_clock::time_point load_start;
+  int64_t live_before_load = 0;
+};
+
+// The save worker writes the sharded checkpoint at the end of training.
+class SaveAtEnd : public volt::Callback {
+ public:
+  explicit SaveAtEnd(std::string path) : path_(std::move(path)) {}
+  void on_train_end(volt::Trainer& trainer, volt::Module&) override { trainer.save_checkpoint(path_); }
+
+ private:
+  std::string path_;
+};
+
+// The load worker reports right after the load (on_fit_start follows the restore).
+class LoadProbe : public volt::Callback {
+ public:
+  void on_fit_start(volt::Trainer& trainer, volt::Module& module) override {
+    auto& counter = CountingCpuAllocator::install();
+    const auto& mlp = static_cast<const BlockMlp&>(module);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - mlp.load_start).count();
+    auto& optimizer = *trainer.optimizers().at(0);
+    std::vector<torch::Tensor> shards;
+    for (auto& group : optimizer.param_groups()) {
+      for (auto& p : group.params()) shards.push_back(p);
+    }
+    const int64_t params = storage_bytes(shards);
+    const int64_t state = volt::bench::RankReporter::adam_state_bytes(optimizer);
+    const auto* slices = trainer.strategy().checkpointing().slices();
+    // What was live before the load and is not the rank's parameter shards (data, buffers) does
+    // not count against the load.
+    const int64_t load_peak = counter.peak() - (mlp.live_before_load - params);
+    std::printf("RANK %lld step_ms 0 held %lld load_peak %lld read %lld seconds %.3f\n",
+                static_cast<long long>(trainer.strategy().topology().global_rank),
+                static_cast<long long>(params + state), static_cast<long long>(load_peak),
+                static_cast<long long>(slices ? slices->bytes_read() : 0), seconds);
+    std::fflush(stdout);
+  }
+};
+
+struct Flags {
+  std::string ranks = "2,3,4";
+  std::string worker;  // "save" | "load"
+  int64_t worker_ranks = 0;
+  std::string path;
+};
+
+volt::TrainerOptions trainer_options(const Flags& flags, const std::string& strategy) {
+  volt::TrainerOptions options;
+  options.strategy = strategy;
+  options.devices = flags.worker_ranks;
+  options.accelerator = "cpu";
+  options.max_steps = kSteps;  // a resume starts at step kSteps: it loads and trains nothing
+  options.loggers.clear();
+  options.enable_checkpointing = false;
+  options.enable_progress_bar = false;
+  options.enable_model_summary = false;
+  options.num_sanity_val_steps = 0;
+  options.default_root_dir = "/tmp/volt_reshard_memory/root";
+  options.threads = 1;
+  return options;
+}
+
+void run_worker(volt::ProcessLauncher& launcher, const Flags& flags) {
+  const bool save = flags.worker == "save";
+  volt::Trainer trainer(trainer_options(flags, save ? std::string(kStrategy) + ",state_dict_type=sharded" : kStrategy),
+                        launcher);
+  torch::manual_seed(0);
+  auto module = std::make_shared<BlockMlp>();
+  const int64_t samples = flags.worker_ranks * kBatch * kSteps;
+  auto data = std::make_shared<volt::TensorDataset>(torch::randn({samples, kWidth}), torch::randn({samples, kWidth}));
+  volt::DataLoaderOptions loader;
+  loader.batch_size = kBatch;
+  if (save) {
+    trainer.add_callback(std::make_shared<SaveAtEnd>(flags.path));
+    trainer.fit(module, std::make_shared<volt::DataLoader>(data, loader));
+    return;
+  }
+  trainer.add_callback(std::make_shared<LoadProbe>());
+  trainer.fit(module, std::make_shared<volt::DataLoader>(data, loader), nullptr, flags.path);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CountingCpuAllocator::install();
+  return volt::run_main([&](volt::ProcessLauncher& launcher) {
+    namespace po = boost::program_options;
+    Flags flags;
+    po::options_description description("reshard_memory");
+    description.add_options()("help", "this text")("ranks", po::value(&flags.ranks)->default_value(flags.ranks),
+                                                   "world sizes that load, comma-separated")(
+        "worker", po::value(&flags.worker), "internal: save | load")(
+        "worker-ranks", po::value(&flags.worker_ranks), "internal: on this many ranks")(
+        "path", po::value(&flags.path), "internal: the checkpoint");
+    if (!volt::bench::parse_flags(argc, argv, description)) return;
+    if (!flags.worker.empty()) {
+      run_worker(launcher, flags);
+      return;
+    }
+    const std::string program = volt::bench::self_path("reshard_memory");
+    const std::filesystem::path root = "/tmp/volt_reshard_memory";
+    std::filesystem::remove_all(root);
+    std::filesystem::create_directories(root);
+    const auto sharded = root / "sharded", full = root / "full.ckpt";
+    volt::bench::run_shell(program + " --worker save --worker-ranks " + std::to_string(kSavedRanks) + " --path " +
+                               sharded.string(),
+                           "reshard_memory save");
+
+    // The baseline's file, and what putting it together costs one process.
+    auto& counter = CountingCpuAllocator::install();
+    counter.reset_peak();
+    const int64_t before = counter.live();
+    volt::CheckpointIO io;
+    {
+      const auto assembled = volt::assemble_full_checkpoint(io, sharded);
+      io.save(assembled, full);
+    }
+    const double put_together = static_cast<double>(counter.peak() - before);
+
+    const double unit_params = static_cast<double>(kWidth * kWidth + kWidth) * 4;
+    const double unit = unit_params * 3;  // its parameters and Adam's exp_avg and exp_avg_sq
+    std::printf("Loading a checkpoint of fsdp on %lld ranks with fsdp on N' ranks: %lld-parameter MLP of %lld blocks "
+                "(Linear %lldx%lld, one unit each), Adam state after %lld steps.\n"
+                "MiB per rank (the largest rank), counted from live CPU tensors. The whole model with its Adam state "
+                "is %.1f MiB; putting the full checkpoint together in one process peaks at %.1f MiB.\n\n",
+                static_cast<long long>(kSavedRanks), static_cast<long long>(kBlocks * (kWidth * kWidth + kWidth)),
+                static_cast<long long>(kBlocks), static_cast<long long>(kWidth), static_cast<long long>(kWidth),
+                static_cast<long long>(kSteps), mib(unit * kBlocks), mib(put_together));
+    std::printf("| N' | loads | held | load peak | goal: held + a unit | read from files | load s |\n"
+                "|---|---|---|---|---|---|---|\n");
+    std::stringstream ranks_text(flags.ranks);
+    for (std::string item; std::getline(ranks_text, item, ',');) {
+      const int64_t ranks = std::stoll(item);
+      for (const auto& [name, path] : {std::pair<std::string, std::filesystem::path>{"sharded checkpoint", sharded},
+                                       {"full checkpoint file", full}}) {
+        const auto output = volt::bench::run_shell(program + " --worker load --worker-ranks " + std::to_string(ranks) +
+                                                       " --path " + path.string(),
+                                                   "reshard_memory load");
+        const auto m = volt::bench::parse_rank_report(output, ranks, "reshard_memory");
+        const double load_peak = m.at("load_peak");
+        const double goal = m.at("held") + unit;
+        std::printf("| %lld | %s | %.1f | %.1f | %s %.1f | %s | %.2f |\n", static_cast<long long>(ranks),
+                    name.c_str(), mib(m.at("held")), mib(load_peak), load_peak <= goal ? "<=" : ">", mib(goal),
+                    m.at("read") > 0 ? (std::to_string(static_cast<int>(mib(m.at("read")))) + " MiB").c_str() : "whole file",
+                    m.at("seconds"));
+      }
+      std::fflush(stdout);
+    }
+  });
+}
