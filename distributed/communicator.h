@@ -72,6 +72,14 @@ struct CommunicatorOptions {
   // Trainer turns it on when every process of the node has two cores or more
   // (process_group_setup.h). Results are the same bit for bit either way. Inherited by sub-groups.
   bool ring_thread = true;
+  // Whether the Gloo backend's all_reduce and reduce of CPU tensors (float32, float64, float16,
+  // bfloat16, int32, int64) go through a shared-memory segment when every rank of the group is on
+  // this host (Note [Collectives through shared memory] in shared_memory_group.h): no sockets,
+  // each rank reduces a slice. The reduction order is rank order, so with three ranks or more the
+  // last bits can differ from Gloo's ring (two ranks: the same bits). Groups across hosts use Gloo
+  // as before. Off by default for now (docs/communicator.md says why); the Trainer turns it on
+  // when VOLT_SHM=1. Must be the same on every rank. Inherited by sub-groups.
+  bool shared_memory = false;
 
   // Throws ConfigurationError naming the field, the value and what is allowed.
   void validate() const;
@@ -161,6 +169,9 @@ class Communicator {
   // "native" (2 bytes an element, summed in bfloat16) or "float32" (converted, reduced, converted
   // back: 4 bytes an element). Note [bfloat16 over Gloo]. The same on every rank.
   virtual std::string bf16_reduction() const = 0;
+  // Whether all_reduce and reduce of CPU tensors go through shared memory in this group
+  // (CommunicatorOptions::shared_memory, every rank on this host).
+  virtual bool reduces_through_shared_memory() const { return false; }
 
   // ---- sub-groups
   // A communicator over `ranks` (ranks of this communicator; members are ordered by rank).

@@ -136,7 +136,8 @@ std::shared_ptr<Communicator> Communicator::connect(const CommunicatorOptions& o
                                           .compute_device = options.device,
                                           .monitor = std::move(monitor),
                                           .inline_max_bytes = options.inline_all_reduce_max_bytes,
-                                          .ring_thread = options.ring_thread});
+                                          .ring_thread = options.ring_thread,
+                                          .shared_memory = options.shared_memory});
 }
 
 }  // namespace volt

@@ -2,9 +2,12 @@
 // volt's timeouts, counters and error messages (the rendezvous: communicator_connect.cpp).
 #include "distributed/process_group_communicator.h"
 
+#include <cstring>
+
 #include "core/error.h"
 #include "distributed/collective_handle_state.h"
 #include "distributed/inline_gloo_all_reduce.h"
+#include "distributed/shared_memory_group.h"
 #include "distributed/padded_chunks.h"
 #include "distributed/ring_all_gather.h"
 #include "distributed/ring_chunks.h"
@@ -102,6 +105,11 @@ class ProcessGroupCommunicator : public Communicator {
         barrier.timeout = timeout();
         process_group_->barrier(barrier)->wait(timeout());
       }
+      if (setup_.backend == "gloo" && size > 1 && setup_.shared_memory) {
+        // Null when the ranks are on several hosts (or /dev/shm cannot hold the segment): Gloo then.
+        shm_ = SharedMemoryGroup::join([this](const std::string& bytes) { return setup_all_gather(bytes); }, rank,
+                                       size, timeout(), describe());
+      }
     } catch (const std::exception& e) {
       throw DistributedError(describe() + ": could not connect to the other " + std::to_string(size - 1) +
                              " rank(s) within the timeout of " + std::to_string(timeout().count()) +
@@ -118,8 +126,10 @@ class ProcessGroupCommunicator : public Communicator {
   }
 
   std::string bf16_reduction() const override {
-    return setup_.backend != "gloo" || inline_ || compat::kGlooReducesBfloat16 ? "native" : "float32";
+    return setup_.backend != "gloo" || inline_ || shm_ || compat::kGlooReducesBfloat16 ? "native" : "float32";
   }
+
+  bool reduces_through_shared_memory() const override { return shm_ != nullptr; }
 
   CollectiveHandle all_reduce_async(torch::Tensor tensor, ReduceOp op) override {
     check_tensor(tensor, "all_reduce");
@@ -342,13 +352,22 @@ class ProcessGroupCommunicator : public Communicator {
   at::Tensor movable(const torch::Tensor& tensor) const {
     return gloo_bf16(tensor) ? tensor.view(torch::kHalf) : tensor;
   }
-  // Reduces `buffer` (contiguous; reduced in place) as collective `kind`: on this thread when the
-  // inline path takes it (Note [Inline all_reduce]; every bfloat16 CPU buffer), else on the
-  // process group through `on_process_group` (in float32 for bfloat16, Note [bfloat16 over
+  // Reduces `buffer` (contiguous; reduced in place) as collective `kind`: through shared memory
+  // when the group has a segment and it takes the buffer (Note [Collectives through shared
+  // memory]); on this thread when the inline path takes it (Note [Inline all_reduce]; every
+  // bfloat16 CPU buffer), else on the process group through `on_process_group` (in float32 for bfloat16, Note [bfloat16 over
   // Gloo]). The handle's result is `finish(the reduced buffer)`.
   CollectiveHandle start_reduction(CollectiveKind kind, torch::Tensor buffer, ReduceOp op, std::string detail,
                                    const ProcessGroupReduction& on_process_group,
                                    std::function<torch::Tensor(torch::Tensor)> finish) {
+    // Mean is the finisher's division of the sum.
+    const ReduceOp reduced = op == ReduceOp::Mean ? ReduceOp::Sum : op;
+    if (shm_ && SharedMemoryGroup::accepts(buffer, reduced)) {
+      // On the ring thread where there is one, so that it overlaps with backward like Gloo's own.
+      return start_ring(kind, buffer, detail + " through shared memory",
+                        [group = shm_.get(), buffer, reduced]() mutable { group->all_reduce(buffer, reduced); },
+                        [buffer, finish = std::move(finish)] { return finish(buffer); });
+    }
     if (inline_ && inline_->accepts(buffer, op)) {
       return run_inline(kind, buffer, detail, [&] { inline_->run(buffer, op); },
                         [buffer, finish = std::move(finish)] { return finish(buffer); });
@@ -359,6 +378,32 @@ class ProcessGroupCommunicator : public Communicator {
     }
     return launch(kind, buffer, detail, [&] { return on_process_group(buffer); },
                   [buffer, finish = std::move(finish)] { return finish(buffer); });
+  }
+
+  // Every rank's `bytes` straight through the process group: setting the group up, neither
+  // counted nor numbered like the collectives a user calls.
+  std::vector<std::string> setup_all_gather(const std::string& bytes) {
+    c10d::AllgatherOptions opts;
+    opts.timeout = timeout();
+    const auto gather = [&](const torch::Tensor& input) {
+      std::vector<std::vector<at::Tensor>> outputs(1);
+      for (int64_t r = 0; r < size(); ++r) outputs[0].push_back(torch::empty_like(input));
+      std::vector<at::Tensor> inputs{input};
+      process_group_->allgather(outputs, inputs, opts)->wait(timeout());
+      return outputs[0];
+    };
+    const auto sizes = gather(torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kLong));
+    int64_t longest = 1;
+    for (const auto& s : sizes) longest = std::max(longest, s.item<int64_t>());
+    auto padded = torch::zeros({longest}, torch::kUInt8);
+    std::memcpy(padded.data_ptr(), bytes.data(), bytes.size());
+    const auto all = gather(padded);
+    std::vector<std::string> out;
+    for (int64_t r = 0; r < size(); ++r) {
+      out.emplace_back(static_cast<const char*>(all[static_cast<size_t>(r)].data_ptr()),
+                       static_cast<size_t>(sizes[static_cast<size_t>(r)].item<int64_t>()));
+    }
+    return out;
   }
 
   // `output` (checked) gets every rank's contiguous `input`.
@@ -552,7 +597,9 @@ class ProcessGroupCommunicator : public Communicator {
   bool is_root_;
   c10::intrusive_ptr<compat::C10dBackend> process_group_;
   std::unique_ptr<InlineGlooAllReduce> inline_;  // null: every collective on the process group
-  std::unique_ptr<RingWorker> rings_;            // null: volt's rings run on the calling thread
+  std::unique_ptr<SharedMemoryGroup> shm_;       // null: no reduction through shared memory
+  std::unique_ptr<RingWorker> rings_;            // null: volt's rings run on the calling thread (after shm_:
+                                                 // destroyed first, so no job of it outlives the segment)
   int64_t next_group_ = 0;
   int64_t sequence_ = 0;
 };

@@ -1,5 +1,7 @@
 #include "distributed/process_group_setup.h"
 
+#include <cstdlib>
+
 #include <algorithm>
 #include <thread>
 
@@ -39,6 +41,10 @@ std::shared_ptr<Communicator> start_process_group(const ClusterEnvironment& clus
   options.device = device;
   const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
   options.ring_thread = cores / std::max<int64_t>(1, topology.local_world_size) >= 2;
+  // Note [Collectives through shared memory]: opt-in until the benchmarks that simulate networks
+  // between network namespaces of one host (which shared memory would bypass) turn it off.
+  const char* shm = std::getenv("VOLT_SHM");
+  options.shared_memory = shm != nullptr && std::string(shm) == "1";
   return Communicator::connect(options);
 }
 

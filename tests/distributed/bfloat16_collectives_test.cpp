@@ -35,6 +35,7 @@ class Bfloat16Test : public ::testing::TestWithParam<Bf16Case> {
     const auto [world, inline_path] = GetParam();
     const auto errors = run_thread_ranks(world, [&](int64_t rank, int64_t port) {
       auto options = loopback_options(rank, world, port);
+      options.shared_memory = false;  // Gloo's paths (shared memory: shared_memory_group_test.cpp)
       if (!inline_path) options.inline_all_reduce_max_bytes = 0;
       auto c = Communicator::connect(options);
       body(*c);

@@ -77,13 +77,14 @@ TEST(ChainedCollectivesTest, ProcessGroupPathTwoRanks) { expect_chains_complete_
 // Rank 1's second continuation throws before starting its collective (as an orthogonalization
 // that fails would), and rank 1 leaves: rank 0, already waiting in that chain's second
 // all_reduce, must fail with a DistributedError naming it, long before the timeout.
-void expect_failure_inside_a_chain_fails_the_peer(int64_t numel, int64_t inline_max_bytes) {
+void expect_failure_inside_a_chain_fails_the_peer(int64_t numel, int64_t inline_max_bytes, bool shared_memory = false) {
   const auto timeout = std::chrono::seconds(300);
   std::string rank0_error, rank1_error;
   double rank0_failed_after = -1;
   const auto errors = run_thread_ranks(2, [&](int64_t rank, int64_t port) {
     auto options = loopback_options(rank, 2, port, timeout);
     options.inline_all_reduce_max_bytes = inline_max_bytes;
+    options.shared_memory = shared_memory;
     auto c = Communicator::connect(options);
     std::vector<CollectiveHandle> handles;
     for (int64_t b = 0; b < 3; ++b) {
@@ -128,6 +129,10 @@ TEST(ChainedCollectivesTest, FailureInsideAChainOnTheInlinePath) {
 
 TEST(ChainedCollectivesTest, FailureInsideAChainOnTheProcessGroupPath) {
   expect_failure_inside_a_chain_fails_the_peer(300 * 1024, 0);
+}
+
+TEST(ChainedCollectivesTest, FailureInsideAChainThroughSharedMemory) {
+  expect_failure_inside_a_chain_fails_the_peer(300 * 1024, 0, /*shared_memory=*/true);
 }
 
 }  // namespace

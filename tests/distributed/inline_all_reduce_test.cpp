@@ -30,6 +30,7 @@ bool returned_after_the_peer_called(int64_t numel, int64_t inline_max_bytes, std
   const auto errors = run_thread_ranks(2, [&](int64_t rank, int64_t port) {
     auto options = loopback_options(rank, 2, port, std::chrono::seconds(120));
     options.inline_all_reduce_max_bytes = inline_max_bytes;
+    options.shared_memory = false;  // the inline Gloo path is what is tested
     auto c = Communicator::connect(options);
     c->barrier();
     auto t = torch::full({numel}, static_cast<double>(rank + 1));
@@ -97,6 +98,7 @@ TEST(InlineAllReduceTest, BothPathsInterleavedGiveTheSameSums) {
 TEST(InlineAllReduceTest, NegativeLimitIsAConfigurationError) {
   auto options = loopback_options(0, 1, 29500);
   options.inline_all_reduce_max_bytes = -1;
+  options.shared_memory = false;
   EXPECT_THROW(options.validate(), ConfigurationError);
 }
 

@@ -1,0 +1,393 @@
+#include "distributed/shared_memory_group.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <new>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "core/error.h"
+
+namespace volt {
+
+namespace {
+
+constexpr uint64_t kMagic = 0x766f6c7473686d31ull;  // "voltshm1"
+constexpr const char* kNamePrefix = "volt-shm-";
+
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+void cpu_relax() {
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// Removes segments this host's earlier groups left behind: a creator killed between creating its
+// segment and removing its name (the name holds the creator's pid). Best effort.
+void remove_stale_segments() {
+  DIR* directory = ::opendir("/dev/shm");
+  if (directory == nullptr) return;
+  while (const dirent* entry = ::readdir(directory)) {
+    const std::string name = entry->d_name;
+    if (name.rfind(kNamePrefix, 0) != 0) continue;
+    const auto dash = name.find('-', std::strlen(kNamePrefix));
+    if (dash == std::string::npos) continue;
+    const pid_t pid = static_cast<pid_t>(std::strtol(name.c_str() + std::strlen(kNamePrefix), nullptr, 10));
+    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) ::shm_unlink(("/" + name).c_str());
+  }
+  ::closedir(directory);
+}
+
+// Whether process `pid` has ended: it does not exist, or it is a zombie (killed, not yet reaped by
+// its parent: a launcher may wait for another rank first).
+bool process_gone(pid_t pid) {
+  if (::kill(pid, 0) != 0) return errno == ESRCH;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  std::getline(stat, text);
+  const auto close = text.rfind(')');
+  return close != std::string::npos && close + 2 < text.size() && (text[close + 2] == 'Z' || text[close + 2] == 'X');
+}
+
+// Maps `bytes` of the segment open as `fd` (closing it); null with `problem` set when it fails.
+void* map_segment(int fd, size_t bytes, std::string& problem) {
+  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (base != MAP_FAILED) return base;
+  problem = std::string("mmap: ") + std::strerror(errno);
+  return nullptr;
+}
+
+std::string read_first_line(const char* path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+}  // namespace
+
+struct alignas(64) SharedMemoryGroup::RankState {
+  std::atomic<int64_t> counters[3];  // written, reduced, done: the last generation each finished
+  std::atomic<int32_t> pid;
+  std::atomic<int32_t> failed;  // 1: this rank failed and will not go on; 2: it left the group
+  // What this rank's current collective is (numel, dtype and op; -1 for a barrier), written
+  // before its first chunk's "written": ranks that disagree fail instead of mixing two calls.
+  std::atomic<int64_t> numel;
+  std::atomic<int32_t> dtype;
+  std::atomic<int32_t> op;
+};
+
+struct SharedMemoryGroup::Header {
+  uint64_t magic;
+  uint64_t nonce;
+  int64_t size;
+  uint64_t slot_bytes;
+};
+
+std::string SharedMemoryGroup::host_id() {
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  return read_first_line("/proc/sys/kernel/random/boot_id") + "/" + name;
+}
+
+bool SharedMemoryGroup::accepts(const torch::Tensor& tensor, ReduceOp op) {
+  if (!tensor.defined() || !tensor.device().is_cpu() || tensor.layout() != torch::kStrided) return false;
+  if (op == ReduceOp::Mean) return false;
+  switch (tensor.scalar_type()) {
+    case torch::kFloat:
+    case torch::kDouble:
+    case torch::kHalf:
+    case torch::kBFloat16:
+    case torch::kInt:
+    case torch::kLong:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::unique_ptr<SharedMemoryGroup> SharedMemoryGroup::join(const Exchange& exchange, int64_t rank, int64_t size,
+                                                           std::chrono::milliseconds timeout, const std::string& describe,
+                                                           size_t slot_bytes, std::string* why_not) {
+  const auto refuse = [&](const std::string& reason) -> std::unique_ptr<SharedMemoryGroup> {
+    if (why_not) *why_not = reason;
+    return nullptr;
+  };
+  slot_bytes = round_up(std::max<size_t>(slot_bytes, 4096), 4096);
+  const size_t header_bytes = round_up(sizeof(Header), 64) + static_cast<size_t>(size) * sizeof(RankState);
+  const size_t bytes = round_up(header_bytes, 4096) + (static_cast<size_t>(size) + 1) * slot_bytes;
+
+  // Rank 0 creates the segment; its name, or why it could not, goes to every rank with the host ids.
+  std::string name, problem;
+  void* base = nullptr;
+  if (rank == 0) {
+    remove_stale_segments();
+    std::random_device random;
+    const uint64_t nonce = (static_cast<uint64_t>(random()) << 32) ^ random();
+    std::ostringstream text;
+    text << "/" << kNamePrefix << ::getpid() << "-" << std::hex << nonce;
+    name = text.str();
+    const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) {
+      problem = std::string("shm_open: ") + std::strerror(errno);
+    } else {
+      if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+        problem = std::string("ftruncate: ") + std::strerror(errno);
+        ::close(fd);
+      } else {
+        base = map_segment(fd, bytes, problem);
+      }
+      if (base != nullptr) {
+        auto* header = new (base) Header{kMagic, nonce, size, slot_bytes};
+        auto* states = reinterpret_cast<char*>(header) + round_up(sizeof(Header), 64);
+        for (int64_t r = 0; r < size; ++r) new (states + static_cast<size_t>(r) * sizeof(RankState)) RankState{};
+      } else {
+        ::shm_unlink(name.c_str());
+      }
+    }
+  }
+  const auto shared = exchange((rank == 0 ? (base ? name : "!" + problem) : std::string()) + "\n" + host_id());
+  const auto split = [](const std::string& text) {
+    const auto newline = text.find('\n');
+    return std::make_pair(text.substr(0, newline), text.substr(newline + 1));
+  };
+  const auto [segment, host] = split(shared.at(0));
+  bool one_host = true;
+  for (const auto& entry : shared) one_host = one_host && split(entry).second == host;
+  const auto release = [&] {
+    if (base != nullptr) ::munmap(base, bytes);
+    base = nullptr;
+  };
+  if (!one_host || segment.empty() || segment[0] == '!') {
+    if (rank == 0 && base != nullptr) ::shm_unlink(name.c_str());
+    release();
+    return refuse(!one_host ? "the ranks are on more than one host"
+                            : "rank 0 could not create a shared-memory segment of " + std::to_string(bytes) +
+                                  " bytes (" + (segment.empty() ? std::string("?") : segment.substr(1)) + ")");
+  }
+
+  // The others map it and check that it is this group's.
+  if (rank != 0) {
+    const int fd = ::shm_open(segment.c_str(), O_RDWR, 0600);
+    if (fd < 0) {
+      problem = std::string("shm_open '") + segment + "': " + std::strerror(errno);
+    } else {
+      struct stat status {};
+      if (::fstat(fd, &status) != 0 || static_cast<size_t>(status.st_size) != bytes) {
+        problem = "the segment '" + segment + "' has another size than this group's";
+        ::close(fd);
+      } else {
+        base = map_segment(fd, bytes, problem);
+      }
+    }
+    if (base != nullptr) {
+      const auto* header = static_cast<const Header*>(base);
+      const uint64_t nonce = std::stoull(segment.substr(segment.rfind('-') + 1), nullptr, 16);
+      if (header->magic != kMagic || header->nonce != nonce || header->size != size || header->slot_bytes != slot_bytes) {
+        problem = "the segment '" + segment + "' belongs to another group";
+        release();
+      }
+    }
+  }
+  // Every rank knows whether every rank mapped it; then the name goes (Note [Collectives
+  // through shared memory]).
+  const auto mapped = exchange(base != nullptr ? std::string() : problem.empty() ? "?" : problem);
+  if (rank == 0) ::shm_unlink(segment.c_str());
+  for (size_t r = 0; r < mapped.size(); ++r) {
+    if (!mapped[r].empty()) {
+      release();
+      return refuse("rank " + std::to_string(r) + " could not map the shared-memory segment: " + mapped[r]);
+    }
+  }
+  std::unique_ptr<SharedMemoryGroup> group(
+      new SharedMemoryGroup(rank, size, timeout, describe, slot_bytes, base, bytes));
+  group->state(rank).pid.store(static_cast<int32_t>(::getpid()));
+  exchange(std::string());  // every pid is written before anyone waits on a peer
+  return group;
+}
+
+SharedMemoryGroup::SharedMemoryGroup(int64_t rank, int64_t size, std::chrono::milliseconds timeout, std::string describe,
+                                     size_t slot_bytes, void* base, size_t bytes)
+    : rank_(rank),
+      size_(size),
+      timeout_(timeout),
+      describe_(std::move(describe)),
+      slot_bytes_(slot_bytes),
+      base_(base),
+      bytes_(bytes),
+      header_bytes_(round_up(round_up(sizeof(Header), 64) + static_cast<size_t>(size) * sizeof(RankState), 4096)) {}
+
+SharedMemoryGroup::~SharedMemoryGroup() {
+  // A peer still waiting for this rank fails at once rather than at its timeout (a rank whose
+  // communicator is closed after an error, its process going on).
+  state(rank_).failed.store(2);
+  ::munmap(base_, bytes_);
+}
+
+SharedMemoryGroup::RankState& SharedMemoryGroup::state(int64_t rank) const {
+  auto* states = static_cast<char*>(base_) + round_up(sizeof(Header), 64);
+  return *reinterpret_cast<RankState*>(states + static_cast<size_t>(rank) * sizeof(RankState));
+}
+
+char* SharedMemoryGroup::slot(int64_t rank) const {
+  return static_cast<char*>(base_) + header_bytes_ + static_cast<size_t>(rank) * slot_bytes_;
+}
+
+char* SharedMemoryGroup::result() const { return slot(size_); }
+
+void SharedMemoryGroup::fail(const std::string& message) {
+  broken_ = true;
+  state(rank_).failed.store(1);
+  throw DistributedError(describe_ + ": " + message);
+}
+
+void SharedMemoryGroup::wait_for_all(int which, int64_t generation, const char* what) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  auto next_check = start + std::chrono::milliseconds(100);
+  for (int64_t r = 0; r < size_; ++r) {
+    RankState& peer = state(r);
+    for (int64_t spins = 0; peer.counters[which].load(std::memory_order_acquire) < generation; ++spins) {
+      if (spins < 2000) {
+        cpu_relax();
+        continue;
+      }
+      // Ranks may outnumber the cores: let the others run.
+      if (spins < 4000) {
+        sched_yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      }
+      // A peer may arrive and then leave or exit while this one sleeps: what it wrote counts.
+      if (peer.counters[which].load(std::memory_order_acquire) >= generation) break;
+      if (const int32_t failed = peer.failed.load(); failed != 0) {
+        fail(std::string(what) + " through shared memory: rank " + std::to_string(r) +
+             (failed == 2 ? " left the group (its communicator was closed) before it"
+                          : " failed during it; see that rank's error"));
+      }
+      const auto now = Clock::now();
+      if (now >= next_check) {
+        next_check = now + std::chrono::milliseconds(100);
+        const pid_t pid = peer.pid.load();
+        if (pid > 0 && process_gone(pid)) {
+          fail(std::string(what) + " through shared memory: rank " + std::to_string(r) + " (pid " +
+               std::to_string(pid) + ") is gone; it ended or was killed during the collective");
+        }
+        if (now - start >= timeout_) {
+          fail(std::string(what) + " through shared memory: rank " + std::to_string(r) + " did not arrive within " +
+               std::to_string(timeout_.count()) + " ms; it is stalled, or calls collectives in another order");
+        }
+      }
+    }
+  }
+}
+
+void SharedMemoryGroup::reduce_slice(c10::ScalarType dtype, ReduceOp op, int64_t begin, int64_t count) {
+  if (count <= 0) return;
+  const auto element = static_cast<int64_t>(c10::elementSize(dtype));
+  const auto options = torch::TensorOptions().dtype(dtype);
+  const auto view = [&](char* base) { return torch::from_blob(base + begin * element, {count}, options); };
+  auto out = view(result());
+  const bool narrow_sum = op == ReduceOp::Sum && (dtype == torch::kHalf || dtype == torch::kBFloat16);
+  if (narrow_sum) {
+    auto sum = view(slot(0)).to(torch::kFloat);
+    for (int64_t r = 1; r < size_; ++r) sum.add_(view(slot(r)));
+    out.copy_(sum);
+    return;
+  }
+  out.copy_(view(slot(0)));
+  for (int64_t r = 1; r < size_; ++r) {
+    const auto other = view(slot(r));
+    if (op == ReduceOp::Sum) {
+      out.add_(other);
+    } else if (op == ReduceOp::Max) {
+      at::maximum_out(out, out, other);
+    } else {
+      at::minimum_out(out, out, other);
+    }
+  }
+}
+
+void SharedMemoryGroup::all_reduce(torch::Tensor& tensor, ReduceOp op) {
+  check<DistributedError>(!broken_, describe_, ": the shared-memory group failed earlier; it takes no more collectives");
+  VOLT_INTERNAL_ASSERT(accepts(tensor, op) && tensor.is_contiguous(), "SharedMemoryGroup::all_reduce: accepts()");
+  torch::NoGradGuard no_grad;
+  const auto dtype = tensor.scalar_type();
+  const auto element = static_cast<int64_t>(c10::elementSize(dtype));
+  const int64_t numel = tensor.numel();
+  const int64_t chunk = static_cast<int64_t>(slot_bytes_) / element;
+  // Slices of whole cache lines, so that no two ranks write one.
+  const int64_t line = std::max<int64_t>(1, 64 / element);
+  auto* data = static_cast<char*>(tensor.data_ptr());
+  for (int64_t offset = 0; offset < numel || (numel == 0 && offset == 0); offset += chunk) {
+    const int64_t n = std::min(chunk, numel - offset);
+    const int64_t generation = ++generation_;
+    wait_for_all(2, generation - 1, "all_reduce");  // the slots and the result are free
+    if (offset == 0) describe_call(numel, static_cast<int32_t>(dtype), static_cast<int32_t>(op));
+    std::memcpy(slot(rank_), data + offset * element, static_cast<size_t>(n * element));
+    state(rank_).counters[0].store(generation, std::memory_order_release);
+    wait_for_all(0, generation, "all_reduce");
+    if (offset == 0) check_calls_agree("all_reduce");
+    const int64_t per = (n + size_ - 1) / size_ + line - 1 - ((n + size_ - 1) / size_ + line - 1) % line;
+    const int64_t begin = std::min(n, rank_ * per);
+    reduce_slice(dtype, op, begin, std::min(n, begin + per) - begin);
+    state(rank_).counters[1].store(generation, std::memory_order_release);
+    wait_for_all(1, generation, "all_reduce");
+    std::memcpy(data + offset * element, result(), static_cast<size_t>(n * element));
+    state(rank_).counters[2].store(generation, std::memory_order_release);
+    if (numel == 0) break;
+  }
+}
+
+void SharedMemoryGroup::barrier() {
+  check<DistributedError>(!broken_, describe_, ": the shared-memory group failed earlier; it takes no more collectives");
+  const int64_t generation = ++generation_;
+  wait_for_all(2, generation - 1, "barrier");
+  describe_call(-1, -1, -1);
+  for (int which = 0; which < 3; ++which) state(rank_).counters[which].store(generation, std::memory_order_release);
+  wait_for_all(0, generation, "barrier");
+  check_calls_agree("barrier");
+}
+
+void SharedMemoryGroup::describe_call(int64_t numel, int32_t dtype, int32_t op) {
+  RankState& me = state(rank_);
+  me.numel.store(numel, std::memory_order_relaxed);
+  me.dtype.store(dtype, std::memory_order_relaxed);
+  me.op.store(op, std::memory_order_relaxed);  // published by the "written" store that follows
+}
+
+void SharedMemoryGroup::check_calls_agree(const char* what) {
+  const RankState& me = state(rank_);
+  const auto call = [](const RankState& s) {
+    const int64_t numel = s.numel.load(std::memory_order_relaxed);
+    if (numel < 0) return std::string("a barrier");
+    return "an all_reduce of " + std::to_string(numel) + " " +
+           c10::toString(static_cast<c10::ScalarType>(s.dtype.load(std::memory_order_relaxed))) + " elements (op " +
+           std::to_string(s.op.load(std::memory_order_relaxed)) + ")";
+  };
+  for (int64_t r = 0; r < size_; ++r) {
+    const RankState& peer = state(r);
+    if (peer.numel.load(std::memory_order_relaxed) != me.numel.load(std::memory_order_relaxed) ||
+        peer.dtype.load(std::memory_order_relaxed) != me.dtype.load(std::memory_order_relaxed) ||
+        peer.op.load(std::memory_order_relaxed) != me.op.load(std::memory_order_relaxed)) {
+      fail(std::string(what) + " through shared memory: rank " + std::to_string(r) + " called " + call(peer) +
+           ", this rank " + call(me) + "; every rank must call the same collectives in the same order, with "
+           "tensors of the same size and dtype");
+    }
+  }
+}
+
+}  // namespace volt

@@ -1,0 +1,100 @@
+#pragma once
+// Note [Collectives through shared memory]
+// Ranks on one host need not exchange gradients through TCP loopback (Gloo): kernel copies,
+// socket buffers and a syscall per chunk. A SharedMemoryGroup maps one segment that every rank
+// of the group shares, and reduces through it:
+//   segment  a header (per rank: its pid and three counters, each rank's on a cache line of its
+//            own), one slot of `slot_bytes` per rank, and one result slot;
+//   a chunk  (at most a slot) takes three steps, each closed by every rank's counter reaching the
+//            chunk's generation: each rank copies its chunk into its slot ("written"); each rank
+//            reduces its 1/size slice of the chunk over all slots, in rank order, into the result
+//            ("reduced"); each rank copies the result out ("done"). A rank writes its slot again
+//            only once every rank is done with the previous chunk.
+// Every element is reduced once, by one rank, in rank order, so every rank gets the same bits,
+// and the order is the same at every size. float16 and bfloat16 are summed in float32.
+// The segment is named per run and group (rank 0's pid and a random nonce), created by rank 0,
+// opened by the others, and its name removed as soon as every rank has mapped it: from then on
+// nothing is left behind whatever kills the processes (the kernel frees the memory with the last
+// mapping). A segment whose creator died before that point is removed by the next group a rank 0
+// of this host creates (its pid is in the name). Two jobs never share a segment: the name holds a
+// nonce that the joining ranks check in the header.
+// Each call records its size, dtype and op beside its first "written": ranks that disagree (calls
+// in another order, tensors of other sizes) fail naming the rank and both calls, rather than
+// mixing two collectives. A wait for the other ranks is bounded by the timeout; a rank whose process is gone (checked
+// every 100 ms), that failed or that closed its end of the group fails the wait at once, naming
+// it. After a failure the group refuses further collectives.
+//
+// Not thread-safe: one thread issues the collectives, in the same order on every rank.
+// Private to distributed/.
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "distributed/reduce_op.h"
+
+namespace volt {
+
+class SharedMemoryGroup {
+ public:
+  // Every rank's bytes, by rank: an all_gather over the group's other transport. [collective]
+  using Exchange = std::function<std::vector<std::string>(const std::string&)>;
+
+  // The group's segment, mapped on every rank; null on every rank when the ranks are not all on
+  // this host (their host ids differ) or shared memory cannot be mapped here (`why_not` says why).
+  // `describe` names the group in errors. [collective]
+  static std::unique_ptr<SharedMemoryGroup> join(const Exchange& exchange, int64_t rank, int64_t size,
+                                                 std::chrono::milliseconds timeout, const std::string& describe,
+                                                 size_t slot_bytes = size_t{4} << 20, std::string* why_not = nullptr);
+  ~SharedMemoryGroup();
+  SharedMemoryGroup(const SharedMemoryGroup&) = delete;
+  SharedMemoryGroup& operator=(const SharedMemoryGroup&) = delete;
+
+  // Whether all_reduce takes `tensor` with `op`: a dense CPU tensor of float32, float64, float16,
+  // bfloat16, int32 or int64; Sum, Max or Min (Mean is the caller's Sum, divided).
+  static bool accepts(const torch::Tensor& tensor, ReduceOp op);
+  // Reduces `tensor` (contiguous) over the group, in place. [collective]
+  void all_reduce(torch::Tensor& tensor, ReduceOp op);
+  // Returns once every rank has called it. [collective]
+  void barrier();
+
+  int64_t rank() const { return rank_; }
+  int64_t size() const { return size_; }
+  // The bytes of the segment (header, slots, result).
+  size_t segment_bytes() const { return bytes_; }
+  // This host's id: the kernel's boot id and the host name.
+  static std::string host_id();
+
+ private:
+  struct Header;
+  struct RankState;
+  SharedMemoryGroup(int64_t rank, int64_t size, std::chrono::milliseconds timeout, std::string describe,
+                    size_t slot_bytes, void* base, size_t bytes);
+  RankState& state(int64_t rank) const;
+  char* slot(int64_t rank) const;
+  char* result() const;
+  // Waits until every rank's counter `which` (0 written, 1 reduced, 2 done) reaches `generation`.
+  void wait_for_all(int which, int64_t generation, const char* what);
+  void reduce_slice(c10::ScalarType dtype, ReduceOp op, int64_t begin, int64_t count);
+  // Records this rank's call, then (once every rank has written) checks that every rank made the
+  // same one (Note [Collectives through shared memory]).
+  void describe_call(int64_t numel, int32_t dtype, int32_t op);
+  void check_calls_agree(const char* what);
+  [[noreturn]] void fail(const std::string& message);
+
+  int64_t rank_, size_;
+  std::chrono::milliseconds timeout_;
+  std::string describe_;
+  size_t slot_bytes_;
+  void* base_;
+  size_t bytes_;
+  size_t header_bytes_;
+  int64_t generation_ = 0;
+  bool broken_ = false;
+};
+
+}  // namespace volt
