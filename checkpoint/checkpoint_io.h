@@ -22,7 +22,9 @@ class CheckpointIO {
   virtual StateDict load(const std::filesystem::path& path);
   // Reads the file `path` leaving the tensors under the top-level keys `lazy_sections` in it, to
   // be read in parts later (Note [Reading parts of a checkpoint] in checkpoint_format.h); verifies
-  // what it reads. A subclass that stores elsewhere overrides this too.
+  // what it reads. Only CheckpointIO itself reads local files lazily: for a subclass (which may
+  // store elsewhere and override load() alone) the default is load(path), every tensor read,
+  // none left in a file. A subclass whose files are local or seekable overrides this to read lazily.
   virtual LazyCheckpoint load_lazily(const std::filesystem::path& path, const std::vector<std::string>& lazy_sections);
   // Removes the file or directory `path`; a path that does not exist is not an error.
   virtual void remove(const std::filesystem::path& path);

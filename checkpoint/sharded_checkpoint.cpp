@@ -14,171 +14,8 @@
 namespace volt {
 namespace fs = std::filesystem;
 
-namespace {
-
 using GenericDict = c10::impl::GenericDict;
 using GenericList = c10::impl::GenericList;
-
-// A new dict holding `state`'s entries (StateDicts share their storage).
-StateDict shallow_copy(const StateDict& state) {
-  StateDict copy;
-  for (const auto& key : state.keys()) copy.set(key, state.at(key));
-  return copy;
-}
-
-std::vector<int64_t> ints_of(const c10::IValue& value) {
-  std::vector<int64_t> out;
-  for (const auto& item : value.toListRef()) out.push_back(item.toInt());
-  return out;
-}
-
-std::vector<std::string> strings_of(const c10::IValue& value) {
-  std::vector<std::string> out;
-  for (const auto& item : value.toListRef()) out.push_back(item.toStringRef());
-  return out;
-}
-
-GenericList list_of(const std::vector<std::string>& values) {
-  GenericList list(c10::AnyType::get());
-  for (const auto& value : values) list.push_back(value);
-  return list;
-}
-
-GenericList list_of(const std::vector<int64_t>& values) {
-  GenericList list(c10::AnyType::get());
-  for (const auto value : values) list.push_back(value);
-  return list;
-}
-
-FlatShardIndex flat_from(const StateDict& state) {
-  FlatShardIndex flat;
-  flat.key = state.get_string("key");
-  flat.numel = state.get_int("numel");
-  flat.shard_offset = state.get_int("shard_offset");
-  flat.shard_numel = state.get_int("shard_numel");
-  flat.names = strings_of(state.at("names"));
-  for (const auto& shape : state.at("shapes").toListRef()) flat.shapes.push_back(ints_of(shape));
-  flat.offsets = ints_of(state.at("offsets"));
-  check<CheckpointError>(flat.names.size() == flat.shapes.size() && flat.names.size() == flat.offsets.size(),
-                         "shard index of '", flat.key, "': names, shapes and offsets differ in length");
-  return flat;
-}
-
-OptimizerShardIndex optimizer_from(const StateDict& state) {
-  OptimizerShardIndex optimizer;
-  optimizer.kind = state.get_string("kind");
-  for (const auto& group : state.at("groups").toListRef()) {
-    const auto g = StateDict::from_ivalue(group, "shard index param group");
-    optimizer.groups.push_back({strings_of(g.at("flat")), g.get_ints("entry"), g.get_ints("stepped")});
-  }
-  return optimizer;
-}
-
-// What tells two saves apart: a shard of another save has another position.
-std::string position_of(const StateDict& checkpoint) {
-  std::string position;
-  for (const char* key : {"epoch", "global_step"}) {
-    if (checkpoint.contains(key)) position += std::string(position.empty() ? "" : ", ") + key + " " + std::to_string(checkpoint.get_int(key));
-  }
-  if (checkpoint.contains("loops")) {
-    const auto fit_loop = checkpoint.child("loops").child("fit_loop");
-    position += ", next_batch " + std::to_string(fit_loop.get_int("next_batch"));
-  }
-  return position;
-}
-
-}  // namespace
-
-StateDict FlatShardIndex::to_state_dict() const {
-  StateDict state;
-  state.set("key", key);
-  state.set("numel", numel);
-  state.set("shard_offset", shard_offset);
-  state.set("shard_numel", shard_numel);
-  state.set("names", list_of(names));
-  GenericList shape_list(c10::AnyType::get());
-  for (const auto& shape : shapes) shape_list.push_back(list_of(shape));
-  state.set("shapes", shape_list);
-  state.set("offsets", list_of(offsets));
-  return state;
-}
-
-StateDict OptimizerShardIndex::to_state_dict() const {
-  StateDict state;
-  state.set("kind", kind);
-  GenericList group_list(c10::AnyType::get());
-  for (const auto& group : groups) {
-    StateDict g;
-    g.set("flat", list_of(group.flat));
-    g.set("entry", list_of(group.entry));
-    g.set("stepped", list_of(group.stepped));
-    group_list.push_back(g.to_ivalue());
-  }
-  state.set("groups", group_list);
-  return state;
-}
-
-StateDict shard_index(const std::vector<FlatShardIndex>& flats, const std::vector<OptimizerShardIndex>& optimizers) {
-  GenericList flat_list(c10::AnyType::get()), optimizer_list(c10::AnyType::get());
-  for (const auto& flat : flats) flat_list.push_back(flat.to_state_dict().to_ivalue());
-  for (const auto& optimizer : optimizers) optimizer_list.push_back(optimizer.to_state_dict().to_ivalue());
-  StateDict index;
-  index.set("flat_parameters", flat_list);
-  index.set("optimizers", optimizer_list);
-  return index;
-}
-
-fs::path shard_file(const fs::path& directory, int64_t rank) {
-  return directory / ("shard_" + std::to_string(rank) + ".ckpt");
-}
-
-namespace {
-
-// Loads every shard of `directory` through `load` (which returns the shard's dict, kept by the
-// caller), checking that they are one save's complete set.
-void load_shards(const fs::path& directory, const std::function<const StateDict&(const fs::path&)>& load) {
-  std::error_code error;
-  check<CheckpointError>(fs::is_directory(directory, error), "checkpoint: '", directory.string(),
-                         "' is not a directory; a sharded checkpoint is a directory of shard_<rank>.ckpt files");
-  const auto first_file = shard_file(directory, 0);
-  check<CheckpointError>(fs::exists(first_file, error), "checkpoint: '", directory.string(),
-                         "' has no shard_0.ckpt; it is not a sharded checkpoint, or its first shard is missing");
-  const StateDict& first = load(first_file);
-  check<CheckpointError>(first.contains("shard"), first_file.string(), ": not a shard of a sharded checkpoint (no 'shard' entry)");
-  const int64_t world = first.child("shard").get_int("world_size");
-  int64_t files = 0;
-  for (const auto& entry : fs::directory_iterator(directory)) {
-    const auto name = entry.path().filename().string();
-    if (name.rfind("shard_", 0) == 0 && entry.path().extension() == ".ckpt") ++files;
-  }
-  check<CheckpointError>(files == world, "checkpoint: '", directory.string(), "' holds ", files,
-                         " shard files, its shards were written by ", world,
-                         " ranks: shards of two saves are mixed in one directory, or one is missing");
-  const std::string position = position_of(first);
-  for (int64_t rank = 1; rank < world; ++rank) {
-    const auto file = shard_file(directory, rank);
-    check<CheckpointError>(fs::exists(file, error), "checkpoint: '", directory.string(), "' is missing ",
-                           file.filename().string(), " of the ", world, " shards it was written with");
-    const StateDict& shard = load(file);
-    check<CheckpointError>(shard.contains("shard") && shard.child("shard").get_int("rank") == rank &&
-                               shard.child("shard").get_int("world_size") == world,
-                           file.string(), ": not the shard of rank ", rank, " of ", world);
-    check<CheckpointError>(position_of(shard) == position, file.string(), " was written at ", position_of(shard),
-                           ", ", first_file.filename().string(), " at ", position,
-                           ": shards of two saves are mixed in one directory");
-  }
-}
-
-}  // namespace
-
-std::vector<StateDict> read_shards(CheckpointIO& io, const fs::path& directory) {
-  std::deque<StateDict> shards;  // a deque: load_shards keeps references to earlier shards
-  load_shards(directory, [&](const fs::path& file) -> const StateDict& {
-    shards.push_back(io.load(file));
-    return shards.back();
-  });
-  return {shards.begin(), shards.end()};
-}
 
 namespace {
 
@@ -230,11 +67,11 @@ class ShardAssembly {
                              "strategy and world size that wrote it can load it; resume it with those");
       const auto index = checkpoint.child("shard_index");
       for (const auto& flat : index.at("flat_parameters").toListRef()) {
-        auto parsed = flat_from(StateDict::from_ivalue(flat, shard.name + " shard index"));
+        auto parsed = FlatShardIndex::from_state_dict(StateDict::from_ivalue(flat, shard.name + " shard index"));
         shard.flats.emplace(parsed.key, std::move(parsed));
       }
       for (const auto& optimizer : index.at("optimizers").toListRef()) {
-        shard.optimizers.push_back(optimizer_from(StateDict::from_ivalue(optimizer, shard.name + " shard index")));
+        shard.optimizers.push_back(OptimizerShardIndex::from_state_dict(StateDict::from_ivalue(optimizer, shard.name + " shard index")));
       }
       shards_.push_back(std::move(shard));
     }
@@ -242,7 +79,7 @@ class ShardAssembly {
 
   void run() {
     const StateDict& first = *shards_.front().checkpoint;
-    StateDict full = shallow_copy(first);
+    StateDict full = first.shallow_copy();
     full.set("layout", std::string("full"));
     full.erase("shard");
     full.erase("shard_index");
@@ -260,7 +97,7 @@ class ShardAssembly {
       for (const auto& shard : shards_) per_rank.push_back(shard.checkpoint->at("rng_states"));
       full.set("rng_states_per_rank", per_rank);
     }
-    auto strategy = shallow_copy(first.child("strategy"));
+    auto strategy = first.child("strategy").shallow_copy();
     if (strategy.contains("state") && !strategy.child("state").empty()) {
       // Name what restarts: the section's entries (a comm hook's state, the averager's step, the
       // local models, SlowMo's buffers ...).
@@ -272,7 +109,7 @@ class ShardAssembly {
     }
     full.set("strategy", strategy);
     if (first.contains("loops")) {
-      auto fit_loop = shallow_copy(first.child("loops").child("fit_loop"));
+      auto fit_loop = first.child("loops").child("fit_loop").shallow_copy();
       if (fit_loop.contains("accumulated_grads")) {
         if (shards_.front().flats.empty()) {
           // Whole gradients on every rank: each rank's own, as a full checkpoint of several ranks holds them.
@@ -287,7 +124,7 @@ class ShardAssembly {
         }
         fit_loop.erase("accumulated_grads");
       }
-      auto loops = shallow_copy(first.child("loops"));
+      auto loops = first.child("loops").shallow_copy();
       loops.set("fit_loop", fit_loop);
       full.set("loops", loops);
     }
@@ -447,7 +284,7 @@ class ShardAssembly {
       options.set("params", indices);
       out_groups.push_back(options.to_ivalue());
     }
-    StateDict full = shallow_copy(states.front());
+    StateDict full = states.front().shallow_copy();
     full.set("state", out_states);
     full.set("param_groups", out_groups);
     return full;
@@ -456,7 +293,7 @@ class ShardAssembly {
   StateDict optimizer(size_t i) {
     const auto& kind = shards_.front().optimizers[i].kind;
     if (kind == "flat") return flat_optimizer(i);
-    StateDict full = shallow_copy(optimizer_of(shards_.front(), i));
+    StateDict full = optimizer_of(shards_.front(), i).shallow_copy();
     if (kind == "replicated") return full;
     check<CheckpointError>(kind == "partitioned", shards_.front().name, ": optimizer ", i, " has the unknown layout '",
                            kind, "'; it was written by a newer volt");
@@ -564,143 +401,8 @@ StateDict ShardedCheckpoint::materialize(const StateDict& state) const {
 
 uint64_t ShardedCheckpoint::bytes_read() const {
   uint64_t bytes = 0;
-  for (const auto& file : files_) bytes += file.file->bytes_read();
+  for (const auto& file : files_) bytes += file.file ? file.file->bytes_read() : 0;  // null: read whole by load()
   return bytes;
-}
-
-std::vector<StateDict> shard_full_checkpoint(const StateDict& full, int64_t world, std::vector<std::string>* notes) {
-  check<ConfigurationError>(world >= 1, "sharding a checkpoint: the number of ranks must be >= 1, got ", world);
-  check<CheckpointError>(!full.contains("layout") || full.get_string("layout") == "full",
-                         "sharding a checkpoint: it is in the '", full.contains("layout") ? full.get_string("layout") : "",
-                         "' layout; shard a full checkpoint");
-  check<CheckpointError>(full.contains("state_dict") && full.at("state_dict").isGenericDict(),
-                         "sharding a checkpoint: it has no 'state_dict' section (a weights file?); shard a checkpoint "
-                         "a Trainer wrote");
-  const auto note = [&](const std::string& line) {
-    if (notes) notes->push_back(line);
-  };
-  std::vector<StateDict> shards(static_cast<size_t>(world));
-  for (auto& shard : shards) {
-    for (const auto& key : full.keys()) shard.set(key, full.at(key));
-  }
-
-  // The model: floating-point tensors into one flat per dtype, the rest whole in every shard.
-  const StateDict model = full.child("state_dict");
-  std::vector<c10::ScalarType> order;
-  std::map<c10::ScalarType, FlatShardIndex> flats;
-  std::map<c10::ScalarType, std::vector<torch::Tensor>> values;
-  std::vector<StateDict> states(static_cast<size_t>(world));
-  for (const auto& name : model.keys()) {
-    const auto value = model.at(name);
-    if (!value.isTensor() || !value.toTensor().defined() || !value.toTensor().is_floating_point()) {
-      for (auto& state : states) state.set(name, value);
-      continue;
-    }
-    const auto tensor = value.toTensor();
-    const auto dtype = tensor.scalar_type();
-    if (!flats.count(dtype)) {
-      order.push_back(dtype);
-      flats[dtype].key = std::string("flat_shard.") + c10::toString(dtype);
-    }
-    auto& flat = flats[dtype];
-    flat.names.push_back(name);
-    flat.shapes.push_back(tensor.sizes().vec());
-    flat.offsets.push_back(flat.numel);
-    flat.numel += tensor.numel();
-    values[dtype].push_back(tensor.detach().reshape({-1}));
-  }
-  std::vector<std::vector<FlatShardIndex>> indices(static_cast<size_t>(world));
-  for (const auto dtype : order) {
-    const auto& flat = flats[dtype];
-    const int64_t slice = (flat.numel + world - 1) / world;
-    auto joined = torch::zeros({slice * world}, torch::TensorOptions().dtype(dtype));
-    joined.narrow(0, 0, flat.numel).copy_(torch::cat(values[dtype]));
-    for (int64_t r = 0; r < world; ++r) {
-      FlatShardIndex index = flat;
-      index.shard_offset = r * slice;
-      index.shard_numel = slice;
-      states[static_cast<size_t>(r)].set(flat.key, joined.narrow(0, r * slice, slice).clone());
-      indices[static_cast<size_t>(r)].push_back(std::move(index));
-    }
-  }
-
-  // The optimizers: each parameter's state on the rank holding the fewest bytes so far.
-  std::vector<std::vector<OptimizerShardIndex>> layouts(static_cast<size_t>(world));
-  // Each built on its own: copies of a GenericList or GenericDict share one container.
-  std::vector<GenericList> optimizer_lists;
-  for (int64_t r = 0; r < world; ++r) optimizer_lists.emplace_back(c10::AnyType::get());
-  if (full.contains("optimizer_states")) {
-    for (const auto& item : full.at("optimizer_states").toListRef()) {
-      const auto optimizer = StateDict::from_ivalue(item, "optimizer state");
-      if (!optimizer.contains("state")) {  // LibTorch's own archive: whole in every shard
-        for (int64_t r = 0; r < world; ++r) {
-          layouts[static_cast<size_t>(r)].push_back({"replicated", {}});
-          optimizer_lists[static_cast<size_t>(r)].push_back(item);
-        }
-        continue;
-      }
-      std::vector<GenericDict> parts;
-      for (int64_t r = 0; r < world; ++r) parts.emplace_back(c10::IntType::get(), c10::AnyType::get());
-      std::vector<int64_t> bytes(static_cast<size_t>(world), 0);
-      for (const auto& entry : optimizer.at("state").toGenericDict()) {
-        int64_t size = 0;
-        for (const auto& value : entry.value().toGenericDict()) {
-          if (value.value().isTensor()) size += static_cast<int64_t>(value.value().toTensor().nbytes());
-        }
-        const auto r = static_cast<size_t>(std::min_element(bytes.begin(), bytes.end()) - bytes.begin());
-        bytes[r] += size;
-        parts[r].insert(entry.key(), entry.value());
-      }
-      for (size_t r = 0; r < parts.size(); ++r) {
-        StateDict part = shallow_copy(optimizer);
-        part.set("state", parts[r]);
-        layouts[r].push_back({"partitioned", {}});
-        optimizer_lists[r].push_back(part.to_ivalue());
-      }
-    }
-  }
-
-  const bool per_rank_rng = full.contains("rng_states_per_rank") &&
-                            static_cast<int64_t>(full.at("rng_states_per_rank").toListRef().size()) == world;
-  if (full.contains("rng_states_per_rank") && !per_rank_rng) {
-    note("the random states of the " + std::to_string(full.at("rng_states_per_rank").toListRef().size()) +
-         " ranks that wrote it do not fit " + std::to_string(world) + " ranks: every shard holds rank 0's");
-  }
-  if (full.contains("strategy") && full.child("strategy").contains("state") &&
-      !full.child("strategy").child("state").empty()) {
-    note("the own state of strategy '" + full.child("strategy").get_string("name") + "' is left out (it restarts)");
-  }
-  std::optional<StateDict> fit_loop;
-  if (full.contains("loops")) {
-    fit_loop = shallow_copy(full.child("loops").child("fit_loop"));
-    if (fit_loop->contains("accumulated_grads") || fit_loop->contains("accumulated_grads_per_rank")) {
-      note("the gradients accumulated in the open accumulation window are left out, so its step averages fewer "
-           "micro-batches");
-      fit_loop->erase("accumulated_grads");
-      fit_loop->erase("accumulated_grads_per_rank");
-    }
-  }
-  for (int64_t r = 0; r < world; ++r) {
-    auto& shard = shards[static_cast<size_t>(r)];
-    StateDict rank, strategy;
-    rank.set("rank", r);
-    rank.set("world_size", world);
-    strategy.set("name", std::string("volt-ckpt convert"));
-    shard.set("layout", std::string("sharded"));
-    shard.set("shard", rank);
-    shard.set("strategy", strategy);
-    shard.set("state_dict", states[static_cast<size_t>(r)]);
-    if (full.contains("optimizer_states")) shard.set("optimizer_states", optimizer_lists[static_cast<size_t>(r)]);
-    shard.set("shard_index", shard_index(indices[static_cast<size_t>(r)], layouts[static_cast<size_t>(r)]));
-    if (per_rank_rng) shard.set("rng_states", full.at("rng_states_per_rank").toListRef()[static_cast<size_t>(r)]);
-    shard.erase("rng_states_per_rank");
-    if (fit_loop) {
-      auto loops = shallow_copy(full.child("loops"));
-      loops.set("fit_loop", *fit_loop);
-      shard.set("loops", loops);
-    }
-  }
-  return shards;
 }
 
 StateDict assemble_full_checkpoint(CheckpointIO& io, const fs::path& directory, std::vector<std::string>* notes) {

@@ -36,40 +36,10 @@
 
 #include "checkpoint/checkpoint_format.h"
 #include "checkpoint/checkpoint_io.h"
+#include "checkpoint/shard_index.h"
 #include "core/state_dict.h"
 
 namespace volt {
-
-// One flat tensor of a shard, as the index describes it.
-struct FlatShardIndex {
-  std::string key;
-  int64_t numel = 0, shard_offset = 0, shard_numel = 0;
-  std::vector<std::string> names;
-  std::vector<std::vector<int64_t>> shapes;
-  std::vector<int64_t> offsets;
-  StateDict to_state_dict() const;
-};
-
-// How one optimizer's state is laid out in a shard (see the Note).
-struct OptimizerShardIndex {
-  std::string kind = "replicated";  // "replicated" | "partitioned" | "flat"
-  struct Group {
-    std::vector<std::string> flat;      // per original parameter: its flat key, "" outside one
-    std::vector<int64_t> entry, stepped;
-  };
-  std::vector<Group> groups;  // "flat" only
-  StateDict to_state_dict() const;
-};
-
-StateDict shard_index(const std::vector<FlatShardIndex>& flats, const std::vector<OptimizerShardIndex>& optimizers);
-
-// The file of `rank`'s shard in a sharded checkpoint directory.
-std::filesystem::path shard_file(const std::filesystem::path& directory, int64_t rank);
-
-// Every shard of the sharded checkpoint `directory`, in rank order, read and verified whole:
-// throws CheckpointError naming the file when one is missing, damaged, from another save or from a
-// directory of more shards than its files say.
-std::vector<StateDict> read_shards(CheckpointIO& io, const std::filesystem::path& directory);
 
 // A run of a tensor's elements: in a file, or in memory (1-D, contiguous).
 struct TensorPiece {
@@ -120,21 +90,6 @@ class ShardedCheckpoint {
   StateDict full_;
   std::vector<std::string> notes_;
 };
-
-// Note [A full checkpoint sharded for N ranks]
-// volt-ckpt convert writes a full checkpoint as a sharded directory for `world` ranks (the shards
-// of one save, with their index), without the strategy that would write them: the model's
-// floating-point tensors, one flat per dtype in state_dict order ("flat_shard.<dtype>"), sliced
-// evenly like fsdp's (the last slice padded with zeros); its other tensors whole in every shard;
-// each optimizer's per-parameter state "partitioned" (every parameter's state on one shard, the
-// ranks balanced by bytes), or whole in every shard when it is LibTorch's own archive. The writer
-// is named "volt-ckpt convert", so that no strategy takes the directory for its own layout: every
-// strategy at every world size loads it as in the Note above, fsdp a slice at a time. Per rank and
-// not in the full layout: each shard holds rank r's random state when the full checkpoint has one
-// per rank, rank 0's otherwise. What the directory cannot hold (a strategy's own state, the
-// gradients of an open accumulation window) is left out, one line each in `notes`.
-std::vector<StateDict> shard_full_checkpoint(const StateDict& full, int64_t world,
-                                             std::vector<std::string>* notes = nullptr);
 
 // The full checkpoint of `directory`, every tensor read: ShardedCheckpoint(io, directory)'s
 // full(), materialized. `notes` receives what restarts.

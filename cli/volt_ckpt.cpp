@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_io.h"
+#include "checkpoint/shard_full_checkpoint.h"
 #include "checkpoint/sharded_checkpoint.h"
 #include "core/error.h"
 
@@ -49,16 +50,17 @@ struct Loaded {
   bool sharded = false;
 };
 
-// `every_byte`: each shard file is also verified whole (putting together reads and verifies only
-// the blocks the full checkpoint holds: not a flat's padding).
-Loaded load_any(const fs::path& path, bool every_byte = false) {
+// `verify_only`: each shard file is read and verified whole, once (putting together reads only the
+// blocks the full checkpoint holds: not a flat's padding), and the shards are put together without
+// reading their tensors again: the full checkpoint returned holds placeholders.
+Loaded load_any(const fs::path& path, bool verify_only = false) {
   std::error_code error;
   volt::check<CheckpointError>(fs::exists(path, error), "'", path.string(), "' does not exist");
   CheckpointIO io;
   if (!fs::is_directory(path, error)) return {io.load(path), 1, false};
-  if (every_byte) volt::read_shards(io, path);
+  if (verify_only) volt::read_shards(io, path);
   const volt::ShardedCheckpoint sharded(io, path);
-  return {sharded.materialize(sharded.full()), sharded.shards(), true};
+  return {verify_only ? sharded.full() : sharded.materialize(sharded.full()), sharded.shards(), true};
 }
 
 std::string human_bytes(int64_t bytes) {
@@ -136,7 +138,7 @@ void inspect(const fs::path& path) {
 }
 
 void verify(const fs::path& path) {
-  const Loaded loaded = load_any(path, /*every_byte=*/true);  // every checksum, every shard and the index checked
+  const Loaded loaded = load_any(path, /*verify_only=*/true);  // every checksum, every shard and the index checked
   std::cout << "OK: " << path.string() << ": " << loaded.files << (loaded.files == 1 ? " file" : " files")
             << " verified (checksums" << (loaded.sharded ? ", every shard present and of one save, put together" : "")
             << ")\n";

@@ -41,6 +41,10 @@ class StateDict {
   bool empty() const { return dict_.size() == 0; }
   std::vector<std::string> keys() const;
 
+  // A new dict holding the same entries: setting or erasing a key in one leaves the other as it
+  // is; the values (tensors, nested dicts) are shared.
+  StateDict shallow_copy() const { return StateDict(dict_.copy()); }
+
   // Shares storage with this StateDict (IValue dicts are reference types).
   c10::IValue to_ivalue() const { return c10::IValue(dict_); }
 

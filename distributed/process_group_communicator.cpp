@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "distributed/c10d_entry.h"
 #include "distributed/collective_handle_state.h"
 #include "distributed/inline_gloo_all_reduce.h"
 #include "distributed/shared_memory_group.h"
@@ -103,7 +104,7 @@ class ProcessGroupCommunicator : public Communicator {
         // makes joining a rendezvous: nobody returns before everyone has connected.
         c10d::BarrierOptions barrier;
         barrier.timeout = timeout();
-        process_group_->barrier(barrier)->wait(timeout());
+        entry_.enter([&] { return process_group_->barrier(barrier); })->wait(timeout());
       }
       if (setup_.backend == "gloo" && size > 1 && setup_.shared_memory) {
         // Null when the ranks are on several hosts (or /dev/shm cannot hold the segment): Gloo then.
@@ -389,7 +390,7 @@ class ProcessGroupCommunicator : public Communicator {
       std::vector<std::vector<at::Tensor>> outputs(1);
       for (int64_t r = 0; r < size(); ++r) outputs[0].push_back(torch::empty_like(input));
       std::vector<at::Tensor> inputs{input};
-      process_group_->allgather(outputs, inputs, opts)->wait(timeout());
+      entry_.enter([&] { return process_group_->allgather(outputs, inputs, opts); })->wait(timeout());
       return outputs[0];
     };
     const auto sizes = gather(torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kLong));
@@ -512,7 +513,7 @@ class ProcessGroupCommunicator : public Communicator {
                           Start&& start, Finish&& finish) {
     auto state = begin(kind, payload, detail, std::forward<Finish>(finish));
     try {
-      state->work = start();
+      state->work = entry_.enter(start);  // Note [Entering c10d from several threads]
     } catch (const std::exception& e) {
       throw DistributedError(failure_message(*state, cause_of(e)));
     }
@@ -596,6 +597,7 @@ class ProcessGroupCommunicator : public Communicator {
   ProcessGroupSetup setup_;  // its timeout is timeout(); the monitor is shared with the sub-groups
   bool is_root_;
   c10::intrusive_ptr<compat::C10dBackend> process_group_;
+  C10dEntry entry_;  // every call that enqueues on process_group_ (Note [Entering c10d from several threads])
   std::unique_ptr<InlineGlooAllReduce> inline_;  // null: every collective on the process group
   std::unique_ptr<SharedMemoryGroup> shm_;       // null: no reduction through shared memory
   std::unique_ptr<RingWorker> rings_;            // null: volt's rings run on the calling thread (after shm_:

@@ -160,8 +160,7 @@ void load_consolidated_optimizer_state(torch::optim::Optimizer& optimizer, const
     sharded_groups.push_back(options.to_ivalue());
     base += stepped_count;
   }
-  StateDict sharded;
-  for (const auto& key : state.keys()) sharded.set(key, state.at(key));
+  StateDict sharded = state.shallow_copy();
   sharded.set("state", sharded_states);
   sharded.set("param_groups", sharded_groups);
   // What is left of a placeholder is small (Adam's step, parameters outside the units): read whole.

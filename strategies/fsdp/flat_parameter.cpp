@@ -207,24 +207,12 @@ void FlatParameter::restore_parameters() {
 
 torch::Tensor FlatParameter::full_values() const { return gather_shards(shard_.detach()); }
 
-void FlatParameter::load_full_values(const torch::Tensor& flat) {
-  torch::NoGradGuard no_grad;
-  shard_.copy_(slice_of(flat));
-}
-
 torch::Tensor FlatParameter::gather_shards(const torch::Tensor& shard_like) const {
   if (entries_.empty()) return torch::empty({0}, shard_like.options());
   VOLT_INTERNAL_ASSERT(shard_like.numel() == shard_numel_, "gather_shards: a tensor of the shard's size");
   auto flat = torch::empty({padded_numel()}, shard_like.options().requires_grad(false));
   communicator_.all_gather_into(flat, shard_like.detach().contiguous());
   return flat.narrow(0, 0, numel_);
-}
-
-torch::Tensor FlatParameter::slice_of(const torch::Tensor& flat) const {
-  VOLT_INTERNAL_ASSERT(flat.numel() == numel_, "slice_of: one value per parameter element");
-  auto padded = torch::zeros({padded_numel()}, flat.options().requires_grad(false));
-  padded.narrow(0, 0, numel_).copy_(flat.reshape({-1}));
-  return padded.narrow(0, rank_ * shard_numel_, shard_numel_).clone();
 }
 
 double gradient_pre_divide_factor(int64_t world) {

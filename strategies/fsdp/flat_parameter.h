@@ -129,13 +129,9 @@ class FlatParameter {
 
   // The unsharded parameters in the shards' dtype, flat and unpadded. [collective]
   torch::Tensor full_values() const;
-  // Takes this rank's slice of `flat` (numel() values) into the shard.
-  void load_full_values(const torch::Tensor& flat);
   // Every rank's `shard_like` (shard_numel() elements: e.g. an optimizer state tensor of the
   // shard), concatenated without the padding: numel() elements. [collective]
   torch::Tensor gather_shards(const torch::Tensor& shard_like) const;
-  // This rank's shard_numel() elements of `flat` (numel() elements, padded with zeros), a copy.
-  torch::Tensor slice_of(const torch::Tensor& flat) const;
 
  private:
   void point_parameters_at(const torch::Tensor& flat);

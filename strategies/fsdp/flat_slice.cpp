@@ -7,11 +7,14 @@
 
 namespace volt::fsdp {
 
-torch::Tensor read_flat_slice(const FlatParameter& flat, const std::vector<torch::Tensor>& values,
-                              const ShardedCheckpoint* source, c10::ScalarType dtype) {
+void read_flat_slice_into(const FlatParameter& flat, const std::vector<torch::Tensor>& values,
+                          const ShardedCheckpoint* source, const torch::Tensor& out) {
   VOLT_INTERNAL_ASSERT(values.size() == flat.entries().size(), "read_flat_slice: one value per entry");
+  VOLT_INTERNAL_ASSERT(out.numel() == flat.shard_numel() && out.is_contiguous(), "read_flat_slice: a shard-sized output");
   torch::NoGradGuard no_grad;
-  auto slice = torch::zeros({flat.shard_numel()}, torch::TensorOptions().dtype(dtype));
+  const bool in_place = out.device().is_cpu();
+  auto slice = in_place ? out.view({-1}) : torch::empty({flat.shard_numel()}, out.options().device(torch::kCPU));
+  slice.zero_();
   const int64_t lo = flat.shard_offset(), hi = lo + flat.shard_numel();
   for (size_t i = 0; i < values.size(); ++i) {
     const auto& entry = flat.entries()[i];
@@ -24,11 +27,14 @@ torch::Tensor read_flat_slice(const FlatParameter& flat, const std::vector<torch
       target.copy_(values[i].detach().reshape({-1}).narrow(0, begin - entry.offset, end - begin));
     }
   }
-  return slice;
+  if (!in_place) out.copy_(slice.view(out.sizes()));
 }
 
-torch::Tensor materialized(const ShardedCheckpoint* source, const torch::Tensor& value) {
-  return source != nullptr ? source->materialize(value) : value;
+torch::Tensor read_flat_slice(const FlatParameter& flat, const std::vector<torch::Tensor>& values,
+                              const ShardedCheckpoint* source, c10::ScalarType dtype) {
+  auto slice = torch::empty({flat.shard_numel()}, torch::TensorOptions().dtype(dtype));
+  read_flat_slice_into(flat, values, source, slice);
+  return slice;
 }
 
 }  // namespace volt::fsdp

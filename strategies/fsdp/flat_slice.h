@@ -20,13 +20,15 @@ class ShardedCheckpoint;
 
 namespace volt::fsdp {
 
-// This rank's shard_numel() elements of the flat tensor made of `values` (one tensor per entry of
-// `flat`, in entry order, of the entry's numel: real tensors or placeholders of `source`; `source`
-// may be null when all are real), of `dtype`, on the CPU.
+// Fills `out` (shard_numel() elements, contiguous, of any dtype and device) with this rank's
+// slice of the flat tensor made of `values` (one tensor per entry of `flat`, in entry order, of
+// the entry's numel: real tensors or placeholders of `source`; `source` may be null when all are
+// real); the padding becomes zero. A CPU `out` is written in place, with no buffer between.
+void read_flat_slice_into(const FlatParameter& flat, const std::vector<torch::Tensor>& values,
+                          const ShardedCheckpoint* source, const torch::Tensor& out);
+
+// The same slice in a new CPU tensor of `dtype`.
 torch::Tensor read_flat_slice(const FlatParameter& flat, const std::vector<torch::Tensor>& values,
                               const ShardedCheckpoint* source, c10::ScalarType dtype);
-
-// `value`'s values: read through `source` when it is one of its placeholders.
-torch::Tensor materialized(const ShardedCheckpoint* source, const torch::Tensor& value);
 
 }  // namespace volt::fsdp

@@ -72,8 +72,7 @@ void FsdpCheckpointState::load_model_state_dict(torch::nn::Module& module, const
       values.push_back(value);
       rest.erase(entry.name);
     }
-    torch::NoGradGuard no_grad;
-    flat.shard().copy_(fsdp::read_flat_slice(flat, values, slices(), flat.shard().scalar_type()));
+    fsdp::read_flat_slice_into(flat, values, slices(), flat.shard());
   }
   if (slices() != nullptr) rest = slices()->materialize(rest);  // buffers and parameters outside the units
   // Buffers and parameters outside the units; the units' parameters (released) are checked above.

@@ -175,5 +175,39 @@ TEST_F(ShardedSlices, APlaceholderCannotBeUsedAsValues) {
   EXPECT_ANY_THROW(into.copy_(sharded.full().child("state_dict").get_tensor("a")));
 }
 
+// A CheckpointIO that stores elsewhere and overrides load() alone (here: the files under another
+// name). Putting the shards together goes through its load(), never to the local path of the
+// shard (which holds no checkpoint here): read whole, nothing left in a file.
+class RenamingCheckpointIO : public CheckpointIO {
+ public:
+  StateDict load(const fs::path& path) override {
+    ++loads;
+    return CheckpointIO::load(path.string() + ".moved");
+  }
+  int loads = 0;
+};
+
+TEST_F(ShardedSlices, AnIOThatOverridesOnlyLoadIsReadThroughIt) {
+  for (int64_t rank = 0; rank < 2; ++rank) {
+    fs::rename(shard_file(dir.path(), rank), shard_file(dir.path(), rank).string() + ".moved");
+  }
+  std::ofstream(shard_file(dir.path(), 0)).put('x');  // what the local path holds: not a checkpoint
+  std::ofstream(shard_file(dir.path(), 1)).put('x');
+  RenamingCheckpointIO renaming;
+  const ShardedCheckpoint sharded(renaming, dir.path());
+  EXPECT_EQ(renaming.loads, 2);
+  const auto state = sharded.full().child("state_dict");
+  for (size_t i = 0; i < model.names.size(); ++i) {
+    auto out = torch::empty({10});
+    sharded.read(state.get_tensor(model.names[i]), 5, out);
+    EXPECT_TRUE(torch::equal(out, model.values[i].reshape({-1}).narrow(0, 5, 10))) << model.names[i];
+  }
+  const auto full = sharded.materialize(sharded.full());
+  for (size_t i = 0; i < model.names.size(); ++i) {
+    EXPECT_TRUE(torch::equal(full.child("state_dict").get_tensor(model.names[i]), model.values[i])) << model.names[i];
+  }
+  EXPECT_EQ(sharded.bytes_read(), 0u) << "nothing read lazily from a file";
+}
+
 }  // namespace
 }  // namespace volt::testing

@@ -227,6 +227,31 @@ TEST(CommunicatorTest, SubGroupOverAnyRankList) {
   });
 }
 
+// Note [Entering c10d from several threads]: LibTorch 2.x's flight recorder registers a group at
+// its first collective without a lock. Here each of 4 threads makes 40 groups of its own, then all
+// start the groups' first collectives at once (without volt's C10dEntry this crashed in std::map's
+// insertion, or lost groups from it, within a few rounds).
+TEST(CommunicatorTest, GroupsStartingTheirFirstCollectivesOnManyThreadsAtOnce) {
+  with_communicators(4, [](Communicator& c) {
+    for (int round = 0; round < 10; ++round) {
+      std::vector<std::shared_ptr<Communicator>> mine;
+      for (int k = 0; k < 40; ++k) {
+        for (int64_t r = 0; r < c.size(); ++r) {
+          if (auto group = c.new_group({r})) mine.push_back(std::move(group));
+        }
+      }
+      ASSERT_EQ(mine.size(), 40u) << "rank " << c.rank();
+      c.barrier();  // the 4 threads leave it together
+      for (size_t k = 0; k < mine.size(); ++k) {
+        auto t = torch::full({4}, static_cast<double>(c.rank()));
+        mine[k]->all_reduce(t);
+        ASSERT_TRUE(torch::equal(t, torch::full({4}, static_cast<double>(c.rank()))))
+            << "rank " << c.rank() << ", round " << round << ", group " << k;
+      }
+    }
+  });
+}
+
 TEST(CommunicatorTest, NodeGroupsSplitByNodeAndPickLeaders) {
   // Nodes interleaved on purpose: ranks 0 and 2 on node 1, ranks 1 and 3 on node 0.
   with_communicators(4, [](Communicator& c) {

@@ -192,6 +192,13 @@ TEST(CommunicatorThroughSharedMemory, DdpTrainsAsOverGlooWithVoltShm) {
   ASSERT_EQ(got.size(), 2u) << through_shm.output;
   ASSERT_FALSE(got.begin()->second.empty()) << through_shm.output;
   testing::expect_steps_close(got, testing::step_lines(over_gloo.output), 0.0, "VOLT_SHM=1 vs Gloo");
+  // And each run went the way it says: the comparison means nothing if both took the same path.
+  for (const auto& [run, expected] : {std::pair{&through_shm, "shared_memory"}, std::pair{&over_gloo, "process_group"}}) {
+    for (int rank = 0; rank < 2; ++rank) {
+      const std::string line = "TRANSPORT rank=" + std::to_string(rank) + " all_reduce=" + expected;
+      EXPECT_NE(run->output.find(line), std::string::npos) << "no '" << line << "' in\n" << run->output;
+    }
+  }
 }
 
 // Processes (a suite of its own, so that its process forks before any other test ran): rank 1 is killed with SIGKILL between two all_reduces; rank 0's second one fails

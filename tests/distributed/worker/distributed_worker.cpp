@@ -223,7 +223,7 @@ class CheckpointAndCrash : public Callback {
 };
 
 // --print-steps: "STEP rank=.. step=.. params=.." after every optimizer step, for tests that compare
-// strategies step by step.
+// strategies step by step; under a ParallelStrategy "TRANSPORT rank=.. all_reduce=.." before the first.
 class StepPrinter : public Callback {
  public:
   void on_train_batch_end(Trainer& trainer, Module& module, const torch::Tensor&, const Batch&, int64_t) override {
@@ -231,6 +231,11 @@ class StepPrinter : public Callback {
     last_step_ = trainer.global_step();
     const auto params = testing::full_parameters(trainer.strategy(), module);
     std::ostringstream line;
+    const auto* parallel = dynamic_cast<const ParallelStrategy*>(&trainer.strategy());
+    if (last_step_ == 1 && parallel != nullptr) {  // how the world group reduces (Note [Collectives through shared memory])
+      line << "TRANSPORT rank=" << trainer.strategy().topology().global_rank << " all_reduce="
+           << (parallel->communicator().reduces_through_shared_memory() ? "shared_memory" : "process_group") << "\n";
+    }
     line << std::setprecision(17) << "STEP rank=" << trainer.strategy().topology().global_rank
          << " step=" << last_step_ << " params=";
     for (int64_t i = 0; i < params.numel(); ++i) line << (i ? "," : "") << params[i].item<double>();
