@@ -95,6 +95,9 @@ int run_worker(int64_t rank, const std::string& master, int64_t port, const std:
   options.master_addr = master;
   options.master_port = port;
   options.timeout = std::chrono::minutes(10);
+  // The ranks may sit in two network namespaces of this host joined by a throttled link: the
+  // bytes must cross it, not a shared-memory segment (Note [Collectives through shared memory]).
+  options.shared_memory = false;
   auto comm = volt::Communicator::connect(options);
   torch::manual_seed(0);
   const auto widths = volt::bench::parse_widths(widths_text);

@@ -4,6 +4,8 @@
 // and PyTorch; each run reports its median step time (after warm-up, with a barrier before every
 // step), and the table shows the median over rounds and the ratio volt / PyTorch.
 //
+// Columns: volt over Gloo, volt through shared memory (Note [Collectives through shared memory],
+// the Trainer's default on one host), PyTorch over Gloo.
 // Rows: a ~100K- and a ~10M-parameter MLP with DDP; the same with every step inside no_sync (the
 // price of communication is the difference); a bucket-size sweep {1, 5, 25, 100} MB on the large
 // model; and the gradient memory of volt with and without gradient_as_bucket_view.
@@ -20,6 +22,7 @@
 #include <cstdio>
 #include <iostream>
 #include <sstream>
+#include <thread>
 #include <unordered_set>
 
 #include "bench/bench_support.h"
@@ -38,6 +41,8 @@ using volt::bench::median;
 
 // --inline-max-mb: volt's CommunicatorOptions::inline_all_reduce_max_bytes (negative: its default).
 double g_inline_max_mb = -1;
+// --shared-memory (a worker's): CommunicatorOptions::shared_memory, what the Trainer turns on.
+bool g_shared_memory = false;
 
 struct Config {
   std::string label;
@@ -72,6 +77,10 @@ int run_worker(int64_t rank, int64_t port, const Config& config, int steps, int 
   options.master_port = port;
   options.timeout = std::chrono::seconds(120);
   if (g_inline_max_mb >= 0) options.inline_all_reduce_max_bytes = static_cast<int64_t>(g_inline_max_mb * (1 << 20));
+  options.shared_memory = g_shared_memory;
+  // As the Trainer sets it (process_group_setup.cpp): a thread for volt's collectives only when
+  // each of the 2 ranks has a core to spare.
+  options.ring_thread = std::thread::hardware_concurrency() / 2 >= 2;
   auto comm = volt::Communicator::connect(options);
   torch::manual_seed(0);
   const auto widths = volt::bench::parse_widths(config.widths);
@@ -154,6 +163,8 @@ int main(int argc, char** argv) {
         "quick", po::bool_switch(), "only the two main rows")(
         "inline-max-mb", po::value(&g_inline_max_mb)->default_value(-1),
         "volt's inline all_reduce limit in MiB (0: off; default: the Communicator's 1 MiB)")(
+        "shared-memory", po::value(&g_shared_memory)->default_value(false),
+        "internal (a worker's): volt's collectives through shared memory")(
         "glibc-defaults", po::bool_switch(&g_glibc_defaults),
         "run both sides' workers with glibc's default malloc settings instead of the Trainer's")(
         "worker", po::value<std::vector<std::string>>()->multitoken(), "internal: run one volt rank");
@@ -184,23 +195,30 @@ int main(int argc, char** argv) {
                            false});
       }
     }
-    std::printf("volt DDP (LibTorch %d.%d) vs PyTorch DDP (/usr/bin/python3), 2 ranks, Gloo on 127.0.0.1,\n"
+    std::printf("volt DDP (LibTorch %d.%d) vs PyTorch DDP (/usr/bin/python3), 2 ranks on one host, volt over Gloo\n"
+                "on 127.0.0.1 and through shared memory (the Trainer's default), PyTorch over Gloo on 127.0.0.1,\n"
                 "1 thread per rank, %d rounds interleaved, %d timed steps (+%d warm-up) per run; median ms per step;\n"
-                "allocator for both: %s\n\n",
+                "allocator for all: %s\n\n",
                 TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR, rounds, steps, warmup,
                 g_glibc_defaults ? "glibc defaults" : kSameAllocatorForBoth);
-    std::printf("| %-26s | %10s | %9s | %9s | %7s |\n", "case", "parameters", "volt ms", "torch ms", "ratio");
-    std::printf("|%s|%s|%s|%s|%s|\n", std::string(28, '-').c_str(), std::string(12, '-').c_str(),
-                std::string(11, '-').c_str(), std::string(11, '-').c_str(), std::string(9, '-').c_str());
+    std::printf("| %-26s | %10s | %12s | %11s | %9s | %10s | %9s |\n", "case", "parameters", "volt Gloo ms",
+                "volt shm ms", "torch ms", "Gloo/torch", "shm/torch");
+    std::printf("|%s|%s|%s|%s|%s|%s|%s|\n", std::string(28, '-').c_str(), std::string(12, '-').c_str(),
+                std::string(14, '-').c_str(), std::string(13, '-').c_str(), std::string(11, '-').c_str(),
+                std::string(12, '-').c_str(), std::string(11, '-').c_str());
     for (const auto& c : configs) {
-      std::vector<double> volt_ms, torch_ms;
+      std::vector<double> volt_ms, shm_ms, torch_ms;
       for (int round = 0; round < rounds; ++round) {
-        const auto port_v = std::to_string(volt::find_free_port());
-        volt_ms.push_back(number_after(
-            run_pair({program, "--inline-max-mb", std::to_string(g_inline_max_mb), "--worker", "{rank}", port_v, c.widths, std::to_string(c.batch),
-                      std::to_string(c.bucket_mb), c.no_sync ? "1" : "0", "0", std::to_string(steps),
-                      std::to_string(warmup)}),
-            "STEP_MS"));
+        for (const bool shm : {false, true}) {
+          const auto port_v = std::to_string(volt::find_free_port());
+          (shm ? shm_ms : volt_ms)
+              .push_back(number_after(
+                  run_pair({program, "--inline-max-mb", std::to_string(g_inline_max_mb), "--shared-memory",
+                            shm ? "1" : "0", "--worker", "{rank}", port_v, c.widths, std::to_string(c.batch),
+                            std::to_string(c.bucket_mb), c.no_sync ? "1" : "0", "0", std::to_string(steps),
+                            std::to_string(warmup)}),
+                  "STEP_MS"));
+        }
         const auto port_t = std::to_string(volt::find_free_port());
         torch_ms.push_back(number_after(
             run_pair({"/usr/bin/python3", script, "{rank}", port_t, c.widths, std::to_string(c.batch),
@@ -208,9 +226,9 @@ int main(int argc, char** argv) {
                       std::to_string(warmup)}),
             "STEP_MS"));
       }
-      const double v = median(volt_ms), t = median(torch_ms);
-      std::printf("| %-26s | %10lld | %9.2f | %9.2f | %6.2fx |\n", c.label.c_str(),
-                  static_cast<long long>(volt::bench::mlp_parameter_count(c.widths)), v, t, v / t);
+      const double v = median(volt_ms), m = median(shm_ms), t = median(torch_ms);
+      std::printf("| %-26s | %10lld | %12.2f | %11.2f | %9.2f | %9.2fx | %8.2fx |\n", c.label.c_str(),
+                  static_cast<long long>(volt::bench::mlp_parameter_count(c.widths)), v, m, t, v / t, m / t);
       std::fflush(stdout);
     }
     if (!vm["quick"].as<bool>()) {

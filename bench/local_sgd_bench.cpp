@@ -80,6 +80,9 @@ int run_worker(const WorkerArgs& args) {
   options.master_addr = args.master_addr;
   options.master_port = args.port;
   options.timeout = std::chrono::seconds(300);
+  // The ranks may sit in two network namespaces of this host joined by a throttled link: the
+  // bytes must cross it, not a shared-memory segment (Note [Collectives through shared memory]).
+  options.shared_memory = false;
   auto world = volt::Communicator::connect(options);
   const volt::ProcessTopology process{.global_rank = args.rank, .world_size = kRanks, .local_rank = args.rank % kPerNode,
                                       .local_world_size = kPerNode, .node_rank = args.rank / kPerNode,

@@ -72,13 +72,15 @@ struct CommunicatorOptions {
   // Trainer turns it on when every process of the node has two cores or more
   // (process_group_setup.h). Results are the same bit for bit either way. Inherited by sub-groups.
   bool ring_thread = true;
-  // Whether the Gloo backend's all_reduce and reduce of CPU tensors (float32, float64, float16,
-  // bfloat16, int32, int64) go through a shared-memory segment when every rank of the group is on
-  // this host (Note [Collectives through shared memory] in shared_memory_group.h): no sockets,
-  // each rank reduces a slice. The reduction order is rank order, so with three ranks or more the
-  // last bits can differ from Gloo's ring (two ranks: the same bits). Groups across hosts use Gloo
-  // as before. Off by default for now (docs/communicator.md says why); the Trainer turns it on
-  // when VOLT_SHM=1. Must be the same on every rank. Inherited by sub-groups.
+  // Whether the Gloo backend's collectives on CPU tensors go through a shared-memory segment when
+  // every rank of the group is on this host (Note [Collectives through shared memory] in
+  // shared_memory_group.h): all_reduce, reduce and reduce_scatter (float32, float64, float16,
+  // bfloat16, int32, int64), all_gather (all three forms), broadcast (any dtype) and the barrier;
+  // gather stays on Gloo. No sockets; each rank reduces a slice, in rank order, so with three ranks
+  // or more the last bits can differ from Gloo's ring (two ranks: the same bits). Groups across
+  // hosts use Gloo as before. Off here (a communicator built by hand gets what it asks for); the
+  // Trainer's and the Fabric's process group turn it on (TrainerOptions::shared_memory_collectives,
+  // VOLT_SHM=0). Must be the same on every rank. Inherited by sub-groups.
   bool shared_memory = false;
 
   // Throws ConfigurationError naming the field, the value and what is allowed.

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "distributed/c10d_entry.h"
+#include "distributed/collective_arguments.h"
 #include "distributed/collective_handle_state.h"
 #include "distributed/inline_gloo_all_reduce.h"
 #include "distributed/shared_memory_group.h"
@@ -41,6 +42,9 @@ const char* op_name(ReduceOp op) {
   }
   return "?";
 }
+
+// What a collective's description says of one that goes through shared memory.
+constexpr const char* kThroughShm = " through shared memory";
 
 int64_t payload_bytes(const torch::Tensor& t) {
   return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
@@ -88,7 +92,10 @@ class ProcessGroupCommunicator : public Communicator {
   // prefix inside it.
   ProcessGroupCommunicator(int64_t rank, int64_t size, std::vector<int64_t> global_ranks, ProcessGroupSetup setup,
                            bool is_root)
-      : Communicator(rank, size, std::move(global_ranks), setup.timeout), setup_(std::move(setup)), is_root_(is_root) {
+      : Communicator(rank, size, std::move(global_ranks), setup.timeout),
+        setup_(std::move(setup)),
+        arguments_(describe(), this->size(), setup_.backend == "nccl", setup_.compute_device),
+        is_root_(is_root) {
     try {
       process_group_ = make_process_group(setup_.backend, c10::make_intrusive<c10d::PrefixStore>("pg", setup_.store),
                                           rank, size, setup_.device, timeout(), setup_.compute_device);
@@ -133,8 +140,8 @@ class ProcessGroupCommunicator : public Communicator {
   bool reduces_through_shared_memory() const override { return shm_ != nullptr; }
 
   CollectiveHandle all_reduce_async(torch::Tensor tensor, ReduceOp op) override {
-    check_tensor(tensor, "all_reduce");
-    check_mean(tensor, op, "all_reduce");
+    arguments_.tensor(tensor, "all_reduce");
+    arguments_.mean(tensor, op, "all_reduce");
     auto work_tensor = tensor.is_contiguous() ? tensor : tensor.contiguous();
     return start_reduction(CollectiveKind::AllReduce, work_tensor, op, std::string("(") + op_name(op) + ")",
                            all_reduce_on_process_group(op),
@@ -146,9 +153,18 @@ class ProcessGroupCommunicator : public Communicator {
   }
 
   CollectiveHandle broadcast_async(torch::Tensor tensor, int64_t root) override {
-    check_tensor(tensor, "broadcast");
-    check_root(root, "broadcast");
+    arguments_.tensor(tensor, "broadcast");
+    arguments_.root(root, "broadcast");
     auto work_tensor = tensor.is_contiguous() ? tensor : tensor.contiguous();
+    const auto finish = [tensor, work_tensor]() mutable {
+      if (!work_tensor.is_same(tensor)) tensor.copy_(work_tensor);
+      return tensor;
+    };
+    if (shm_ && SharedMemoryGroup::moves(work_tensor)) {
+      return start_ring(CollectiveKind::Broadcast, work_tensor, "(root " + std::to_string(root) + ")" + kThroughShm,
+                        [group = shm_.get(), work_tensor, root]() mutable { group->broadcast(work_tensor, root); },
+                        finish);
+    }
     c10d::BroadcastOptions opts;
     opts.rootRank = root;
     opts.timeout = timeout();
@@ -157,28 +173,25 @@ class ProcessGroupCommunicator : public Communicator {
                     std::vector<at::Tensor> tensors{movable(work_tensor)};
                     return process_group_->broadcast(tensors, opts);
                   },
-                  [tensor, work_tensor]() mutable {
-                    if (!work_tensor.is_same(tensor)) tensor.copy_(work_tensor);
-                    return tensor;
-                  });
+                  finish);
   }
 
   CollectiveHandle all_gather_async(const torch::Tensor& tensor) override {
-    check_tensor(tensor, "all_gather");
+    arguments_.tensor(tensor, "all_gather");
     std::vector<int64_t> shape{size()};
     shape.insert(shape.end(), tensor.sizes().begin(), tensor.sizes().end());
     return start_all_gather(torch::empty(shape, tensor.options()), tensor.contiguous());
   }
 
   CollectiveHandle all_gather_into_async(torch::Tensor output, const torch::Tensor& input) override {
-    check_tensor(input, "all_gather_into");
-    check_output(output, input, input.numel() * size(), "all_gather_into", "size() × input.numel()");
+    arguments_.tensor(input, "all_gather_into");
+    arguments_.output(output, input, input.numel() * size(), "all_gather_into", "size() × input.numel()");
     return start_all_gather(std::move(output), input.contiguous());
   }
 
   CollectiveHandle gather_async(const torch::Tensor& tensor, int64_t root) override {
-    check_tensor(tensor, "gather");
-    check_root(root, "gather");
+    arguments_.tensor(tensor, "gather");
+    arguments_.root(root, "gather");
     auto input = tensor.contiguous();
     const bool is_root = root == rank();
     torch::Tensor output;
@@ -206,8 +219,8 @@ class ProcessGroupCommunicator : public Communicator {
   }
 
   CollectiveHandle reduce_scatter_async(const torch::Tensor& input, ReduceOp op) override {
-    check_tensor(input, "reduce_scatter");
-    check_mean(input, op, "reduce_scatter");
+    arguments_.tensor(input, "reduce_scatter");
+    arguments_.mean(input, op, "reduce_scatter");
     check<ConfigurationError>(input.dim() >= 1 && input.size(0) % size() == 0, describe(),
                               ": reduce_scatter expects an input whose first dimension is a multiple of the "
                               "group size ", size(), ", got shape ", input.sizes(), "; pad the input");
@@ -217,22 +230,30 @@ class ProcessGroupCommunicator : public Communicator {
   }
 
   CollectiveHandle reduce_scatter_into_async(torch::Tensor output, const torch::Tensor& input, ReduceOp op) override {
-    check_tensor(input, "reduce_scatter_into");
-    check_mean(input, op, "reduce_scatter_into");
+    arguments_.tensor(input, "reduce_scatter_into");
+    arguments_.mean(input, op, "reduce_scatter_into");
     check<ConfigurationError>(input.numel() % size() == 0, describe(), ": reduce_scatter_into expects an input "
                               "whose number of elements is a multiple of the group size ", size(), ", got ",
                               input.numel(), "; pad the input");
-    check_output(output, input, input.numel() / size(), "reduce_scatter_into", "input.numel() / size()");
+    arguments_.output(output, input, input.numel() / size(), "reduce_scatter_into", "input.numel() / size()");
     return start_reduce_scatter(std::move(output), input, op);
   }
 
   CollectiveHandle all_gather_chunks_async(torch::Tensor flat, std::vector<int64_t> counts) override {
-    check_chunks(flat, counts, "all_gather_chunks");
+    arguments_.chunks(flat, counts, "all_gather_chunks");
     if (setup_.backend != "gloo") {
       all_gather_chunks_by_padding(*this, flat, counts);
       return completed(flat);
     }
     const auto own = ring::Chunks(counts).of(flat.view({-1}), rank());
+    if (shm_ && SharedMemoryGroup::moves(flat)) {
+      count_sent(CollectiveKind::AllGather, payload_bytes(own));  // written once, into the segment
+      return start_ring(CollectiveKind::AllGather, own, std::string("(chunks)") + kThroughShm,
+                        [group = shm_.get(), own, flat = flat.view({-1}), counts]() mutable {
+                          group->all_gather(own, flat, counts);
+                        },
+                        [flat] { return flat; });
+    }
     return start_ring(CollectiveKind::AllGather, own, "(chunks)",
                       [this, flat, counts]() mutable {
                         count_sent(CollectiveKind::AllGather,
@@ -243,9 +264,9 @@ class ProcessGroupCommunicator : public Communicator {
 
   CollectiveHandle reduce_scatter_chunks_async(torch::Tensor output, const torch::Tensor& input,
                                                std::vector<int64_t> counts, ReduceOp op) override {
-    check_chunks(input, counts, "reduce_scatter_chunks");
-    check_mean(input, op, "reduce_scatter_chunks");
-    check_output(output, input, counts[static_cast<size_t>(rank())], "reduce_scatter_chunks", "counts[rank()]");
+    arguments_.chunks(input, counts, "reduce_scatter_chunks");
+    arguments_.mean(input, op, "reduce_scatter_chunks");
+    arguments_.output(output, input, counts[static_cast<size_t>(rank())], "reduce_scatter_chunks", "counts[rank()]");
     if (setup_.backend != "gloo") {
       reduce_scatter_chunks_by_padding(*this, output, input, counts, op);
       return completed(output);
@@ -254,9 +275,9 @@ class ProcessGroupCommunicator : public Communicator {
   }
 
   CollectiveHandle reduce_async(torch::Tensor tensor, int64_t root, ReduceOp op) override {
-    check_tensor(tensor, "reduce");
-    check_root(root, "reduce");
-    check_mean(tensor, op, "reduce");
+    arguments_.tensor(tensor, "reduce");
+    arguments_.root(root, "reduce");
+    arguments_.mean(tensor, op, "reduce");
     auto work_tensor = tensor.is_contiguous() ? tensor : tensor.contiguous();
     const bool is_root = root == rank();
     return start_reduction(CollectiveKind::Reduce, work_tensor, op,
@@ -280,6 +301,10 @@ class ProcessGroupCommunicator : public Communicator {
     c10d::BarrierOptions opts;
     opts.timeout = timeout();
     if (setup_.backend == "nccl") opts.device_ids = {setup_.compute_device.index()};  // Note [NCCL and this rank's device]
+    if (shm_) {
+      return start_ring(CollectiveKind::Barrier, torch::Tensor(), kThroughShm, [group = shm_.get()] { group->barrier(); },
+                        [] { return torch::Tensor(); });
+    }
     return launch(CollectiveKind::Barrier, torch::Tensor(), "",
                   [&] { return process_group_->barrier(opts); }, [] { return torch::Tensor(); });
   }
@@ -365,7 +390,7 @@ class ProcessGroupCommunicator : public Communicator {
     const ReduceOp reduced = op == ReduceOp::Mean ? ReduceOp::Sum : op;
     if (shm_ && SharedMemoryGroup::accepts(buffer, reduced)) {
       // On the ring thread where there is one, so that it overlaps with backward like Gloo's own.
-      return start_ring(kind, buffer, detail + " through shared memory",
+      return start_ring(kind, buffer, detail + kThroughShm,
                         [group = shm_.get(), buffer, reduced]() mutable { group->all_reduce(buffer, reduced); },
                         [buffer, finish = std::move(finish)] { return finish(buffer); });
     }
@@ -409,6 +434,14 @@ class ProcessGroupCommunicator : public Communicator {
 
   // `output` (checked) gets every rank's contiguous `input`.
   CollectiveHandle start_all_gather(torch::Tensor output, torch::Tensor input) {
+    if (shm_ && SharedMemoryGroup::moves(input)) {
+      count_sent(CollectiveKind::AllGather, payload_bytes(input));  // written once, into the segment
+      return start_ring(CollectiveKind::AllGather, input, kThroughShm,
+                        [group = shm_.get(), input, flat = output.view({-1}), n = size()]() mutable {
+                          group->all_gather(input.view({-1}), flat, std::vector<int64_t>(static_cast<size_t>(n), input.numel()));
+                        },
+                        [output] { return output; });
+    }
     c10d::AllgatherOptions opts;
     opts.timeout = timeout();
     // Gloo's all_gather (and NCCL's) is a ring: this rank sends its input to one neighbour and
@@ -467,6 +500,18 @@ class ProcessGroupCommunicator : public Communicator {
   CollectiveHandle start_ring_reduce_scatter(torch::Tensor output, const torch::Tensor& input, std::vector<int64_t> counts,
                                              ReduceOp op, const std::string& detail_prefix) {
     const auto contiguous_input = input.contiguous();
+    const ReduceOp reduced = op == ReduceOp::Mean ? ReduceOp::Sum : op;  // Mean: the sum, divided
+    if (shm_ && SharedMemoryGroup::accepts(contiguous_input, reduced)) {
+      count_sent(CollectiveKind::ReduceScatter, payload_bytes(contiguous_input));  // written once, into the segment
+      return start_ring(CollectiveKind::ReduceScatter, contiguous_input,
+                        detail_prefix + op_name(op) + ")" + kThroughShm,
+                        [group = shm_.get(), output, contiguous_input, counts, op, reduced, n = size()]() mutable {
+                          auto flat = output.view({-1});
+                          group->reduce_scatter(contiguous_input.view({-1}), flat, counts, reduced);
+                          if (op == ReduceOp::Mean) output.div_(static_cast<double>(n));
+                        },
+                        [output] { return output; });
+    }
     return start_ring(CollectiveKind::ReduceScatter, contiguous_input, detail_prefix + op_name(op) + ")",
                       [this, output, contiguous_input, counts, op]() mutable {
                         count_sent(CollectiveKind::ReduceScatter,
@@ -542,59 +587,8 @@ class ProcessGroupCommunicator : public Communicator {
     return state;
   }
 
-  void check_tensor(const torch::Tensor& tensor, const char* what) const {
-    check<ConfigurationError>(tensor.defined(), describe(), ": ", what, " expects a defined tensor, got an undefined one");
-    check<ConfigurationError>(tensor.layout() == torch::kStrided, describe(), ": ", what,
-                              " expects a dense tensor, got layout ", tensor.layout());
-    check<ConfigurationError>(setup_.backend != "nccl" || tensor.device() == setup_.compute_device, describe(), ": ", what,
-                              " on the nccl backend expects a tensor on this rank's device ", setup_.compute_device.str(),
-                              " (Note [NCCL and this rank's device]), got one on ", tensor.device().str(),
-                              "; move it there first (the blocking form takes a CPU tensor)");
-  }
-
-  void check_mean(const torch::Tensor& tensor, ReduceOp op, const char* what) const {
-    check<ConfigurationError>(op != ReduceOp::Mean || tensor.is_floating_point(), describe(), ": ", what,
-                              " with ReduceOp::Mean expects a floating-point tensor, got ", tensor.dtype(),
-                              "; use Sum and divide, or convert the tensor");
-  }
-
-  // `output` must be a contiguous tensor of `input`'s dtype and device with `numel` elements.
-  void check_output(const torch::Tensor& output, const torch::Tensor& input, int64_t numel, const char* what,
-                    const char* rule) const {
-    check_tensor(output, what);
-    check<ConfigurationError>(output.is_contiguous(), describe(), ": ", what, " expects a contiguous output, got one "
-                              "with strides ", output.strides(), "; pass a contiguous buffer");
-    check<ConfigurationError>(output.scalar_type() == input.scalar_type() && output.device() == input.device(),
-                              describe(), ": ", what, " expects an output of the input's dtype and device (",
-                              input.dtype(), " on ", input.device(), "), got ", output.dtype(), " on ",
-                              output.device());
-    check<ConfigurationError>(output.numel() == numel, describe(), ": ", what, " expects an output of ", rule, " = ",
-                              numel, " elements, got ", output.numel(), " (input has ", input.numel(),
-                              ", group size ", size(), ")");
-  }
-
-  // `flat` (contiguous) cut by `counts`: one count per rank, none negative, summing to its numel.
-  void check_chunks(const torch::Tensor& flat, const std::vector<int64_t>& counts, const char* what) const {
-    check_tensor(flat, what);
-    check<ConfigurationError>(flat.is_contiguous(), describe(), ": ", what, " expects a contiguous tensor, got one "
-                              "with strides ", flat.strides(), "; pass a contiguous buffer");
-    check<ConfigurationError>(static_cast<int64_t>(counts.size()) == size(), describe(), ": ", what,
-                              " expects one count per rank (", size(), "), got ", counts.size());
-    int64_t total = 0;
-    for (const int64_t count : counts) {
-      check<ConfigurationError>(count >= 0, describe(), ": ", what, " expects counts >= 0, got ", count);
-      total += count;
-    }
-    check<ConfigurationError>(total == flat.numel(), describe(), ": ", what, " expects counts summing to the tensor's ",
-                              flat.numel(), " elements, got ", total);
-  }
-
-  void check_root(int64_t root, const char* what) const {
-    check<ConfigurationError>(root >= 0 && root < size(), describe(), ": ", what, " expects a root rank in [0, ",
-                              size(), "), got ", root);
-  }
-
   ProcessGroupSetup setup_;  // its timeout is timeout(); the monitor is shared with the sub-groups
+  CollectiveArguments arguments_;
   bool is_root_;
   c10::intrusive_ptr<compat::C10dBackend> process_group_;
   C10dEntry entry_;  // every call that enqueues on process_group_ (Note [Entering c10d from several threads])

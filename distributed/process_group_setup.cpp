@@ -12,7 +12,16 @@ namespace volt {
 
 std::shared_ptr<Communicator> start_process_group(const ClusterEnvironment& cluster,
                                                   std::chrono::milliseconds timeout, torch::Device device,
-                                                  ProcessLauncher* launcher) {
+                                                  ProcessLauncher* launcher, bool shared_memory) {
+  // Note [Collectives through shared memory]. VOLT_SHM=0 is for runs whose code says nothing (a
+  // benchmark that puts a simulated link between network namespaces of one host, which shared
+  // memory would bypass); VOLT_SHM=1 cannot turn on what the options turned off. Checked before
+  // any rank is started.
+  const char* shm = std::getenv("VOLT_SHM");
+  check<ConfigurationError>(shm == nullptr || std::string(shm) == "0" || std::string(shm) == "1",
+                            "VOLT_SHM: expected 0 (collectives over Gloo's sockets) or 1, got '",
+                            shm == nullptr ? "" : shm, "'");
+  shared_memory = shared_memory && (shm == nullptr || std::string(shm) == "1");
   const auto& topology = cluster.topology();
   if (!cluster.creates_processes_externally() && topology.local_world_size > 1) {
     check<ConfigurationError>(launcher != nullptr, "process group: this process must start the other ",
@@ -41,10 +50,7 @@ std::shared_ptr<Communicator> start_process_group(const ClusterEnvironment& clus
   options.device = device;
   const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
   options.ring_thread = cores / std::max<int64_t>(1, topology.local_world_size) >= 2;
-  // Note [Collectives through shared memory]: opt-in until the benchmarks that simulate networks
-  // between network namespaces of one host (which shared memory would bypass) turn it off.
-  const char* shm = std::getenv("VOLT_SHM");
-  options.shared_memory = shm != nullptr && std::string(shm) == "1";
+  options.shared_memory = shared_memory;
   return Communicator::connect(options);
 }
 

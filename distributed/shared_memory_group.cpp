@@ -28,6 +28,20 @@ constexpr const char* kNamePrefix = "volt-shm-";
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
+// The collectives, as a call records its kind.
+enum Kind : int32_t { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kBarrier };
+
+const char* kind_name(int32_t kind) {
+  switch (kind) {
+    case kAllReduce: return "all_reduce";
+    case kReduceScatter: return "reduce_scatter";
+    case kAllGather: return "all_gather";
+    case kBroadcast: return "broadcast";
+    case kBarrier: return "barrier";
+  }
+  return "?";
+}
+
 void cpu_relax() {
 #if defined(__x86_64__)
   __builtin_ia32_pause();
@@ -83,9 +97,10 @@ struct alignas(64) SharedMemoryGroup::RankState {
   std::atomic<int64_t> counters[3];  // written, reduced, done: the last generation each finished
   std::atomic<int32_t> pid;
   std::atomic<int32_t> failed;  // 1: this rank failed and will not go on; 2: it left the group
-  // What this rank's current collective is (numel, dtype and op; -1 for a barrier), written
+  // What this rank's current collective is (its kind, numel, dtype and op or root), written
   // before its first chunk's "written": ranks that disagree fail instead of mixing two calls.
   std::atomic<int64_t> numel;
+  std::atomic<int32_t> kind;
   std::atomic<int32_t> dtype;
   std::atomic<int32_t> op;
 };
@@ -101,6 +116,10 @@ std::string SharedMemoryGroup::host_id() {
   char name[256] = {};
   ::gethostname(name, sizeof name - 1);
   return read_first_line("/proc/sys/kernel/random/boot_id") + "/" + name;
+}
+
+bool SharedMemoryGroup::moves(const torch::Tensor& tensor) {
+  return tensor.defined() && tensor.device().is_cpu() && tensor.layout() == torch::kStrided;
 }
 
 bool SharedMemoryGroup::accepts(const torch::Tensor& tensor, ReduceOp op) {
@@ -321,69 +340,177 @@ void SharedMemoryGroup::reduce_slice(c10::ScalarType dtype, ReduceOp op, int64_t
   }
 }
 
-void SharedMemoryGroup::all_reduce(torch::Tensor& tensor, ReduceOp op) {
+void SharedMemoryGroup::check_usable() const {
   check<DistributedError>(!broken_, describe_, ": the shared-memory group failed earlier; it takes no more collectives");
-  VOLT_INTERNAL_ASSERT(accepts(tensor, op) && tensor.is_contiguous(), "SharedMemoryGroup::all_reduce: accepts()");
+}
+
+int64_t SharedMemoryGroup::begin_chunk(bool first, int32_t kind, int64_t numel, int32_t dtype, int32_t op) {
+  const int64_t generation = ++generation_;
+  wait_for_all(2, generation - 1, kind_name(kind));  // the slots and the result are free
+  if (first) describe_call(kind, numel, dtype, op);
+  return generation;
+}
+
+void SharedMemoryGroup::finish_step(int which, int64_t generation) {
+  state(rank_).counters[which].store(generation, std::memory_order_release);
+}
+
+void SharedMemoryGroup::reduce_chunks(int32_t kind, const char* data, int64_t numel, c10::ScalarType dtype, ReduceOp op,
+                                      const std::function<void(int64_t offset, int64_t n)>& take) {
   torch::NoGradGuard no_grad;
-  const auto dtype = tensor.scalar_type();
   const auto element = static_cast<int64_t>(c10::elementSize(dtype));
-  const int64_t numel = tensor.numel();
   const int64_t chunk = static_cast<int64_t>(slot_bytes_) / element;
   // Slices of whole cache lines, so that no two ranks write one.
   const int64_t line = std::max<int64_t>(1, 64 / element);
-  auto* data = static_cast<char*>(tensor.data_ptr());
   for (int64_t offset = 0; offset < numel || (numel == 0 && offset == 0); offset += chunk) {
     const int64_t n = std::min(chunk, numel - offset);
-    const int64_t generation = ++generation_;
-    wait_for_all(2, generation - 1, "all_reduce");  // the slots and the result are free
-    if (offset == 0) describe_call(numel, static_cast<int32_t>(dtype), static_cast<int32_t>(op));
+    const int64_t generation =
+        begin_chunk(offset == 0, kind, numel, static_cast<int32_t>(dtype), static_cast<int32_t>(op));
     std::memcpy(slot(rank_), data + offset * element, static_cast<size_t>(n * element));
-    state(rank_).counters[0].store(generation, std::memory_order_release);
-    wait_for_all(0, generation, "all_reduce");
-    if (offset == 0) check_calls_agree("all_reduce");
+    finish_step(0, generation);
+    wait_for_all(0, generation, kind_name(kind));
+    if (offset == 0) check_calls_agree(kind);
     const int64_t per = (n + size_ - 1) / size_ + line - 1 - ((n + size_ - 1) / size_ + line - 1) % line;
     const int64_t begin = std::min(n, rank_ * per);
     reduce_slice(dtype, op, begin, std::min(n, begin + per) - begin);
-    state(rank_).counters[1].store(generation, std::memory_order_release);
-    wait_for_all(1, generation, "all_reduce");
+    finish_step(1, generation);
+    wait_for_all(1, generation, kind_name(kind));
+    take(offset, n);
+    finish_step(2, generation);
+    if (numel == 0) break;
+  }
+}
+
+void SharedMemoryGroup::all_reduce(torch::Tensor& tensor, ReduceOp op) {
+  check_usable();
+  VOLT_INTERNAL_ASSERT(accepts(tensor, op) && tensor.is_contiguous(), "SharedMemoryGroup::all_reduce: accepts()");
+  const auto element = static_cast<int64_t>(tensor.element_size());
+  auto* data = static_cast<char*>(tensor.data_ptr());
+  reduce_chunks(kAllReduce, data, tensor.numel(), tensor.scalar_type(), op, [&](int64_t offset, int64_t n) {
     std::memcpy(data + offset * element, result(), static_cast<size_t>(n * element));
-    state(rank_).counters[2].store(generation, std::memory_order_release);
+  });
+}
+
+void SharedMemoryGroup::reduce_scatter(const torch::Tensor& input, torch::Tensor& output,
+                                       const std::vector<int64_t>& counts, ReduceOp op) {
+  check_usable();
+  VOLT_INTERNAL_ASSERT(accepts(input, op) && input.is_contiguous() && output.is_contiguous() &&
+                           output.scalar_type() == input.scalar_type() &&
+                           static_cast<int64_t>(counts.size()) == size_ &&
+                           output.numel() == counts[static_cast<size_t>(rank_)],
+                       "SharedMemoryGroup::reduce_scatter: a run per rank");
+  int64_t mine = 0;
+  for (int64_t r = 0; r < rank_; ++r) mine += counts[static_cast<size_t>(r)];
+  const int64_t mine_end = mine + output.numel();
+  const auto element = static_cast<int64_t>(input.element_size());
+  auto* out = static_cast<char*>(output.data_ptr());
+  reduce_chunks(kReduceScatter, static_cast<const char*>(input.data_ptr()), input.numel(), input.scalar_type(), op,
+                [&](int64_t offset, int64_t n) {
+                  const int64_t lo = std::max(mine, offset), hi = std::min(mine_end, offset + n);
+                  if (lo < hi) {
+                    std::memcpy(out + (lo - mine) * element, result() + (lo - offset) * element,
+                                static_cast<size_t>((hi - lo) * element));
+                  }
+                });
+}
+
+void SharedMemoryGroup::all_gather(const torch::Tensor& input, torch::Tensor& output, const std::vector<int64_t>& counts) {
+  check_usable();
+  VOLT_INTERNAL_ASSERT(moves(input) && input.is_contiguous() && output.is_contiguous() &&
+                           output.scalar_type() == input.scalar_type() &&
+                           static_cast<int64_t>(counts.size()) == size_ &&
+                           input.numel() == counts[static_cast<size_t>(rank_)],
+                       "SharedMemoryGroup::all_gather: a run per rank");
+  const auto element = static_cast<int64_t>(input.element_size());
+  const int64_t chunk = static_cast<int64_t>(slot_bytes_) / element;
+  std::vector<int64_t> displacement(counts.size(), 0);
+  int64_t total = 0, longest = 0;
+  for (size_t r = 0; r < counts.size(); ++r) {
+    displacement[r] = total;
+    total += counts[r];
+    longest = std::max(longest, counts[r]);
+  }
+  VOLT_INTERNAL_ASSERT(output.numel() == total, "SharedMemoryGroup::all_gather: an output of sum(counts)");
+  const auto* in = static_cast<const char*>(input.data_ptr());
+  auto* out = static_cast<char*>(output.data_ptr());
+  const auto dtype = static_cast<int32_t>(input.scalar_type());
+  for (int64_t offset = 0; offset < longest || (longest == 0 && offset == 0); offset += chunk) {
+    const int64_t generation = begin_chunk(offset == 0, kAllGather, total, dtype, -1);
+    const auto part = [&](int64_t r) { return std::max<int64_t>(0, std::min(chunk, counts[static_cast<size_t>(r)] - offset)); };
+    std::memcpy(slot(rank_), in + offset * element, static_cast<size_t>(part(rank_) * element));
+    finish_step(0, generation);
+    wait_for_all(0, generation, "all_gather");
+    if (offset == 0) check_calls_agree(kAllGather);
+    for (int64_t r = 0; r < size_; ++r) {
+      std::memcpy(out + (displacement[static_cast<size_t>(r)] + offset) * element, slot(r),
+                  static_cast<size_t>(part(r) * element));
+    }
+    finish_step(1, generation);
+    finish_step(2, generation);
+    if (longest == 0) break;
+  }
+}
+
+void SharedMemoryGroup::broadcast(torch::Tensor& tensor, int64_t root) {
+  check_usable();
+  VOLT_INTERNAL_ASSERT(moves(tensor) && tensor.is_contiguous() && root >= 0 && root < size_,
+                       "SharedMemoryGroup::broadcast: a contiguous CPU tensor and a rank");
+  const auto element = static_cast<int64_t>(tensor.element_size());
+  const int64_t chunk = static_cast<int64_t>(slot_bytes_) / element;
+  const int64_t numel = tensor.numel();
+  auto* data = static_cast<char*>(tensor.data_ptr());
+  for (int64_t offset = 0; offset < numel || (numel == 0 && offset == 0); offset += chunk) {
+    const int64_t n = std::min(chunk, numel - offset);
+    const int64_t generation =
+        begin_chunk(offset == 0, kBroadcast, numel, static_cast<int32_t>(tensor.scalar_type()), static_cast<int32_t>(root));
+    if (rank_ == root) std::memcpy(slot(root), data + offset * element, static_cast<size_t>(n * element));
+    finish_step(0, generation);
+    wait_for_all(0, generation, "broadcast");
+    if (offset == 0) check_calls_agree(kBroadcast);
+    if (rank_ != root) std::memcpy(data + offset * element, slot(root), static_cast<size_t>(n * element));
+    finish_step(1, generation);
+    finish_step(2, generation);
     if (numel == 0) break;
   }
 }
 
 void SharedMemoryGroup::barrier() {
-  check<DistributedError>(!broken_, describe_, ": the shared-memory group failed earlier; it takes no more collectives");
-  const int64_t generation = ++generation_;
-  wait_for_all(2, generation - 1, "barrier");
-  describe_call(-1, -1, -1);
-  for (int which = 0; which < 3; ++which) state(rank_).counters[which].store(generation, std::memory_order_release);
+  check_usable();
+  const int64_t generation = begin_chunk(true, kBarrier, -1, -1, -1);
+  for (int which = 0; which < 3; ++which) finish_step(which, generation);
   wait_for_all(0, generation, "barrier");
-  check_calls_agree("barrier");
+  check_calls_agree(kBarrier);
 }
 
-void SharedMemoryGroup::describe_call(int64_t numel, int32_t dtype, int32_t op) {
+void SharedMemoryGroup::describe_call(int32_t kind, int64_t numel, int32_t dtype, int32_t op) {
   RankState& me = state(rank_);
+  me.kind.store(kind, std::memory_order_relaxed);
   me.numel.store(numel, std::memory_order_relaxed);
   me.dtype.store(dtype, std::memory_order_relaxed);
   me.op.store(op, std::memory_order_relaxed);  // published by the "written" store that follows
 }
 
-void SharedMemoryGroup::check_calls_agree(const char* what) {
+void SharedMemoryGroup::check_calls_agree(int32_t kind) {
   const RankState& me = state(rank_);
   const auto call = [](const RankState& s) {
-    const int64_t numel = s.numel.load(std::memory_order_relaxed);
-    if (numel < 0) return std::string("a barrier");
-    return "an all_reduce of " + std::to_string(numel) + " " +
-           c10::toString(static_cast<c10::ScalarType>(s.dtype.load(std::memory_order_relaxed))) + " elements (op " +
-           std::to_string(s.op.load(std::memory_order_relaxed)) + ")";
+    const int32_t k = s.kind.load(std::memory_order_relaxed);
+    if (k == kBarrier) return std::string("a barrier");
+    std::string text = std::string(k == kAllReduce ? "an " : "a ") + kind_name(k) + " of " +
+                       std::to_string(s.numel.load(std::memory_order_relaxed)) + " " +
+                       c10::toString(static_cast<c10::ScalarType>(s.dtype.load(std::memory_order_relaxed))) +
+                       " elements";
+    const int32_t op = s.op.load(std::memory_order_relaxed);
+    if (k == kAllReduce || k == kReduceScatter) text += " (op " + std::to_string(op) + ")";
+    if (k == kBroadcast) text += " (root " + std::to_string(op) + ")";
+    return text;
   };
   for (int64_t r = 0; r < size_; ++r) {
     const RankState& peer = state(r);
-    if (peer.numel.load(std::memory_order_relaxed) != me.numel.load(std::memory_order_relaxed) ||
+    if (peer.kind.load(std::memory_order_relaxed) != me.kind.load(std::memory_order_relaxed) ||
+        peer.numel.load(std::memory_order_relaxed) != me.numel.load(std::memory_order_relaxed) ||
         peer.dtype.load(std::memory_order_relaxed) != me.dtype.load(std::memory_order_relaxed) ||
         peer.op.load(std::memory_order_relaxed) != me.op.load(std::memory_order_relaxed)) {
-      fail(std::string(what) + " through shared memory: rank " + std::to_string(r) + " called " + call(peer) +
+      fail(std::string(kind_name(kind)) + " through shared memory: rank " + std::to_string(r) + " called " + call(peer) +
            ", this rank " + call(me) + "; every rank must call the same collectives in the same order, with "
            "tensors of the same size and dtype");
     }

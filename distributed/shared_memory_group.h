@@ -5,11 +5,15 @@
 // of the group shares, and reduces through it:
 //   segment  a header (per rank: its pid and three counters, each rank's on a cache line of its
 //            own), one slot of `slot_bytes` per rank, and one result slot;
-//   a chunk  (at most a slot) takes three steps, each closed by every rank's counter reaching the
-//            chunk's generation: each rank copies its chunk into its slot ("written"); each rank
-//            reduces its 1/size slice of the chunk over all slots, in rank order, into the result
-//            ("reduced"); each rank copies the result out ("done"). A rank writes its slot again
-//            only once every rank is done with the previous chunk.
+//   a chunk  (at most a slot) of a reduction takes three steps, each closed by every rank's counter
+//            reaching the chunk's generation: each rank copies its chunk into its slot
+//            ("written"); each rank reduces its 1/size slice of the chunk over all slots, in rank
+//            order, into the result ("reduced"); each rank copies out the result, or for
+//            reduce_scatter the part of it that it keeps ("done"). all_gather: each rank copies
+//            its chunk into its slot ("written"), then every slot's chunk to its place in the
+//            output ("done"). broadcast: the root copies the chunk into its slot ("written"), the
+//            others copy it out ("done"). A rank writes its slot again only once every rank is
+//            done with the previous chunk.
 // Every element is reduced once, by one rank, in rank order, so every rank gets the same bits,
 // and the order is the same at every size. float16 and bfloat16 are summed in float32.
 // The segment is named per run and group (rank 0's pid and a random nonce), created by rank 0,
@@ -18,7 +22,7 @@
 // mapping). A segment whose creator died before that point is removed by the next group a rank 0
 // of this host creates (its pid is in the name). Two jobs never share a segment: the name holds a
 // nonce that the joining ranks check in the header.
-// Each call records its size, dtype and op beside its first "written": ranks that disagree (calls
+// Each call records its kind, size, dtype and op (or root) beside its first "written": ranks that disagree (calls
 // in another order, tensors of other sizes) fail naming the rank and both calls, rather than
 // mixing two collectives. A wait for the other ranks is bounded by the timeout; a rank whose process is gone (checked
 // every 100 ms), that failed or that closed its end of the group fails the wait at once, naming
@@ -54,11 +58,24 @@ class SharedMemoryGroup {
   SharedMemoryGroup(const SharedMemoryGroup&) = delete;
   SharedMemoryGroup& operator=(const SharedMemoryGroup&) = delete;
 
-  // Whether all_reduce takes `tensor` with `op`: a dense CPU tensor of float32, float64, float16,
-  // bfloat16, int32 or int64; Sum, Max or Min (Mean is the caller's Sum, divided).
+  // Whether the reductions (all_reduce, reduce_scatter) take `tensor` with `op`: a dense CPU
+  // tensor of float32, float64, float16, bfloat16, int32 or int64; Sum, Max or Min (Mean is the
+  // caller's Sum, divided).
   static bool accepts(const torch::Tensor& tensor, ReduceOp op);
+  // Whether the data movements (broadcast, all_gather) take `tensor`: a dense CPU tensor, any dtype.
+  static bool moves(const torch::Tensor& tensor);
   // Reduces `tensor` (contiguous) over the group, in place. [collective]
   void all_reduce(torch::Tensor& tensor, ReduceOp op);
+  // The reduction over the group of `input` (contiguous, of sum(counts) elements) cut into one run
+  // per rank, counts[r] elements each in rank order: this rank's run into `output` (contiguous,
+  // counts[rank()] elements). [collective]
+  void reduce_scatter(const torch::Tensor& input, torch::Tensor& output, const std::vector<int64_t>& counts,
+                      ReduceOp op);
+  // Every rank's `input` (contiguous, counts[r] elements on rank r) into `output` (contiguous,
+  // sum(counts) elements), in rank order. [collective]
+  void all_gather(const torch::Tensor& input, torch::Tensor& output, const std::vector<int64_t>& counts);
+  // `root`'s `tensor` (contiguous) into every rank's, in place. [collective]
+  void broadcast(torch::Tensor& tensor, int64_t root);
   // Returns once every rank has called it. [collective]
   void barrier();
 
@@ -80,10 +97,20 @@ class SharedMemoryGroup {
   // Waits until every rank's counter `which` (0 written, 1 reduced, 2 done) reaches `generation`.
   void wait_for_all(int which, int64_t generation, const char* what);
   void reduce_slice(c10::ScalarType dtype, ReduceOp op, int64_t begin, int64_t count);
+  // The reduction of `numel` elements at `data` over the group, a chunk at a time: `take(offset,
+  // n)` copies what it needs of elements [offset, offset + n) of the reduction from result().
+  void reduce_chunks(int32_t kind, const char* data, int64_t numel, c10::ScalarType dtype, ReduceOp op,
+                     const std::function<void(int64_t offset, int64_t n)>& take);
+  // Starts a chunk: waits until every rank is done with the previous one; the first chunk of a
+  // call records the call.
+  int64_t begin_chunk(bool first, int32_t kind, int64_t numel, int32_t dtype, int32_t op);
+  // Marks this rank's step `which` (0 written, 1 reduced, 2 done) of chunk `generation`.
+  void finish_step(int which, int64_t generation);
   // Records this rank's call, then (once every rank has written) checks that every rank made the
   // same one (Note [Collectives through shared memory]).
-  void describe_call(int64_t numel, int32_t dtype, int32_t op);
-  void check_calls_agree(const char* what);
+  void describe_call(int32_t kind, int64_t numel, int32_t dtype, int32_t op);
+  void check_calls_agree(int32_t kind);
+  void check_usable() const;
   [[noreturn]] void fail(const std::string& message);
 
   int64_t rank_, size_;

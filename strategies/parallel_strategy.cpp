@@ -21,7 +21,8 @@ void ParallelStrategy::setup_environment(const StrategyEnvironment& environment)
   check<ConfigurationError>(environment.cluster != nullptr, name(),
                             ": expected the Trainer to resolve a cluster environment, got none");
   cluster_ = environment.cluster;
-  communicator_ = start_process_group(*cluster_, environment.timeout, environment.device, environment.launcher);
+  communicator_ = start_process_group(*cluster_, environment.timeout, environment.device, environment.launcher,
+                                      environment.shared_memory);
   world_counters_.at_last_step = communicator_->counters();
 }
 

@@ -57,6 +57,7 @@ struct StrategyEnvironment {
   int64_t processes_per_node = 1;
   int64_t num_nodes = 1;
   std::chrono::milliseconds timeout{1800000};   // bound on every collective
+  bool shared_memory = true;  // CPU collectives on one host through shared memory (start_process_group)
   // Who started the processes and where they meet; distributed strategies read their topology
   // and rendezvous from it.
   std::shared_ptr<const ClusterEnvironment> cluster;

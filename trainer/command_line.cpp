@@ -65,6 +65,9 @@ po::options_description volt_flags(const TrainerOptions& d) {
        "rendezvous port (0: MASTER_PORT, else a free port on one node, 29500 on several)")
       ("timeout", po::value<double>()->default_value(static_cast<double>(d.timeout.count()) / 1000.0),
        "seconds any collective may take before the run fails")
+      ("shared-memory-collectives", po::value<bool>()->default_value(d.shared_memory_collectives),
+       "CPU collectives among the ranks of one host through shared memory, not Gloo's sockets "
+       "(VOLT_SHM=0 turns it off too)")
       ("max-epochs", po::value<int64_t>(), "epochs to train (default 1000 unless --max-steps; -1: no limit)")
       ("min-epochs", po::value<int64_t>()->default_value(d.min_epochs),
        "epochs before early stopping or --max-time may stop")
@@ -125,6 +128,7 @@ TrainerOptions options_from(const po::variables_map& vm) {
   const double timeout_s = vm["timeout"].as<double>();
   check<ConfigurationError>(timeout_s > 0 && timeout_s < 1e9, "--timeout: expected seconds > 0, got ", timeout_s);
   o.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0 + 0.5));
+  o.shared_memory_collectives = vm["shared-memory-collectives"].as<bool>();
   if (vm.count("max-epochs")) o.max_epochs = vm["max-epochs"].as<int64_t>();
   o.min_epochs = vm["min-epochs"].as<int64_t>();
   o.max_steps = vm["max-steps"].as<int64_t>();

@@ -68,6 +68,7 @@ CpuThreads setup_run_environment(Strategy& strategy, const RunPlacement& placeme
   environment.processes_per_node = cluster->topology().local_world_size;
   environment.num_nodes = cluster->topology().num_nodes;
   environment.timeout = options.timeout;
+  environment.shared_memory = options.shared_memory_collectives;
   environment.cluster = cluster;
   environment.launcher = placement.launcher;
   const auto threads = configure_cpu_threads({.processes_per_node = cluster->topology().local_world_size,

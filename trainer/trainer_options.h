@@ -41,6 +41,9 @@ struct TrainerOptions {
   std::string master_addr;            // rendezvous host; "": MASTER_ADDR, else 127.0.0.1 on one node
   int64_t master_port = 0;            // rendezvous port; 0: MASTER_PORT, else free (one node) or 29500
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};  // bound on every collective; > 0
+  // CPU collectives among ranks of one host through shared memory instead of Gloo's sockets
+  // (Note [Collectives through shared memory]); VOLT_SHM=0 in the environment turns it off too.
+  bool shared_memory_collectives = true;
 
   // ---- how long
   std::optional<int64_t> max_epochs;  // unset: 1000 unless max_steps is set; -1: no limit

@@ -16,6 +16,7 @@ void copy_run_settings(const From& from, To& to) {
   to.master_addr = from.master_addr;
   to.master_port = from.master_port;
   to.timeout = from.timeout;
+  to.shared_memory_collectives = from.shared_memory_collectives;
   to.seed = from.seed;
   to.deterministic = from.deterministic;
   to.malloc_tuning = from.malloc_tuning;

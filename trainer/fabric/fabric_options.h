@@ -23,6 +23,7 @@ struct FabricOptions {
   std::string master_addr;            // rendezvous host; "": MASTER_ADDR, else 127.0.0.1 on one node
   int64_t master_port = 0;            // rendezvous port; 0: MASTER_PORT, else free (one node) or 29500
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};  // bound on every collective; > 0
+  bool shared_memory_collectives = true;  // as TrainerOptions::shared_memory_collectives
   std::optional<uint64_t> seed;       // seeds torch (at construction and launch) and unseeded loaders
   bool deterministic = false;         // deterministic algorithms only
   bool malloc_tuning = true;          // keep freed memory in the heap (glibc); see malloc_tuning.h
