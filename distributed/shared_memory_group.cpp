@@ -163,8 +163,15 @@ std::unique_ptr<SharedMemoryGroup> SharedMemoryGroup::join(const Exchange& excha
     if (fd < 0) {
       problem = std::string("shm_open: ") + std::strerror(errno);
     } else {
+      // Reserved now, not as pages are first touched: a /dev/shm too small for the segment (a
+      // container's 64 MB) then refuses it here, and the group stays on Gloo, where a sparse
+      // segment would kill a rank with SIGBUS in its first large collective.
+      int reserved = 0;
       if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
         problem = std::string("ftruncate: ") + std::strerror(errno);
+        ::close(fd);
+      } else if ((reserved = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes))) != 0) {
+        problem = std::string("reserving it in /dev/shm (posix_fallocate): ") + std::strerror(reserved);
         ::close(fd);
       } else {
         base = map_segment(fd, bytes, problem);

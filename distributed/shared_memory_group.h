@@ -49,7 +49,8 @@ class SharedMemoryGroup {
   using Exchange = std::function<std::vector<std::string>(const std::string&)>;
 
   // The group's segment, mapped on every rank; null on every rank when the ranks are not all on
-  // this host (their host ids differ) or shared memory cannot be mapped here (`why_not` says why).
+  // this host (their host ids differ) or shared memory cannot be had here (`why_not` says why:
+  // e.g. /dev/shm cannot hold the segment, which is reserved when it is created).
   // `describe` names the group in errors. [collective]
   static std::unique_ptr<SharedMemoryGroup> join(const Exchange& exchange, int64_t rank, int64_t size,
                                                  std::chrono::milliseconds timeout, const std::string& describe,

@@ -180,6 +180,24 @@ TEST(SharedMemoryGroup, ReduceScatterAllGatherAndBroadcastAgreeWithTheirDefiniti
   }
 }
 
+// A segment that /dev/shm cannot hold (a container's is 64 MB) is refused when it is created, on
+// every rank, with the reason; the group would otherwise die of SIGBUS in its first large
+// collective. Nothing is left behind.
+TEST(SharedMemoryGroup, ASegmentTooLargeForDevShmIsRefusedAtJoin) {
+  with_communicators(2, [&](Communicator& c) {
+    std::string why_not;
+    auto group = SharedMemoryGroup::join([&](const std::string& bytes) { return c.all_gather_bytes(bytes); },
+                                         c.rank(), c.size(), std::chrono::seconds(30), "test group",
+                                         size_t{1} << 42, &why_not);  // 3 × 4 TiB
+    EXPECT_EQ(group, nullptr) << "rank " << c.rank();
+    EXPECT_NE(why_not.find("posix_fallocate"), std::string::npos) << "rank " << c.rank() << ": " << why_not;
+    c.barrier();
+    if (c.rank() == 0) {
+      EXPECT_EQ(segments_of(::getpid()), 0);
+    }
+  });
+}
+
 // Ranks whose calls disagree (another size, a barrier against an all_reduce) fail, naming the rank
 // and both calls, instead of mixing two collectives' values.
 TEST(SharedMemoryGroup, RanksThatCallDifferentCollectivesFailNamingBoth) {
