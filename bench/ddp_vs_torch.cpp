@@ -6,7 +6,8 @@
 //
 // Columns: volt over Gloo, volt through shared memory (Note [Collectives through shared memory],
 // the Trainer's default on one host), PyTorch over Gloo.
-// Rows: a ~100K- and a ~10M-parameter MLP with DDP; the same with every step inside no_sync (the
+// Rows: a ~100K- and a ~10M-parameter MLP with DDP; the large one with gradient_as_bucket_view on
+// both sides (no copy between gradients and buckets); both with every step inside no_sync (the
 // price of communication is the difference); a bucket-size sweep {1, 5, 25, 100} MB on the large
 // model; and the gradient memory of volt with and without gradient_as_bucket_view.
 //
@@ -186,7 +187,8 @@ int main(int argc, char** argv) {
 
     const std::string small = "256,256,128,10", large = "1024,2048,2048,2048,10";
     std::vector<Config> configs{{"small MLP, DDP", small, 64, 25, false, false},
-                                {"large MLP, DDP", large, 32, 25, false, false}};
+                                {"large MLP, DDP", large, 32, 25, false, false},
+                                {"large MLP, bucket view", large, 32, 25, false, true}};
     if (!vm["quick"].as<bool>()) {
       configs.push_back({"small MLP, no_sync", small, 64, 25, true, false});
       configs.push_back({"large MLP, no_sync", large, 32, 25, true, false});
@@ -215,7 +217,7 @@ int main(int argc, char** argv) {
               .push_back(number_after(
                   run_pair({program, "--inline-max-mb", std::to_string(g_inline_max_mb), "--shared-memory",
                             shm ? "1" : "0", "--worker", "{rank}", port_v, c.widths, std::to_string(c.batch),
-                            std::to_string(c.bucket_mb), c.no_sync ? "1" : "0", "0", std::to_string(steps),
+                            std::to_string(c.bucket_mb), c.no_sync ? "1" : "0", c.bucket_view ? "1" : "0", std::to_string(steps),
                             std::to_string(warmup)}),
                   "STEP_MS"));
         }
@@ -223,7 +225,7 @@ int main(int argc, char** argv) {
         torch_ms.push_back(number_after(
             run_pair({"/usr/bin/python3", script, "{rank}", port_t, c.widths, std::to_string(c.batch),
                       std::to_string(c.bucket_mb), c.no_sync ? "1" : "0", std::to_string(steps),
-                      std::to_string(warmup)}),
+                      std::to_string(warmup), c.bucket_view ? "1" : "0"}),
             "STEP_MS"));
       }
       const double v = median(volt_ms), m = median(shm_ms), t = median(torch_ms);

@@ -9,8 +9,10 @@
 // corrupts that map: a SIGSEGV in _Rb_tree_insert_and_rebalance under
 // FlightRecorder::recordWithResetEnabled, seen about once in ten runs of 4 ranks as threads whose
 // node groups start at once (2.11). Threads meet there in a real job too: the ring thread's
-// reductions and the main thread's. So every call that may enqueue a collective goes through a
-// group's C10dEntry: its first call holds a process-wide lock alone, every later call shares it.
+// reductions and the main thread's. So every call that may enqueue work on a process group (its
+// collectives, and the rings' point-to-point send and recv) goes through the group's C10dEntry:
+// its first call holds a process-wide lock alone, every later call shares it. (A Gloo group's
+// first call is the barrier that ends its construction.)
 // Only the enqueue is held (a Work is waited for outside), so the first call of one group never
 // waits for another group's collective to finish, only for its enqueue. LibTorch 1.13 has no
 // recorder; there the lock is an uncontended atomic a call.

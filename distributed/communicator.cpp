@@ -2,10 +2,10 @@
 // node groups and counters. The c10d half is process_group_communicator.cpp.
 #include "distributed/communicator.h"
 
-#include <cstring>
 #include <set>
 
 #include "core/error.h"
+#include "distributed/padded_bytes.h"
 
 namespace volt {
 
@@ -127,36 +127,14 @@ void Communicator::reduce_scatter_chunks(torch::Tensor output, const torch::Tens
            [&](const torch::Tensor& t) { return reduce_scatter_chunks_async(t, source, counts, op); });
 }
 
-namespace {
-
-// `bytes` as a uint8 tensor of `length` elements, zero-padded.
-torch::Tensor padded(const std::string& bytes, int64_t length) {
-  auto tensor = torch::zeros({length}, torch::kByte);
-  std::memcpy(tensor.data_ptr<uint8_t>(), bytes.data(), bytes.size());
-  return tensor;
-}
-
-// Row r of `rows` (ranks × longest bytes), cut to `lengths[r]`.
-std::vector<std::string> unpad(const torch::Tensor& rows, const torch::Tensor& lengths) {
-  std::vector<std::string> out;
-  const auto* length = lengths.data_ptr<int64_t>();
-  for (int64_t r = 0; r < lengths.numel(); ++r) {
-    const auto row = rows[r];
-    out.emplace_back(reinterpret_cast<const char*>(row.data_ptr<uint8_t>()), static_cast<size_t>(length[r]));
-  }
-  return out;
-}
-
-}  // namespace
-
 // Gloo needs equal sizes on every rank: first every rank learns every length (one all_gather of
 // an int64 each), then the bytes travel padded to the longest.
 std::vector<std::string> Communicator::all_gather_bytes(const std::string& bytes) {
   const auto lengths = all_gather(torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kLong)).flatten();
   const int64_t longest = lengths.max().item<int64_t>();
   auto rows = torch::zeros({size(), longest}, torch::kByte);
-  if (longest > 0) all_gather_into(rows, padded(bytes, longest));
-  return unpad(rows, lengths);
+  if (longest > 0) all_gather_into(rows, padded_bytes(bytes, longest));
+  return unpad_rows(rows, lengths);
 }
 
 std::vector<std::string> Communicator::gather_bytes(const std::string& bytes, int64_t root) {
@@ -165,8 +143,8 @@ std::vector<std::string> Communicator::gather_bytes(const std::string& bytes, in
   const auto lengths = all_gather(torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kLong)).flatten();
   const int64_t longest = lengths.max().item<int64_t>();
   if (longest == 0) return rank() == root ? std::vector<std::string>(static_cast<size_t>(size())) : std::vector<std::string>{};
-  const auto rows = gather(padded(bytes, longest), root);
-  return rank() == root ? unpad(rows, lengths) : std::vector<std::string>{};
+  const auto rows = gather(padded_bytes(bytes, longest), root);
+  return rank() == root ? unpad_rows(rows, lengths) : std::vector<std::string>{};
 }
 
 Communicator::NodeGroups Communicator::node_groups(int64_t node_rank) {

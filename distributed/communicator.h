@@ -81,7 +81,15 @@ struct CommunicatorOptions {
   // hosts use Gloo as before. Off here (a communicator built by hand gets what it asks for); the
   // Trainer's and the Fabric's process group turn it on (TrainerOptions::shared_memory_collectives,
   // VOLT_SHM=0). Must be the same on every rank. Inherited by sub-groups.
+  // A group across hosts with several ranks on one all_reduces hierarchically instead (Note
+  // [Hierarchical all_reduce] in hierarchical_all_reduce.h): through each host's segment, and
+  // over Gloo among one leader per host.
   bool shared_memory = false;
+  // Which host this rank is on, for shared_memory: ranks with equal ids share memory. Empty: the
+  // kernel's boot id and the host name (SharedMemoryGroup::host_id). Set it to tell apart ranks
+  // that share a kernel but must not share memory (containers), or to emulate several hosts on one
+  // (the Trainer reads VOLT_HOST_ID). Inherited by sub-groups.
+  std::string host_id;
 
   // Throws ConfigurationError naming the field, the value and what is allowed.
   void validate() const;

@@ -137,7 +137,8 @@ std::shared_ptr<Communicator> Communicator::connect(const CommunicatorOptions& o
                                           .monitor = std::move(monitor),
                                           .inline_max_bytes = options.inline_all_reduce_max_bytes,
                                           .ring_thread = options.ring_thread,
-                                          .shared_memory = options.shared_memory});
+                                          .shared_memory = options.shared_memory,
+                                          .host_id = options.host_id});
 }
 
 }  // namespace volt

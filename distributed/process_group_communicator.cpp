@@ -2,12 +2,12 @@
 // volt's timeouts, counters and error messages (the rendezvous: communicator_connect.cpp).
 #include "distributed/process_group_communicator.h"
 
-#include <cstring>
-
 #include "core/error.h"
 #include "distributed/c10d_entry.h"
+#include "distributed/c10d_process_group.h"
 #include "distributed/collective_arguments.h"
 #include "distributed/collective_handle_state.h"
+#include "distributed/hierarchical_all_reduce.h"
 #include "distributed/inline_gloo_all_reduce.h"
 #include "distributed/shared_memory_group.h"
 #include "distributed/padded_chunks.h"
@@ -23,67 +23,11 @@ namespace volt {
 
 namespace {
 
-c10d::ReduceOp to_c10d(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum:
-    case ReduceOp::Mean: return c10d::ReduceOp::SUM;  // Mean: SUM, then divided (Gloo has no AVG)
-    case ReduceOp::Max: return c10d::ReduceOp::MAX;
-    case ReduceOp::Min: return c10d::ReduceOp::MIN;
-  }
-  return c10d::ReduceOp::SUM;
-}
-
-const char* op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Mean: return "mean";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Min: return "min";
-  }
-  return "?";
-}
-
 // What a collective's description says of one that goes through shared memory.
 constexpr const char* kThroughShm = " through shared memory";
 
 int64_t payload_bytes(const torch::Tensor& t) {
   return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
-}
-
-// Note [NCCL and this rank's device]
-// Every process of a node must drive its own GPU (cuda:<local rank>, trainer/device_choice.h).
-// An NCCL communicator lives on the device that is current when it is created, and c10d's NCCL
-// group creates it lazily, at the first collective, on the device of that collective's tensors;
-// a barrier has no tensor, so c10d guesses a device (rank % visible devices in 1.13), which is
-// the wrong GPU on a multi-node run with other device counts and creates a second communicator.
-// So: the Trainer makes the rank's device current before the group exists (make_current_device),
-// the group is bound to it where LibTorch can (compat::bind_to_device, 2.3+), and every barrier
-// names it (BarrierOptions::device_ids, 1.13 and 2.x). Tensors handed to NCCL collectives must be
-// on that device; a CUDA tensor elsewhere is refused by check_tensor, and so is a CPU tensor,
-// which only the blocking collectives stage there (Note [CPU tensors on a device's backend]).
-
-// Builds the backend's process group over `store` (a rendezvous among `size` ranks); an NCCL
-// group is bound to `compute_device`.
-c10::intrusive_ptr<compat::C10dBackend> make_process_group(const std::string& backend,
-                                                           const c10::intrusive_ptr<c10d::Store>& store,
-                                                           int64_t rank, int64_t size,
-                                                           const std::shared_ptr<gloo::transport::Device>& device,
-                                                           std::chrono::milliseconds timeout,
-                                                           const torch::Device& compute_device) {
-#if defined(VOLT_WITH_CUDA)
-  if (backend == "nccl") {
-    auto options = c10d::ProcessGroupNCCL::Options::create();
-    options->timeout = timeout;
-    auto group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, static_cast<int>(rank), static_cast<int>(size),
-                                                             options);
-    compat::bind_to_device(*group, compute_device);
-    return group;
-  }
-#endif
-  auto options = c10d::ProcessGroupGloo::Options::create(timeout);
-  options->devices.push_back(device);
-  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, static_cast<int>(rank), static_cast<int>(size),
-                                                     options);
 }
 
 class ProcessGroupCommunicator : public Communicator {
@@ -114,9 +58,19 @@ class ProcessGroupCommunicator : public Communicator {
         entry_.enter([&] { return process_group_->barrier(barrier); })->wait(timeout());
       }
       if (setup_.backend == "gloo" && size > 1 && setup_.shared_memory) {
-        // Null when the ranks are on several hosts (or /dev/shm cannot hold the segment): Gloo then.
-        shm_ = SharedMemoryGroup::join([this](const std::string& bytes) { return setup_all_gather(bytes); }, rank,
-                                       size, timeout(), describe());
+        const SharedMemoryGroup::Exchange exchange = [this](const std::string& bytes) {
+          return all_gather_bytes_unnumbered(*process_group_, entry_, this->size(), timeout(), bytes);
+        };
+        const auto hosts = exchange(setup_.host_id.empty() ? SharedMemoryGroup::host_id() : setup_.host_id);
+        if (std::all_of(hosts.begin(), hosts.end(), [&](const std::string& host) { return host == hosts[0]; })) {
+          // Null when /dev/shm cannot hold the segment: Gloo then.
+          shm_ = SharedMemoryGroup::join(exchange, rank, size, timeout(), describe(),
+                                         SharedMemoryGroup::kDefaultSlotBytes, nullptr, hosts[0]);
+        } else if (HierarchicalAllReduce::applies(hosts)) {
+          // Null when a host cannot map its segment: Gloo then.
+          hierarchy_ = HierarchicalAllReduce::join(c10::make_intrusive<c10d::PrefixStore>("hierarchy", setup_.store),
+                                                   setup_.device, rank, hosts, timeout(), describe(), exchange);
+        }
       }
     } catch (const std::exception& e) {
       throw DistributedError(describe() + ": could not connect to the other " + std::to_string(size - 1) +
@@ -137,16 +91,28 @@ class ProcessGroupCommunicator : public Communicator {
     return setup_.backend != "gloo" || inline_ || shm_ || compat::kGlooReducesBfloat16 ? "native" : "float32";
   }
 
-  bool reduces_through_shared_memory() const override { return shm_ != nullptr; }
+  bool reduces_through_shared_memory() const override { return shm_ != nullptr || hierarchy_ != nullptr; }
 
   CollectiveHandle all_reduce_async(torch::Tensor tensor, ReduceOp op) override {
     arguments_.tensor(tensor, "all_reduce");
     arguments_.mean(tensor, op, "all_reduce");
     auto work_tensor = tensor.is_contiguous() ? tensor : tensor.contiguous();
+    if (hierarchy_ && HierarchicalAllReduce::accepts(work_tensor, op)) {
+      // Note [Hierarchical all_reduce]; on the ring thread where there is one, as through shared memory.
+      return start_ring(CollectiveKind::AllReduce, work_tensor,
+                        std::string("(") + op_name(op) + ") hierarchically: shared memory on each host, Gloo among " +
+                            std::to_string(hierarchy_->host_count()) + " hosts",
+                        [group = hierarchy_.get(), work_tensor, op]() mutable { group->all_reduce(work_tensor, op); },
+                        [tensor, work_tensor]() mutable {
+                          if (!work_tensor.is_same(tensor)) tensor.copy_(work_tensor);
+                          return tensor;
+                        });
+    }
     return start_reduction(CollectiveKind::AllReduce, work_tensor, op, std::string("(") + op_name(op) + ")",
-                           all_reduce_on_process_group(op),
-                           [tensor, op, n = size()](torch::Tensor reduced) mutable {
-                             if (op == ReduceOp::Mean) reduced.div_(static_cast<double>(n));
+                           all_reduce_on_process_group(op), [](SharedMemoryGroup& group, torch::Tensor& buffer,
+                                                               ReduceOp shm_op) { group.all_reduce(buffer, shm_op); },
+                           [tensor, op, n = size()](torch::Tensor reduced, bool divided) mutable {
+                             if (op == ReduceOp::Mean && !divided) reduced.div_(static_cast<double>(n));
                              if (!reduced.is_same(tensor)) tensor.copy_(reduced);
                              return tensor;
                            });
@@ -200,6 +166,8 @@ class ProcessGroupCommunicator : public Communicator {
       shape.insert(shape.end(), input.sizes().begin(), input.sizes().end());
       output = torch::empty(shape, input.options());
     }
+    // Nothing to move (every rank's input has the same size); Gloo's own would divide by zero.
+    if (input.numel() == 0) return run_inline(CollectiveKind::Gather, input, "", [] {}, [output] { return output; });
     c10d::GatherOptions opts;
     opts.rootRank = root;
     opts.timeout = timeout();
@@ -257,7 +225,7 @@ class ProcessGroupCommunicator : public Communicator {
     return start_ring(CollectiveKind::AllGather, own, "(chunks)",
                       [this, flat, counts]() mutable {
                         count_sent(CollectiveKind::AllGather,
-                                   ring_all_gather_in_place(*process_group_, rank(), counts, flat, timeout()));
+                                   ring_all_gather_in_place(*process_group_, entry_, rank(), counts, flat, timeout()));
                       },
                       [flat] { return flat; });
   }
@@ -290,8 +258,11 @@ class ProcessGroupCommunicator : public Communicator {
                              std::vector<at::Tensor> tensors{buffer};
                              return process_group_->reduce(tensors, opts);
                            },
-                           [tensor, op, is_root, n = size()](torch::Tensor reduced) mutable {
-                             if (is_root && op == ReduceOp::Mean) reduced.div_(static_cast<double>(n));
+                           [root](SharedMemoryGroup& group, torch::Tensor& buffer, ReduceOp shm_op) {
+                             group.reduce(buffer, root, shm_op);
+                           },
+                           [tensor, op, is_root, n = size()](torch::Tensor reduced, bool divided) mutable {
+                             if (is_root && op == ReduceOp::Mean && !divided) reduced.div_(static_cast<double>(n));
                              if (!reduced.is_same(tensor)) tensor.copy_(reduced);
                              return tensor;
                            });
@@ -379,61 +350,40 @@ class ProcessGroupCommunicator : public Communicator {
     return gloo_bf16(tensor) ? tensor.view(torch::kHalf) : tensor;
   }
   // Reduces `buffer` (contiguous; reduced in place) as collective `kind`: through shared memory
-  // when the group has a segment and it takes the buffer (Note [Collectives through shared
-  // memory]); on this thread when the inline path takes it (Note [Inline all_reduce]; every
-  // bfloat16 CPU buffer), else on the process group through `on_process_group` (in float32 for bfloat16, Note [bfloat16 over
-  // Gloo]). The handle's result is `finish(the reduced buffer)`.
+  // by `on_shared_memory` when the group has a segment and it takes the buffer (Note
+  // [Collectives through shared memory]; Mean divided there); on this thread when the inline
+  // path takes it (Note [Inline all_reduce]; every bfloat16 CPU buffer), else on the process
+  // group through `on_process_group` (in float32 for bfloat16, Note [bfloat16 over Gloo]). The
+  // handle's result is `finish(the reduced buffer, whether a Mean is already divided)`.
   CollectiveHandle start_reduction(CollectiveKind kind, torch::Tensor buffer, ReduceOp op, std::string detail,
                                    const ProcessGroupReduction& on_process_group,
-                                   std::function<torch::Tensor(torch::Tensor)> finish) {
-    // Mean is the finisher's division of the sum.
-    const ReduceOp reduced = op == ReduceOp::Mean ? ReduceOp::Sum : op;
-    if (shm_ && SharedMemoryGroup::accepts(buffer, reduced)) {
+                                   std::function<void(SharedMemoryGroup&, torch::Tensor&, ReduceOp)> on_shared_memory,
+                                   std::function<torch::Tensor(torch::Tensor, bool)> finish) {
+    if (shm_ && SharedMemoryGroup::accepts(buffer, op)) {
       // On the ring thread where there is one, so that it overlaps with backward like Gloo's own.
       return start_ring(kind, buffer, detail + kThroughShm,
-                        [group = shm_.get(), buffer, reduced]() mutable { group->all_reduce(buffer, reduced); },
-                        [buffer, finish = std::move(finish)] { return finish(buffer); });
+                        [group = shm_.get(), buffer, op, run = std::move(on_shared_memory)]() mutable {
+                          run(*group, buffer, op);
+                        },
+                        [buffer, finish = std::move(finish)] { return finish(buffer, true); });
     }
+    // Otherwise Mean is the finisher's division of the sum.
     if (inline_ && inline_->accepts(buffer, op)) {
       return run_inline(kind, buffer, detail, [&] { inline_->run(buffer, op); },
-                        [buffer, finish = std::move(finish)] { return finish(buffer); });
+                        [buffer, finish = std::move(finish)] { return finish(buffer, false); });
     }
     if (gloo_bf16(buffer) && !compat::kGlooReducesBfloat16) {
       buffer = buffer.to(torch::kFloat);
       detail += " via float32";
     }
     return launch(kind, buffer, detail, [&] { return on_process_group(buffer); },
-                  [buffer, finish = std::move(finish)] { return finish(buffer); });
-  }
-
-  // Every rank's `bytes` straight through the process group: setting the group up, neither
-  // counted nor numbered like the collectives a user calls.
-  std::vector<std::string> setup_all_gather(const std::string& bytes) {
-    c10d::AllgatherOptions opts;
-    opts.timeout = timeout();
-    const auto gather = [&](const torch::Tensor& input) {
-      std::vector<std::vector<at::Tensor>> outputs(1);
-      for (int64_t r = 0; r < size(); ++r) outputs[0].push_back(torch::empty_like(input));
-      std::vector<at::Tensor> inputs{input};
-      entry_.enter([&] { return process_group_->allgather(outputs, inputs, opts); })->wait(timeout());
-      return outputs[0];
-    };
-    const auto sizes = gather(torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kLong));
-    int64_t longest = 1;
-    for (const auto& s : sizes) longest = std::max(longest, s.item<int64_t>());
-    auto padded = torch::zeros({longest}, torch::kUInt8);
-    std::memcpy(padded.data_ptr(), bytes.data(), bytes.size());
-    const auto all = gather(padded);
-    std::vector<std::string> out;
-    for (int64_t r = 0; r < size(); ++r) {
-      out.emplace_back(static_cast<const char*>(all[static_cast<size_t>(r)].data_ptr()),
-                       static_cast<size_t>(sizes[static_cast<size_t>(r)].item<int64_t>()));
-    }
-    return out;
+                  [buffer, finish = std::move(finish)] { return finish(buffer, false); });
   }
 
   // `output` (checked) gets every rank's contiguous `input`.
   CollectiveHandle start_all_gather(torch::Tensor output, torch::Tensor input) {
+    // Nothing to move (every rank's input has the same size); Gloo's own would divide by zero.
+    if (input.numel() == 0) return run_inline(CollectiveKind::AllGather, input, "", [] {}, [output] { return output; });
     if (shm_ && SharedMemoryGroup::moves(input)) {
       count_sent(CollectiveKind::AllGather, payload_bytes(input));  // written once, into the segment
       return start_ring(CollectiveKind::AllGather, input, kThroughShm,
@@ -500,22 +450,20 @@ class ProcessGroupCommunicator : public Communicator {
   CollectiveHandle start_ring_reduce_scatter(torch::Tensor output, const torch::Tensor& input, std::vector<int64_t> counts,
                                              ReduceOp op, const std::string& detail_prefix) {
     const auto contiguous_input = input.contiguous();
-    const ReduceOp reduced = op == ReduceOp::Mean ? ReduceOp::Sum : op;  // Mean: the sum, divided
-    if (shm_ && SharedMemoryGroup::accepts(contiguous_input, reduced)) {
+    if (shm_ && SharedMemoryGroup::accepts(contiguous_input, op)) {
       count_sent(CollectiveKind::ReduceScatter, payload_bytes(contiguous_input));  // written once, into the segment
       return start_ring(CollectiveKind::ReduceScatter, contiguous_input,
                         detail_prefix + op_name(op) + ")" + kThroughShm,
-                        [group = shm_.get(), output, contiguous_input, counts, op, reduced, n = size()]() mutable {
+                        [group = shm_.get(), output, contiguous_input, counts, op]() mutable {
                           auto flat = output.view({-1});
-                          group->reduce_scatter(contiguous_input.view({-1}), flat, counts, reduced);
-                          if (op == ReduceOp::Mean) output.div_(static_cast<double>(n));
+                          group->reduce_scatter(contiguous_input.view({-1}), flat, counts, op);
                         },
                         [output] { return output; });
     }
     return start_ring(CollectiveKind::ReduceScatter, contiguous_input, detail_prefix + op_name(op) + ")",
                       [this, output, contiguous_input, counts, op]() mutable {
                         count_sent(CollectiveKind::ReduceScatter,
-                                   ring_reduce_scatter(*process_group_, rank(), counts, output, contiguous_input, op,
+                                   ring_reduce_scatter(*process_group_, entry_, rank(), counts, output, contiguous_input, op,
                                                        timeout()));
                       },
                       [output] { return output; });
@@ -527,8 +475,9 @@ class ProcessGroupCommunicator : public Communicator {
   CollectiveHandle start_ring(CollectiveKind kind, const torch::Tensor& payload, const std::string& detail,
                               std::function<void()> ring, Finish&& finish) {
     if (!rings_) return run_inline(kind, payload, detail, ring, std::forward<Finish>(finish));
-    return launch(kind, payload, detail, [&] { return rings_->submit(std::move(ring)); },
-                  std::forward<Finish>(finish));
+    // The submission enqueues nothing on c10d (what the ring enqueues goes through entry_ itself).
+    return start_work(kind, payload, detail, [&] { return rings_->submit(std::move(ring)); },
+                      std::forward<Finish>(finish));
   }
 
   // A handle for work that already completed (counted by the collectives it ran), with `result`.
@@ -553,12 +502,21 @@ class ProcessGroupCommunicator : public Communicator {
     return CollectiveHandle(std::move(state));
   }
 
+  // A collective that `start` enqueues on the process group (through entry_: Note [Entering c10d
+  // from several threads]).
   template <typename Start, typename Finish>
   CollectiveHandle launch(CollectiveKind kind, const torch::Tensor& payload, const std::string& detail,
                           Start&& start, Finish&& finish) {
+    return start_work(kind, payload, detail, [&] { return entry_.enter(start); }, std::forward<Finish>(finish));
+  }
+
+  // A collective whose Work `start` returns.
+  template <typename Start, typename Finish>
+  CollectiveHandle start_work(CollectiveKind kind, const torch::Tensor& payload, const std::string& detail,
+                              Start&& start, Finish&& finish) {
     auto state = begin(kind, payload, detail, std::forward<Finish>(finish));
     try {
-      state->work = entry_.enter(start);  // Note [Entering c10d from several threads]
+      state->work = start();
     } catch (const std::exception& e) {
       throw DistributedError(failure_message(*state, cause_of(e)));
     }
@@ -594,6 +552,7 @@ class ProcessGroupCommunicator : public Communicator {
   C10dEntry entry_;  // every call that enqueues on process_group_ (Note [Entering c10d from several threads])
   std::unique_ptr<InlineGlooAllReduce> inline_;  // null: every collective on the process group
   std::unique_ptr<SharedMemoryGroup> shm_;       // null: no reduction through shared memory
+  std::unique_ptr<HierarchicalAllReduce> hierarchy_;  // null: no hierarchical all_reduce
   std::unique_ptr<RingWorker> rings_;            // null: volt's rings run on the calling thread (after shm_:
                                                  // destroyed first, so no job of it outlives the segment)
   int64_t next_group_ = 0;

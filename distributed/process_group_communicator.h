@@ -23,6 +23,7 @@ struct ProcessGroupSetup {
   int64_t inline_max_bytes = 0;                             // Gloo: the inline all_reduce context when > 0
   bool ring_thread = false;                                 // Gloo: volt's rings on their own thread
   bool shared_memory = false;                               // Gloo: reductions through shared memory on one host
+  std::string host_id;                                      // empty: SharedMemoryGroup::host_id()
 };
 
 // The root communicator (global ranks 0..size-1) of a rendezvous: builds the backend's process

@@ -51,6 +51,9 @@ std::shared_ptr<Communicator> start_process_group(const ClusterEnvironment& clus
   const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
   options.ring_thread = cores / std::max<int64_t>(1, topology.local_world_size) >= 2;
   options.shared_memory = shared_memory;
+  // Ranks with different VOLT_HOST_IDs are on different hosts as far as shared memory goes
+  // (CommunicatorOptions::host_id): containers that share a kernel, or several "nodes" on one.
+  if (const char* host = std::getenv("VOLT_HOST_ID"); host != nullptr && *host != '\0') options.host_id = host;
   return Communicator::connect(options);
 }
 

@@ -19,7 +19,8 @@ class ProcessLauncher;
 // otherwise), and an NCCL group is bound to it. volt's rings get a thread of their own when every
 // process of the node has two cores or more (CommunicatorOptions::ring_thread). `shared_memory`:
 // CPU collectives among ranks of one host go through shared memory (CommunicatorOptions::
-// shared_memory) unless VOLT_SHM=0 is in the environment. Throws ConfigurationError when ranks must
+// shared_memory) unless VOLT_SHM=0 is in the environment; VOLT_HOST_ID, when set, is this
+// rank's host id for that (CommunicatorOptions::host_id). Throws ConfigurationError when ranks must
 // be started and `launcher` is null, or VOLT_SHM is neither 0 nor 1. [collective]
 std::shared_ptr<Communicator> start_process_group(const ClusterEnvironment& cluster,
                                                   std::chrono::milliseconds timeout, torch::Device device,

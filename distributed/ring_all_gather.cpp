@@ -6,7 +6,7 @@
 
 namespace volt {
 
-int64_t ring_all_gather_in_place(compat::C10dBackend& group, int64_t rank, const std::vector<int64_t>& counts,
+int64_t ring_all_gather_in_place(compat::C10dBackend& group, C10dEntry& entry, int64_t rank, const std::vector<int64_t>& counts,
                                  torch::Tensor& flat, std::chrono::milliseconds timeout) {
   const ring::Chunks chunks(counts);
   const int64_t size = chunks.size();
@@ -17,7 +17,7 @@ int64_t ring_all_gather_in_place(compat::C10dBackend& group, int64_t rank, const
   int64_t sent = 0;
   for (int64_t step = 0; step < size - 1; ++step) {
     const auto outgoing = chunks.of(buffer, rank - step);
-    ring::exchange(group, right, outgoing, left, chunks.of(buffer, rank - step - 1), timeout);
+    ring::exchange(group, entry, right, outgoing, left, chunks.of(buffer, rank - step - 1), timeout);
     sent += outgoing.numel() * static_cast<int64_t>(outgoing.element_size());
   }
   return sent;

@@ -16,14 +16,16 @@
 #include <vector>
 
 #include "distributed/c10d_compat.h"
+#include "distributed/c10d_entry.h"
 
 namespace volt {
 
 // `flat` (contiguous) is `counts.size()` (the group's size) consecutive chunks, rank r's of
 // counts[r] elements; on entry chunk `rank` holds this rank's values, on return every chunk holds
-// its rank's values. Returns the bytes this rank sent. Throws what c10d throws (a timeout, a lost
+// its rank's values. `entry`: the group's (Note [Entering c10d from several threads]). Returns
+// the bytes this rank sent. Throws what c10d throws (a timeout, a lost
 // peer).
-int64_t ring_all_gather_in_place(compat::C10dBackend& group, int64_t rank, const std::vector<int64_t>& counts,
+int64_t ring_all_gather_in_place(compat::C10dBackend& group, C10dEntry& entry, int64_t rank, const std::vector<int64_t>& counts,
                                  torch::Tensor& flat, std::chrono::milliseconds timeout);
 
 }  // namespace volt

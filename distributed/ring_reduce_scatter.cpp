@@ -21,7 +21,7 @@ void combine(torch::Tensor& into, const torch::Tensor& part, ReduceOp op) {
 
 }  // namespace
 
-int64_t ring_reduce_scatter(compat::C10dBackend& group, int64_t rank, const std::vector<int64_t>& counts,
+int64_t ring_reduce_scatter(compat::C10dBackend& group, C10dEntry& entry, int64_t rank, const std::vector<int64_t>& counts,
                             torch::Tensor& output, const torch::Tensor& input, ReduceOp op,
                             std::chrono::milliseconds timeout) {
   const ring::Chunks chunks(counts);
@@ -54,7 +54,7 @@ int64_t ring_reduce_scatter(compat::C10dBackend& group, int64_t rank, const std:
       if (!buffer.defined()) buffer = torch::empty({chunks.largest()}, output.options());
       incoming = buffer.narrow(0, 0, chunks.count(arriving));
     }
-    ring::exchange(group, right, outgoing, left, incoming, timeout);
+    ring::exchange(group, entry, right, outgoing, left, incoming, timeout);
     sent += outgoing.numel() * static_cast<int64_t>(outgoing.element_size());
     combine(incoming, chunks.of(flat_input, arriving), op);
     outgoing = incoming;

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "distributed/c10d_compat.h"
+#include "distributed/c10d_entry.h"
 #include "distributed/reduce_op.h"
 
 namespace volt {
@@ -26,8 +27,9 @@ namespace volt {
 // `input` (contiguous) is `counts.size()` (the group's size) consecutive chunks, rank r's of
 // counts[r] elements, reduced over the ranks of `group`; `output` (contiguous, counts[rank]
 // elements, input's dtype) gets chunk `rank` of the result. Mean divides by the group's size at
-// the end. Returns the bytes this rank sent. Throws what c10d throws (a timeout, a lost peer).
-int64_t ring_reduce_scatter(compat::C10dBackend& group, int64_t rank, const std::vector<int64_t>& counts,
+// the end. `entry`: the group's (Note [Entering c10d from several threads]). Returns the bytes
+// this rank sent. Throws what c10d throws (a timeout, a lost peer).
+int64_t ring_reduce_scatter(compat::C10dBackend& group, C10dEntry& entry, int64_t rank, const std::vector<int64_t>& counts,
                             torch::Tensor& output, const torch::Tensor& input, ReduceOp op,
                             std::chrono::milliseconds timeout);
 

@@ -29,11 +29,12 @@ constexpr const char* kNamePrefix = "volt-shm-";
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 // The collectives, as a call records its kind.
-enum Kind : int32_t { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kBarrier };
+enum Kind : int32_t { kAllReduce, kReduce, kReduceScatter, kAllGather, kBroadcast, kBarrier };
 
 const char* kind_name(int32_t kind) {
   switch (kind) {
     case kAllReduce: return "all_reduce";
+    case kReduce: return "reduce";
     case kReduceScatter: return "reduce_scatter";
     case kAllGather: return "all_gather";
     case kBroadcast: return "broadcast";
@@ -84,6 +85,23 @@ void* map_segment(int fd, size_t bytes, std::string& problem) {
   return nullptr;
 }
 
+// Where each rank's run starts in the concatenation of runs of `counts` elements, their total and
+// the longest run.
+struct Runs {
+  std::vector<int64_t> displacement;
+  int64_t total = 0, longest = 0;
+};
+
+Runs runs_of(const std::vector<int64_t>& counts) {
+  Runs runs;
+  for (const int64_t count : counts) {
+    runs.displacement.push_back(runs.total);
+    runs.total += count;
+    runs.longest = std::max(runs.longest, count);
+  }
+  return runs;
+}
+
 std::string read_first_line(const char* path) {
   std::ifstream in(path);
   std::string line;
@@ -97,12 +115,13 @@ struct alignas(64) SharedMemoryGroup::RankState {
   std::atomic<int64_t> counters[3];  // written, reduced, done: the last generation each finished
   std::atomic<int32_t> pid;
   std::atomic<int32_t> failed;  // 1: this rank failed and will not go on; 2: it left the group
-  // What this rank's current collective is (its kind, numel, dtype and op or root), written
+  // What this rank's current collective is (its kind, numel, dtype, op and root), written
   // before its first chunk's "written": ranks that disagree fail instead of mixing two calls.
   std::atomic<int64_t> numel;
   std::atomic<int32_t> kind;
   std::atomic<int32_t> dtype;
   std::atomic<int32_t> op;
+  std::atomic<int32_t> root;
 };
 
 struct SharedMemoryGroup::Header {
@@ -124,15 +143,15 @@ bool SharedMemoryGroup::moves(const torch::Tensor& tensor) {
 
 bool SharedMemoryGroup::accepts(const torch::Tensor& tensor, ReduceOp op) {
   if (!tensor.defined() || !tensor.device().is_cpu() || tensor.layout() != torch::kStrided) return false;
-  if (op == ReduceOp::Mean) return false;
   switch (tensor.scalar_type()) {
     case torch::kFloat:
     case torch::kDouble:
     case torch::kHalf:
     case torch::kBFloat16:
+      return true;
     case torch::kInt:
     case torch::kLong:
-      return true;
+      return op != ReduceOp::Mean;
     default:
       return false;
   }
@@ -140,7 +159,8 @@ bool SharedMemoryGroup::accepts(const torch::Tensor& tensor, ReduceOp op) {
 
 std::unique_ptr<SharedMemoryGroup> SharedMemoryGroup::join(const Exchange& exchange, int64_t rank, int64_t size,
                                                            std::chrono::milliseconds timeout, const std::string& describe,
-                                                           size_t slot_bytes, std::string* why_not) {
+                                                           size_t slot_bytes, std::string* why_not,
+                                                           const std::string& host) {
   const auto refuse = [&](const std::string& reason) -> std::unique_ptr<SharedMemoryGroup> {
     if (why_not) *why_not = reason;
     return nullptr;
@@ -185,14 +205,15 @@ std::unique_ptr<SharedMemoryGroup> SharedMemoryGroup::join(const Exchange& excha
       }
     }
   }
-  const auto shared = exchange((rank == 0 ? (base ? name : "!" + problem) : std::string()) + "\n" + host_id());
+  const auto shared = exchange((rank == 0 ? (base ? name : "!" + problem) : std::string()) + "\n" +
+                               (host.empty() ? host_id() : host));
   const auto split = [](const std::string& text) {
     const auto newline = text.find('\n');
     return std::make_pair(text.substr(0, newline), text.substr(newline + 1));
   };
-  const auto [segment, host] = split(shared.at(0));
+  const auto [segment, rank0_host] = split(shared.at(0));
   bool one_host = true;
-  for (const auto& entry : shared) one_host = one_host && split(entry).second == host;
+  for (const auto& entry : shared) one_host = one_host && split(entry).second == rank0_host;
   const auto release = [&] {
     if (base != nullptr) ::munmap(base, bytes);
     base = nullptr;
@@ -274,6 +295,11 @@ char* SharedMemoryGroup::slot(int64_t rank) const {
 
 char* SharedMemoryGroup::result() const { return slot(size_); }
 
+void SharedMemoryGroup::abandon() {
+  broken_ = true;
+  state(rank_).failed.store(1);
+}
+
 void SharedMemoryGroup::fail(const std::string& message) {
   broken_ = true;
   state(rank_).failed.store(1);
@@ -321,40 +347,49 @@ void SharedMemoryGroup::wait_for_all(int which, int64_t generation, const char* 
   }
 }
 
-void SharedMemoryGroup::reduce_slice(c10::ScalarType dtype, ReduceOp op, int64_t begin, int64_t count) {
+void SharedMemoryGroup::reduce_into(c10::ScalarType dtype, ReduceOp op, int64_t begin, int64_t count,
+                                    char* destination) {
   if (count <= 0) return;
   const auto element = static_cast<int64_t>(c10::elementSize(dtype));
   const auto options = torch::TensorOptions().dtype(dtype);
   const auto view = [&](char* base) { return torch::from_blob(base + begin * element, {count}, options); };
-  auto out = view(result());
-  const bool narrow_sum = op == ReduceOp::Sum && (dtype == torch::kHalf || dtype == torch::kBFloat16);
-  if (narrow_sum) {
-    auto sum = view(slot(0)).to(torch::kFloat);
-    for (int64_t r = 1; r < size_; ++r) sum.add_(view(slot(r)));
-    out.copy_(sum);
+  auto out = torch::from_blob(destination, {count}, options);
+  const bool sum = op == ReduceOp::Sum || op == ReduceOp::Mean;
+  if (sum && (dtype == torch::kHalf || dtype == torch::kBFloat16)) {
+    auto total = view(slot(0)).to(torch::kFloat);
+    for (int64_t r = 1; r < size_; ++r) total.add_(view(slot(r)));
+    if (op == ReduceOp::Mean) total.div_(static_cast<double>(size_));
+    out.copy_(total);
     return;
   }
-  out.copy_(view(slot(0)));
-  for (int64_t r = 1; r < size_; ++r) {
-    const auto other = view(slot(r));
-    if (op == ReduceOp::Sum) {
-      out.add_(other);
+  // The first two slots straight into `out` (one pass fewer than copying slot 0 first), then the
+  // others, in rank order.
+  const auto combine = [&](const torch::Tensor& left, const torch::Tensor& right) {
+    if (sum) {
+      at::add_out(out, left, right);
     } else if (op == ReduceOp::Max) {
-      at::maximum_out(out, out, other);
+      at::maximum_out(out, left, right);
     } else {
-      at::minimum_out(out, out, other);
+      at::minimum_out(out, left, right);
     }
+  };
+  if (size_ == 1) {
+    out.copy_(view(slot(0)));
+  } else {
+    combine(view(slot(0)), view(slot(1)));
   }
+  for (int64_t r = 2; r < size_; ++r) combine(out, view(slot(r)));
+  if (op == ReduceOp::Mean) out.div_(static_cast<double>(size_));
 }
 
 void SharedMemoryGroup::check_usable() const {
   check<DistributedError>(!broken_, describe_, ": the shared-memory group failed earlier; it takes no more collectives");
 }
 
-int64_t SharedMemoryGroup::begin_chunk(bool first, int32_t kind, int64_t numel, int32_t dtype, int32_t op) {
+int64_t SharedMemoryGroup::begin_chunk(bool first, int32_t kind, int64_t numel, int32_t dtype, int32_t op, int32_t root) {
   const int64_t generation = ++generation_;
   wait_for_all(2, generation - 1, kind_name(kind));  // the slots and the result are free
-  if (first) describe_call(kind, numel, dtype, op);
+  if (first) describe_call(kind, numel, dtype, op, root);
   return generation;
 }
 
@@ -362,7 +397,7 @@ void SharedMemoryGroup::finish_step(int which, int64_t generation) {
   state(rank_).counters[which].store(generation, std::memory_order_release);
 }
 
-void SharedMemoryGroup::reduce_chunks(int32_t kind, const char* data, int64_t numel, c10::ScalarType dtype, ReduceOp op,
+void SharedMemoryGroup::reduce_chunks(int32_t kind, int64_t root, const char* data, int64_t numel, c10::ScalarType dtype, ReduceOp op,
                                       const std::function<void(int64_t offset, int64_t n)>& take) {
   torch::NoGradGuard no_grad;
   const auto element = static_cast<int64_t>(c10::elementSize(dtype));
@@ -372,14 +407,14 @@ void SharedMemoryGroup::reduce_chunks(int32_t kind, const char* data, int64_t nu
   for (int64_t offset = 0; offset < numel || (numel == 0 && offset == 0); offset += chunk) {
     const int64_t n = std::min(chunk, numel - offset);
     const int64_t generation =
-        begin_chunk(offset == 0, kind, numel, static_cast<int32_t>(dtype), static_cast<int32_t>(op));
+        begin_chunk(offset == 0, kind, numel, static_cast<int32_t>(dtype), static_cast<int32_t>(op), static_cast<int32_t>(root));
     std::memcpy(slot(rank_), data + offset * element, static_cast<size_t>(n * element));
     finish_step(0, generation);
     wait_for_all(0, generation, kind_name(kind));
     if (offset == 0) check_calls_agree(kind);
     const int64_t per = (n + size_ - 1) / size_ + line - 1 - ((n + size_ - 1) / size_ + line - 1) % line;
     const int64_t begin = std::min(n, rank_ * per);
-    reduce_slice(dtype, op, begin, std::min(n, begin + per) - begin);
+    reduce_into(dtype, op, begin, std::min(n, begin + per) - begin, result() + begin * element);
     finish_step(1, generation);
     wait_for_all(1, generation, kind_name(kind));
     take(offset, n);
@@ -393,11 +428,29 @@ void SharedMemoryGroup::all_reduce(torch::Tensor& tensor, ReduceOp op) {
   VOLT_INTERNAL_ASSERT(accepts(tensor, op) && tensor.is_contiguous(), "SharedMemoryGroup::all_reduce: accepts()");
   const auto element = static_cast<int64_t>(tensor.element_size());
   auto* data = static_cast<char*>(tensor.data_ptr());
-  reduce_chunks(kAllReduce, data, tensor.numel(), tensor.scalar_type(), op, [&](int64_t offset, int64_t n) {
+  reduce_chunks(kAllReduce, -1, data, tensor.numel(), tensor.scalar_type(), op, [&](int64_t offset, int64_t n) {
     std::memcpy(data + offset * element, result(), static_cast<size_t>(n * element));
   });
 }
 
+void SharedMemoryGroup::reduce(torch::Tensor& tensor, int64_t root, ReduceOp op) {
+  check_usable();
+  VOLT_INTERNAL_ASSERT(accepts(tensor, op) && tensor.is_contiguous() && root >= 0 && root < size_,
+                       "SharedMemoryGroup::reduce: accepts() and a rank");
+  const auto element = static_cast<int64_t>(tensor.element_size());
+  auto* data = static_cast<char*>(tensor.data_ptr());
+  reduce_chunks(kReduce, root, data, tensor.numel(), tensor.scalar_type(), op, [&](int64_t offset, int64_t n) {
+    if (rank_ == root) std::memcpy(data + offset * element, result(), static_cast<size_t>(n * element));
+  });
+}
+
+// Note [reduce_scatter through shared memory]
+// Each rank computes only what it keeps, straight into its output: a step writes into every
+// rank's slot one piece per destination rank (piece d: the next part of d's run, at most
+// slot / size elements, at d's place in the slot), then each rank reduces its own piece over all
+// slots into its output. So every rank reduces a share of each step (an all_reduce's split
+// would leave all of one run to its owner while the others wait), and neither the result slot
+// nor the step that copies out of it is needed: two synchronizations a step, not three.
 void SharedMemoryGroup::reduce_scatter(const torch::Tensor& input, torch::Tensor& output,
                                        const std::vector<int64_t>& counts, ReduceOp op) {
   check_usable();
@@ -406,19 +459,31 @@ void SharedMemoryGroup::reduce_scatter(const torch::Tensor& input, torch::Tensor
                            static_cast<int64_t>(counts.size()) == size_ &&
                            output.numel() == counts[static_cast<size_t>(rank_)],
                        "SharedMemoryGroup::reduce_scatter: a run per rank");
-  int64_t mine = 0;
-  for (int64_t r = 0; r < rank_; ++r) mine += counts[static_cast<size_t>(r)];
-  const int64_t mine_end = mine + output.numel();
+  torch::NoGradGuard no_grad;
+  const auto dtype = input.scalar_type();
   const auto element = static_cast<int64_t>(input.element_size());
+  // Pieces of whole cache lines, so that no two ranks write one.
+  const int64_t line = std::max<int64_t>(1, 64 / element);
+  const int64_t piece = std::max<int64_t>(line, static_cast<int64_t>(slot_bytes_) / element / size_ / line * line);
+  const auto [displacement, total, longest] = runs_of(counts);
+  const auto* in = static_cast<const char*>(input.data_ptr());
   auto* out = static_cast<char*>(output.data_ptr());
-  reduce_chunks(kReduceScatter, static_cast<const char*>(input.data_ptr()), input.numel(), input.scalar_type(), op,
-                [&](int64_t offset, int64_t n) {
-                  const int64_t lo = std::max(mine, offset), hi = std::min(mine_end, offset + n);
-                  if (lo < hi) {
-                    std::memcpy(out + (lo - mine) * element, result() + (lo - offset) * element,
-                                static_cast<size_t>((hi - lo) * element));
-                  }
-                });
+  for (int64_t offset = 0; offset < longest || (longest == 0 && offset == 0); offset += piece) {
+    const auto part = [&](int64_t r) { return std::max<int64_t>(0, std::min(piece, counts[static_cast<size_t>(r)] - offset)); };
+    const int64_t generation = begin_chunk(offset == 0, kReduceScatter, total, static_cast<int32_t>(dtype),
+                                           static_cast<int32_t>(op), -1);
+    for (int64_t d = 0; d < size_; ++d) {
+      std::memcpy(slot(rank_) + d * piece * element, in + (displacement[static_cast<size_t>(d)] + offset) * element,
+                  static_cast<size_t>(part(d) * element));
+    }
+    finish_step(0, generation);
+    wait_for_all(0, generation, "reduce_scatter");
+    if (offset == 0) check_calls_agree(kReduceScatter);
+    reduce_into(dtype, op, rank_ * piece, part(rank_), out + offset * element);
+    finish_step(1, generation);
+    finish_step(2, generation);
+    if (longest == 0) break;
+  }
 }
 
 void SharedMemoryGroup::all_gather(const torch::Tensor& input, torch::Tensor& output, const std::vector<int64_t>& counts) {
@@ -430,19 +495,13 @@ void SharedMemoryGroup::all_gather(const torch::Tensor& input, torch::Tensor& ou
                        "SharedMemoryGroup::all_gather: a run per rank");
   const auto element = static_cast<int64_t>(input.element_size());
   const int64_t chunk = static_cast<int64_t>(slot_bytes_) / element;
-  std::vector<int64_t> displacement(counts.size(), 0);
-  int64_t total = 0, longest = 0;
-  for (size_t r = 0; r < counts.size(); ++r) {
-    displacement[r] = total;
-    total += counts[r];
-    longest = std::max(longest, counts[r]);
-  }
+  const auto [displacement, total, longest] = runs_of(counts);
   VOLT_INTERNAL_ASSERT(output.numel() == total, "SharedMemoryGroup::all_gather: an output of sum(counts)");
   const auto* in = static_cast<const char*>(input.data_ptr());
   auto* out = static_cast<char*>(output.data_ptr());
   const auto dtype = static_cast<int32_t>(input.scalar_type());
   for (int64_t offset = 0; offset < longest || (longest == 0 && offset == 0); offset += chunk) {
-    const int64_t generation = begin_chunk(offset == 0, kAllGather, total, dtype, -1);
+    const int64_t generation = begin_chunk(offset == 0, kAllGather, total, dtype, -1, -1);
     const auto part = [&](int64_t r) { return std::max<int64_t>(0, std::min(chunk, counts[static_cast<size_t>(r)] - offset)); };
     std::memcpy(slot(rank_), in + offset * element, static_cast<size_t>(part(rank_) * element));
     finish_step(0, generation);
@@ -469,7 +528,7 @@ void SharedMemoryGroup::broadcast(torch::Tensor& tensor, int64_t root) {
   for (int64_t offset = 0; offset < numel || (numel == 0 && offset == 0); offset += chunk) {
     const int64_t n = std::min(chunk, numel - offset);
     const int64_t generation =
-        begin_chunk(offset == 0, kBroadcast, numel, static_cast<int32_t>(tensor.scalar_type()), static_cast<int32_t>(root));
+        begin_chunk(offset == 0, kBroadcast, numel, static_cast<int32_t>(tensor.scalar_type()), -1, static_cast<int32_t>(root));
     if (rank_ == root) std::memcpy(slot(root), data + offset * element, static_cast<size_t>(n * element));
     finish_step(0, generation);
     wait_for_all(0, generation, "broadcast");
@@ -483,18 +542,19 @@ void SharedMemoryGroup::broadcast(torch::Tensor& tensor, int64_t root) {
 
 void SharedMemoryGroup::barrier() {
   check_usable();
-  const int64_t generation = begin_chunk(true, kBarrier, -1, -1, -1);
+  const int64_t generation = begin_chunk(true, kBarrier, -1, -1, -1, -1);
   for (int which = 0; which < 3; ++which) finish_step(which, generation);
   wait_for_all(0, generation, "barrier");
   check_calls_agree(kBarrier);
 }
 
-void SharedMemoryGroup::describe_call(int32_t kind, int64_t numel, int32_t dtype, int32_t op) {
+void SharedMemoryGroup::describe_call(int32_t kind, int64_t numel, int32_t dtype, int32_t op, int32_t root) {
   RankState& me = state(rank_);
   me.kind.store(kind, std::memory_order_relaxed);
   me.numel.store(numel, std::memory_order_relaxed);
   me.dtype.store(dtype, std::memory_order_relaxed);
-  me.op.store(op, std::memory_order_relaxed);  // published by the "written" store that follows
+  me.op.store(op, std::memory_order_relaxed);
+  me.root.store(root, std::memory_order_relaxed);  // published by the "written" store that follows
 }
 
 void SharedMemoryGroup::check_calls_agree(int32_t kind) {
@@ -506,9 +566,9 @@ void SharedMemoryGroup::check_calls_agree(int32_t kind) {
                        std::to_string(s.numel.load(std::memory_order_relaxed)) + " " +
                        c10::toString(static_cast<c10::ScalarType>(s.dtype.load(std::memory_order_relaxed))) +
                        " elements";
-    const int32_t op = s.op.load(std::memory_order_relaxed);
-    if (k == kAllReduce || k == kReduceScatter) text += " (op " + std::to_string(op) + ")";
-    if (k == kBroadcast) text += " (root " + std::to_string(op) + ")";
+    const int32_t op = s.op.load(std::memory_order_relaxed), root = s.root.load(std::memory_order_relaxed);
+    if (op >= 0) text += std::string(" (") + op_name(static_cast<ReduceOp>(op)) + ")";
+    if (root >= 0) text += " (root " + std::to_string(root) + ")";
     return text;
   };
   for (int64_t r = 0; r < size_; ++r) {
@@ -516,7 +576,8 @@ void SharedMemoryGroup::check_calls_agree(int32_t kind) {
     if (peer.kind.load(std::memory_order_relaxed) != me.kind.load(std::memory_order_relaxed) ||
         peer.numel.load(std::memory_order_relaxed) != me.numel.load(std::memory_order_relaxed) ||
         peer.dtype.load(std::memory_order_relaxed) != me.dtype.load(std::memory_order_relaxed) ||
-        peer.op.load(std::memory_order_relaxed) != me.op.load(std::memory_order_relaxed)) {
+        peer.op.load(std::memory_order_relaxed) != me.op.load(std::memory_order_relaxed) ||
+        peer.root.load(std::memory_order_relaxed) != me.root.load(std::memory_order_relaxed)) {
       fail(std::string(kind_name(kind)) + " through shared memory: rank " + std::to_string(r) + " called " + call(peer) +
            ", this rank " + call(me) + "; every rank must call the same collectives in the same order, with "
            "tensors of the same size and dtype");

@@ -5,24 +5,28 @@
 // of the group shares, and reduces through it:
 //   segment  a header (per rank: its pid and three counters, each rank's on a cache line of its
 //            own), one slot of `slot_bytes` per rank, and one result slot;
-//   a chunk  (at most a slot) of a reduction takes three steps, each closed by every rank's counter
+//   a chunk  (at most a slot) of an all_reduce takes three steps, each closed by every rank's counter
 //            reaching the chunk's generation: each rank copies its chunk into its slot
 //            ("written"); each rank reduces its 1/size slice of the chunk over all slots, in rank
-//            order, into the result ("reduced"); each rank copies out the result, or for
-//            reduce_scatter the part of it that it keeps ("done"). all_gather: each rank copies
+//            order, into the result ("reduced"); each rank copies out the result ("done"); a
+//            reduce copies it out on the root only. reduce_scatter: each rank reduces only what
+//            it keeps, straight into its output (Note [reduce_scatter through shared memory]), two
+//            steps. all_gather: each rank copies
 //            its chunk into its slot ("written"), then every slot's chunk to its place in the
 //            output ("done"). broadcast: the root copies the chunk into its slot ("written"), the
 //            others copy it out ("done"). A rank writes its slot again only once every rank is
 //            done with the previous chunk.
 // Every element is reduced once, by one rank, in rank order, so every rank gets the same bits,
-// and the order is the same at every size. float16 and bfloat16 are summed in float32.
+// and the order is the same at every size. float16 and bfloat16 are summed in float32. Mean is
+// the sum divided by the group's size where it is reduced (once per element, by the rank that
+// sums it), not by each rank before or after: a pass over the tensor fewer on every rank.
 // The segment is named per run and group (rank 0's pid and a random nonce), created by rank 0,
 // opened by the others, and its name removed as soon as every rank has mapped it: from then on
 // nothing is left behind whatever kills the processes (the kernel frees the memory with the last
 // mapping). A segment whose creator died before that point is removed by the next group a rank 0
 // of this host creates (its pid is in the name). Two jobs never share a segment: the name holds a
 // nonce that the joining ranks check in the header.
-// Each call records its kind, size, dtype and op (or root) beside its first "written": ranks that disagree (calls
+// Each call records its kind, size, dtype, op and root beside its first "written": ranks that disagree (calls
 // in another order, tensors of other sizes) fail naming the rank and both calls, rather than
 // mixing two collectives. A wait for the other ranks is bounded by the timeout; a rank whose process is gone (checked
 // every 100 ms), that failed or that closed its end of the group fails the wait at once, naming
@@ -48,25 +52,31 @@ class SharedMemoryGroup {
   // Every rank's bytes, by rank: an all_gather over the group's other transport. [collective]
   using Exchange = std::function<std::vector<std::string>(const std::string&)>;
 
+  static constexpr size_t kDefaultSlotBytes = size_t{4} << 20;
+
   // The group's segment, mapped on every rank; null on every rank when the ranks are not all on
-  // this host (their host ids differ) or shared memory cannot be had here (`why_not` says why:
-  // e.g. /dev/shm cannot hold the segment, which is reserved when it is created).
-  // `describe` names the group in errors. [collective]
+  // one host (their `host` ids differ; empty: host_id()) or shared memory cannot be had here
+  // (`why_not` says why: e.g. /dev/shm cannot hold the segment, which is reserved when it is
+  // created). `describe` names the group in errors. [collective]
   static std::unique_ptr<SharedMemoryGroup> join(const Exchange& exchange, int64_t rank, int64_t size,
                                                  std::chrono::milliseconds timeout, const std::string& describe,
-                                                 size_t slot_bytes = size_t{4} << 20, std::string* why_not = nullptr);
+                                                 size_t slot_bytes = kDefaultSlotBytes, std::string* why_not = nullptr,
+                                                 const std::string& host = "");
   ~SharedMemoryGroup();
   SharedMemoryGroup(const SharedMemoryGroup&) = delete;
   SharedMemoryGroup& operator=(const SharedMemoryGroup&) = delete;
 
-  // Whether the reductions (all_reduce, reduce_scatter) take `tensor` with `op`: a dense CPU
-  // tensor of float32, float64, float16, bfloat16, int32 or int64; Sum, Max or Min (Mean is the
-  // caller's Sum, divided).
+  // Whether the reductions (all_reduce, reduce, reduce_scatter) take `tensor` with `op`: a dense
+  // CPU tensor of float32, float64, float16 or bfloat16 with any op, or of int32 or int64 with
+  // Sum, Max or Min.
   static bool accepts(const torch::Tensor& tensor, ReduceOp op);
   // Whether the data movements (broadcast, all_gather) take `tensor`: a dense CPU tensor, any dtype.
   static bool moves(const torch::Tensor& tensor);
   // Reduces `tensor` (contiguous) over the group, in place. [collective]
   void all_reduce(torch::Tensor& tensor, ReduceOp op);
+  // Reduces `tensor` (contiguous) over the group into `root`'s; the others' are left as they
+  // were. [collective]
+  void reduce(torch::Tensor& tensor, int64_t root, ReduceOp op);
   // The reduction over the group of `input` (contiguous, of sum(counts) elements) cut into one run
   // per rank, counts[r] elements each in rank order: this rank's run into `output` (contiguous,
   // counts[rank()] elements). [collective]
@@ -79,6 +89,9 @@ class SharedMemoryGroup {
   void broadcast(torch::Tensor& tensor, int64_t root);
   // Returns once every rank has called it. [collective]
   void barrier();
+  // Gives up on the group: peers waiting for this rank fail at once, naming it; no more
+  // collectives here. For a caller whose own part of a collective failed elsewhere.
+  void abandon();
 
   int64_t rank() const { return rank_; }
   int64_t size() const { return size_; }
@@ -97,19 +110,22 @@ class SharedMemoryGroup {
   char* result() const;
   // Waits until every rank's counter `which` (0 written, 1 reduced, 2 done) reaches `generation`.
   void wait_for_all(int which, int64_t generation, const char* what);
-  void reduce_slice(c10::ScalarType dtype, ReduceOp op, int64_t begin, int64_t count);
+  // Reduces elements [begin, begin + count) of every rank's slot, in rank order, into the
+  // `count` elements at `destination`.
+  void reduce_into(c10::ScalarType dtype, ReduceOp op, int64_t begin, int64_t count, char* destination);
   // The reduction of `numel` elements at `data` over the group, a chunk at a time: `take(offset,
   // n)` copies what it needs of elements [offset, offset + n) of the reduction from result().
-  void reduce_chunks(int32_t kind, const char* data, int64_t numel, c10::ScalarType dtype, ReduceOp op,
+  // `root`: the call's root rank, -1 for none.
+  void reduce_chunks(int32_t kind, int64_t root, const char* data, int64_t numel, c10::ScalarType dtype, ReduceOp op,
                      const std::function<void(int64_t offset, int64_t n)>& take);
   // Starts a chunk: waits until every rank is done with the previous one; the first chunk of a
-  // call records the call.
-  int64_t begin_chunk(bool first, int32_t kind, int64_t numel, int32_t dtype, int32_t op);
+  // call records the call (`op` and `root`: -1 where the kind has none).
+  int64_t begin_chunk(bool first, int32_t kind, int64_t numel, int32_t dtype, int32_t op, int32_t root);
   // Marks this rank's step `which` (0 written, 1 reduced, 2 done) of chunk `generation`.
   void finish_step(int which, int64_t generation);
   // Records this rank's call, then (once every rank has written) checks that every rank made the
   // same one (Note [Collectives through shared memory]).
-  void describe_call(int32_t kind, int64_t numel, int32_t dtype, int32_t op);
+  void describe_call(int32_t kind, int64_t numel, int32_t dtype, int32_t op, int32_t root);
   void check_calls_agree(int32_t kind);
   void check_usable() const;
   [[noreturn]] void fail(const std::string& message);

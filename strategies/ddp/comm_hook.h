@@ -63,7 +63,11 @@ class CommHook {
 };
 
 // The default: divide by the world size, then sum over the ranks (PyTorch's allreduce_hook), so
-// every rank ends with the mean gradient.
+// every rank ends with the mean gradient. Through shared memory (Communicator::
+// reduces_through_shared_memory) it asks for ReduceOp::Mean instead, which divides each element
+// once, where it is summed (Note [Collectives through shared memory]): the same bits for a world
+// size that is a power of two (dividing by one is exact, barring subnormals), one pass over the
+// bucket fewer on every rank.
 class AllReduceHook : public CommHook {
  public:
   // `communicator` must outlive the hook.

@@ -130,6 +130,31 @@ TEST(CommunicatorTest, NonContiguousTensorsAreReducedInPlace) {
   });
 }
 
+// Tensors without elements (a rank's empty shard, an empty list of values) go through every
+// collective and come back with their shapes, over Gloo and through shared memory; Gloo's own
+// all_gather and gather divide by the element count (SIGFPE), so volt does not hand them such a tensor.
+TEST(CommunicatorTest, EmptyTensorsGoThroughEveryCollective) {
+  for (const bool shared_memory : {false, true}) {
+    with_communicators(3, [&](CommunicatorOptions& options) { options.shared_memory = shared_memory; },
+                       [&](Communicator& c) {
+      const std::string how = shared_memory ? "through shared memory" : "over Gloo";
+      auto empty = torch::empty({0, 4});
+      c.all_reduce(empty, ReduceOp::Sum);
+      c.broadcast(empty, 1);
+      c.reduce(empty, 0, ReduceOp::Sum);
+      EXPECT_EQ(empty.sizes(), (std::vector<int64_t>{0, 4})) << how;
+      EXPECT_EQ(c.all_gather(empty).sizes(), (std::vector<int64_t>{3, 0, 4})) << how;
+      const auto gathered = c.gather(empty, 2);
+      if (c.rank() == 2) EXPECT_EQ(gathered.sizes(), (std::vector<int64_t>{3, 0, 4})) << how;
+      EXPECT_EQ(c.reduce_scatter(torch::empty({0}), ReduceOp::Sum).numel(), 0) << how;
+      auto flat = torch::empty({0});
+      c.all_gather_chunks(flat, {0, 0, 0});
+      EXPECT_EQ(c.all_gather_bytes("").size(), 3u) << how;
+      EXPECT_EQ(c.counters()[CollectiveKind::AllGather].calls, 3) << how << ": counted like any other";
+    });
+  }
+}
+
 TEST(CommunicatorTest, BarrierWaitsForTheLastRank) {
   std::atomic<int64_t> released_before_sleeper{0};
   std::atomic<bool> sleeper_arrived{false};

@@ -65,19 +65,26 @@ TEST(SharedMemoryGroup, AllReduceGivesEveryRankTheReductionInRankOrder) {
       auto group = join(c);
       ASSERT_NE(group, nullptr);
       for (const auto dtype : {torch::kFloat, torch::kDouble, torch::kInt, torch::kLong, torch::kHalf, torch::kBFloat16}) {
-        for (const auto op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min}) {
+        for (const auto op : {ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min}) {
+          const bool floating = c10::isFloatingType(dtype);
+          if (op == ReduceOp::Mean && !floating) {
+            EXPECT_FALSE(SharedMemoryGroup::accepts(torch::ones({1}, dtype), op)) << "no Mean of integers";
+            continue;
+          }
           for (const int64_t numel : {int64_t{0}, int64_t{1}, int64_t{17}, int64_t{5000}}) {
             auto tensor = values_of(c.rank(), numel, dtype);
             // Expected: rank 0's values combined with rank 1's, then rank 2's (in float32 for
-            // the 16-bit floats' sum, rounded once).
+            // the 16-bit floats' sum, rounded once); Mean: that sum, divided once.
+            const bool sum = op == ReduceOp::Sum || op == ReduceOp::Mean;
             const bool narrow = dtype == torch::kHalf || dtype == torch::kBFloat16;
-            auto expected = values_of(0, numel, dtype).to(narrow && op == ReduceOp::Sum ? torch::kFloat : dtype);
+            auto expected = values_of(0, numel, dtype).to(narrow && sum ? torch::kFloat : dtype);
             for (int64_t r = 1; r < world; ++r) {
               const auto other = values_of(r, numel, dtype);
-              expected = op == ReduceOp::Sum   ? expected + other
+              expected = sum                   ? expected + other
                          : op == ReduceOp::Max ? torch::maximum(expected, other.to(expected.scalar_type()))
                                                : torch::minimum(expected, other.to(expected.scalar_type()));
             }
+            if (op == ReduceOp::Mean) expected = expected.div(world);
             group->all_reduce(tensor, op);
             ASSERT_TRUE(torch::equal(tensor, expected.to(dtype)))
                 << "world " << world << ", rank " << c.rank() << ", " << dtype << ", op " << static_cast<int>(op)
@@ -162,6 +169,11 @@ TEST(SharedMemoryGroup, ReduceScatterAllGatherAndBroadcastAgreeWithTheirDefiniti
           auto out = torch::empty({counts[static_cast<size_t>(c.rank())]}, torch::TensorOptions().dtype(dtype));
           group->reduce_scatter(values_of(c.rank(), total, dtype), out, counts, ReduceOp::Sum);
           ASSERT_TRUE(torch::equal(out, sum.to(dtype).narrow(0, mine, out.numel()))) << "reduce_scatter, " << where;
+          if (c10::isFloatingType(dtype)) {
+            group->reduce_scatter(values_of(c.rank(), total, dtype), out, counts, ReduceOp::Mean);
+            ASSERT_TRUE(torch::equal(out, sum.div(world).to(dtype).narrow(0, mine, out.numel())))
+                << "reduce_scatter (mean), " << where;
+          }
           // all_gather: rank r's run is values_of(r, counts[r]).
           std::vector<torch::Tensor> runs;
           for (int64_t r = 0; r < world; ++r) runs.push_back(values_of(r, counts[static_cast<size_t>(r)], dtype));
@@ -178,6 +190,34 @@ TEST(SharedMemoryGroup, ReduceScatterAllGatherAndBroadcastAgreeWithTheirDefiniti
       group->barrier();
     });
   }
+}
+
+// reduce leaves the reduction on the root only (the others' tensors as they were), at sizes that
+// span many chunks; ranks that name different roots fail naming both calls.
+TEST(SharedMemoryGroup, ReduceLeavesTheResultOnTheRootOnly) {
+  with_communicators(3, [&](Communicator& c) {
+    auto group = join(c);
+    ASSERT_NE(group, nullptr);
+    const auto sum = (values_of(0, 5000, torch::kFloat) + values_of(1, 5000, torch::kFloat)) + values_of(2, 5000, torch::kFloat);
+    for (int64_t root = 0; root < c.size(); ++root) {
+      for (const auto op : {ReduceOp::Sum, ReduceOp::Mean}) {
+        auto tensor = values_of(c.rank(), 5000, torch::kFloat);
+        group->reduce(tensor, root, op);
+        const auto expected = c.rank() != root ? values_of(c.rank(), 5000, torch::kFloat)
+                              : op == ReduceOp::Mean ? sum.div(3) : sum;
+        ASSERT_TRUE(torch::equal(tensor, expected)) << "root " << root << ", rank " << c.rank() << ", " << op_name(op);
+      }
+    }
+    auto tensor = torch::ones({100});
+    try {
+      group->reduce(tensor, c.rank() == 2 ? 1 : 0, ReduceOp::Sum);
+      ADD_FAILURE() << "expected a DistributedError on rank " << c.rank();
+    } catch (const DistributedError& e) {
+      const std::string other = c.rank() == 2 ? "rank 0 called a reduce of 100 Float elements (sum) (root 0)"
+                                              : "rank 2 called a reduce of 100 Float elements (sum) (root 1)";
+      EXPECT_NE(std::string(e.what()).find(other), std::string::npos) << e.what();
+    }
+  });
 }
 
 // A segment that /dev/shm cannot hold (a container's is 64 MB) is refused when it is created, on
@@ -229,7 +269,8 @@ TEST(CommunicatorThroughSharedMemory, ReducesInRankOrderAndTheOptionTurnsItOn) {
       handle.wait();
       auto expected = (values_of(0, 5000, dtype).to(torch::kFloat) + values_of(1, 5000, dtype)) + values_of(2, 5000, dtype);
       EXPECT_TRUE(torch::equal(sum, expected.to(dtype))) << dtype;
-      EXPECT_TRUE(torch::equal(mean, expected.to(dtype).div_(3))) << dtype;
+      // Mean: divided where it is summed, in float32 for bfloat16, rounded once.
+      EXPECT_TRUE(torch::equal(mean, expected.div(3).to(dtype))) << dtype;
     }
     EXPECT_EQ(c.counters()[CollectiveKind::AllReduce].calls, 4) << "counted like any all_reduce";
     auto pair = c.new_group({0, 2});
