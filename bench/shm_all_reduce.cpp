@@ -9,7 +9,9 @@
 // N processes on this host, one compute thread each; per size the two all_reduces alternate over
 // rounds, each round a timed loop started by a barrier; the medians are shown.
 //
-//   build/bench/shm_all_reduce [--ranks 2,4] [--rounds 5]
+//   build/bench/shm_all_reduce [--ranks 2,4] [--rounds 5] [--slot-kb 4096]
+// --slot-kb: the segment's slot per rank, the chunk of a reduction (SharedMemoryGroup's default:
+// 4096).
 #include <boost/program_options.hpp>
 
 #include <chrono>
@@ -54,7 +56,7 @@ double memcpy_seconds(int64_t bytes, int rounds) {
 }
 
 // One rank: prints, on rank 0, "SIZE <bytes> shm <s> gloo <s>" per size.
-void run_worker(int64_t rank, int64_t world, int64_t port, int rounds) {
+void run_worker(int64_t rank, int64_t world, int64_t port, int rounds, int64_t slot_kb) {
   torch::set_num_threads(1);
   volt::CommunicatorOptions options;
   options.rank = rank;
@@ -65,7 +67,8 @@ void run_worker(int64_t rank, int64_t world, int64_t port, int rounds) {
   auto communicator = volt::Communicator::connect(options);
   std::string why_not;
   auto group = volt::SharedMemoryGroup::join([&](const std::string& b) { return communicator->all_gather_bytes(b); },
-                                             rank, world, options.timeout, "shm_all_reduce", size_t{4} << 20, &why_not);
+                                             rank, world, options.timeout, "shm_all_reduce",
+                                             static_cast<size_t>(slot_kb) << 10, &why_not);
   volt::check<volt::Error>(group != nullptr, "shm_all_reduce: no shared-memory group: ", why_not);
   for (const int64_t bytes : kSizes) {
     auto tensor = torch::ones({bytes / 4});
@@ -100,16 +103,18 @@ int main(int argc, char** argv) {
     namespace po = boost::program_options;
     std::string ranks = "2,4";
     int rounds = 5;
+    int64_t slot_kb = 4096;
     int64_t worker_rank = -1, worker_world = 0, worker_port = 0;
     po::options_description description("shm_all_reduce");
     description.add_options()("help", "this text")("ranks", po::value(&ranks)->default_value(ranks),
                                                    "world sizes, comma-separated")(
         "rounds", po::value(&rounds)->default_value(rounds), "timed loops per size and transport")(
+        "slot-kb", po::value(&slot_kb)->default_value(slot_kb), "the shared-memory slot per rank in KiB (a chunk)")(
         "worker-rank", po::value(&worker_rank), "internal")("worker-world", po::value(&worker_world), "internal")(
         "worker-port", po::value(&worker_port), "internal");
     if (!volt::bench::parse_flags(argc, argv, description)) return;
     if (worker_rank >= 0) {
-      run_worker(worker_rank, worker_world, worker_port, rounds);
+      run_worker(worker_rank, worker_world, worker_port, rounds, slot_kb);
       return;
     }
     const std::string program = volt::bench::self_path("shm_all_reduce");
@@ -117,8 +122,8 @@ int main(int argc, char** argv) {
     for (const int64_t bytes : kSizes) memcpy_gbps.push_back(static_cast<double>(bytes) / memcpy_seconds(bytes, rounds) / 1e9);
     std::printf("all_reduce of float32 through shared memory vs Gloo (volt's Communicator), processes on this host, "
                 "1 thread each, median of %d timed loops; GB/s (1e9 bytes): memcpy = bytes / time of one thread's "
-                "copy; busbw = bytes x 2(N-1)/N / time.\n\n",
-                rounds);
+                "copy; busbw = bytes x 2(N-1)/N / time; slot (chunk) %lld KiB.\n\n",
+                rounds, static_cast<long long>(slot_kb));
     std::stringstream list(ranks);
     for (std::string item; std::getline(list, item, ',');) {
       const int64_t world = std::stoll(item);
@@ -126,7 +131,8 @@ int main(int argc, char** argv) {
       std::vector<std::vector<std::string>> argvs;
       for (int64_t r = 0; r < world; ++r) {
         argvs.push_back({program, "--worker-rank", std::to_string(r), "--worker-world", std::to_string(world),
-                         "--worker-port", std::to_string(port), "--rounds", std::to_string(rounds)});
+                         "--worker-port", std::to_string(port), "--rounds", std::to_string(rounds), "--slot-kb",
+                         std::to_string(slot_kb)});
       }
       const auto output = volt::bench::run_processes(argvs, {}, "shm_all_reduce");
       std::printf("%lld ranks\n\n| bytes | memcpy GB/s | shm busbw GB/s | Gloo busbw GB/s | shm / memcpy | shm vs Gloo |\n"

@@ -543,9 +543,13 @@ void SharedMemoryGroup::broadcast(torch::Tensor& tensor, int64_t root) {
 void SharedMemoryGroup::barrier() {
   check_usable();
   const int64_t generation = begin_chunk(true, kBarrier, -1, -1, -1, -1);
-  for (int which = 0; which < 3; ++which) finish_step(which, generation);
+  finish_step(0, generation);
   wait_for_all(0, generation, "barrier");
   check_calls_agree(kBarrier);
+  // "Done" only after the check: a rank may start its next call (and overwrite its description)
+  // once every rank is done with this one, so no rank may still be reading the descriptions then.
+  finish_step(1, generation);
+  finish_step(2, generation);
 }
 
 void SharedMemoryGroup::describe_call(int32_t kind, int64_t numel, int32_t dtype, int32_t op, int32_t root) {

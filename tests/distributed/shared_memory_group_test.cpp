@@ -192,6 +192,22 @@ TEST(SharedMemoryGroup, ReduceScatterAllGatherAndBroadcastAgreeWithTheirDefiniti
   }
 }
 
+// A rank leaves a barrier only once every rank has checked what the others called: one that raced
+// ahead into its next collective could otherwise overwrite its call before a slower rank read it,
+// which then failed on a mismatch that was not there (seen in DDP: a barrier before each step).
+TEST(SharedMemoryGroup, BarriersBetweenOtherCollectivesAreNeverMistakenForThem) {
+  with_communicators(3, [&](Communicator& c) {
+    auto group = join(c);
+    ASSERT_NE(group, nullptr);
+    for (int i = 0; i < 3000; ++i) {
+      group->barrier();
+      auto one = torch::ones({1});
+      group->all_reduce(one, ReduceOp::Sum);
+      ASSERT_EQ(one.item<float>(), 3.0f) << "iteration " << i;
+    }
+  });
+}
+
 // reduce leaves the reduction on the root only (the others' tensors as they were), at sizes that
 // span many chunks; ranks that name different roots fail naming both calls.
 TEST(SharedMemoryGroup, ReduceLeavesTheResultOnTheRootOnly) {
