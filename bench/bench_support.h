@@ -13,6 +13,7 @@
 #include <iostream>
 #include <map>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <unordered_set>
 #include <utility>
@@ -121,6 +122,16 @@ inline std::string self_path(const std::string& who) {
   const ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
   check<Error>(len > 0, who, ": cannot read /proc/self/exe");
   return std::string(exe, static_cast<size_t>(len));
+}
+
+// The items of a comma-separated list ("cnn,mlp"), empty ones dropped.
+inline std::vector<std::string> split_list(const std::string& list) {
+  std::vector<std::string> items;
+  std::stringstream in(list);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (!item.empty()) items.push_back(item);
+  }
+  return items;
 }
 
 inline double mib(double bytes) { return bytes / (1 << 20); }

@@ -193,15 +193,6 @@ void run_volt_row(const std::string& row, const RunSettings& run) {
   std::fflush(stdout);
 }
 
-std::vector<std::string> split(const std::string& list) {
-  std::vector<std::string> items;
-  std::stringstream in(list);
-  for (std::string item; std::getline(in, item, ',');) {
-    if (!item.empty()) items.push_back(item);
-  }
-  return items;
-}
-
 std::string join(const std::vector<std::string>& items) {
   std::string out;
   for (const auto& item : items) out += (out.empty() ? "" : ",") + item;
@@ -452,13 +443,13 @@ int main(int argc, char** argv) {
       // fit; the raw loop would otherwise inherit whatever the row before it left).
       volt::configure_cpu_threads({});
       const RunSettings run{worker, device, window_for(flags, worker, cuda), flags.root, round};
-      auto rows = split(rows_flag);
+      auto rows = volt::bench::split_list(rows_flag);
       std::rotate(rows.begin(), rows.begin() + static_cast<long>(round % static_cast<int64_t>(rows.size())), rows.end());
       for (const auto& row : rows) run_volt_row(row, run);
       return;
     }
 
-    const auto models = split(flags.models.empty() ? (cuda ? "cnn,mlp,gpt" : "cnn,mlp") : flags.models);
+    const auto models = volt::bench::split_list(flags.models.empty() ? (cuda ? "cnn,mlp,gpt" : "cnn,mlp") : flags.models);
     for (const auto& model : models) (void)volt::bench::step_model_spec(model);  // a bad name fails now
     if (!values.count("python")) {
       const char* from_env = std::getenv("VOLT_LIGHTNING_PYTHON");
