@@ -38,6 +38,12 @@ c10::intrusive_ptr<compat::C10dBackend> make_process_group(const std::string& ba
                                                      options);
 }
 
+void wait_until_connected(compat::C10dBackend& group, C10dEntry& entry, std::chrono::milliseconds timeout) {
+  c10d::BarrierOptions barrier;
+  barrier.timeout = timeout;
+  entry.enter([&] { return group.barrier(barrier); })->wait(timeout);
+}
+
 c10d::ReduceOp to_c10d(ReduceOp op) {
   switch (op) {
     case ReduceOp::Sum:

@@ -23,6 +23,12 @@ c10::intrusive_ptr<compat::C10dBackend> make_process_group(const std::string& ba
                                                            std::chrono::milliseconds timeout,
                                                            const torch::Device& compute_device);
 
+// Returns once every rank of the Gloo group `group` has connected to every other (an uncounted
+// barrier, entered through `entry`). A Gloo connection is complete on one side before the other
+// has read its handshake: a rank that used no collective and left at once failed a peer still
+// connecting to it ("Connection closed by peer"; seen with node_groups' leaders). [collective]
+void wait_until_connected(compat::C10dBackend& group, C10dEntry& entry, std::chrono::milliseconds timeout);
+
 // c10d's op for `op` (Mean: SUM, which the caller divides; Gloo has no AVG).
 c10d::ReduceOp to_c10d(ReduceOp op);
 

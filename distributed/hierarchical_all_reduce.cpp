@@ -25,17 +25,13 @@ std::vector<std::vector<int64_t>> ranks_by_host(const std::vector<std::string>& 
   return ranks;
 }
 
-// A Gloo group of `size` ranks over `store`, connected: a rank that returns has every peer's
-// connection (Note in ProcessGroupCommunicator's constructor: a peer leaving at once would fail
-// one still connecting).
+// A Gloo group of `size` ranks over `store`, every rank connected (wait_until_connected).
 c10::intrusive_ptr<compat::C10dBackend> connected_gloo_group(const c10::intrusive_ptr<c10d::Store>& store, int64_t rank,
                                                             int64_t size,
                                                             const std::shared_ptr<gloo::transport::Device>& device,
                                                             std::chrono::milliseconds timeout, C10dEntry& entry) {
   auto group = make_process_group("gloo", store, rank, size, device, timeout, torch::kCPU);
-  c10d::BarrierOptions barrier;
-  barrier.timeout = timeout;
-  entry.enter([&] { return group->barrier(barrier); })->wait(timeout);
+  wait_until_connected(*group, entry, timeout);
   return group;
 }
 
@@ -45,10 +41,6 @@ bool HierarchicalAllReduce::applies(const std::vector<std::string>& hosts) {
   const auto by_host = ranks_by_host(hosts);
   return by_host.size() > 1 &&
          std::any_of(by_host.begin(), by_host.end(), [](const std::vector<int64_t>& ranks) { return ranks.size() > 1; });
-}
-
-bool HierarchicalAllReduce::accepts(const torch::Tensor& tensor, ReduceOp op) {
-  return SharedMemoryGroup::accepts(tensor, op);
 }
 
 std::unique_ptr<HierarchicalAllReduce> HierarchicalAllReduce::join(
@@ -65,7 +57,6 @@ std::unique_ptr<HierarchicalAllReduce> HierarchicalAllReduce::join(
   std::unique_ptr<HierarchicalAllReduce> hierarchy(new HierarchicalAllReduce());
   hierarchy->group_size_ = static_cast<int64_t>(hosts.size());
   hierarchy->host_count_ = static_cast<int64_t>(by_host.size());
-  hierarchy->host_size_ = local_size;
   hierarchy->timeout_ = timeout;
   hierarchy->describe_ = describe;
   // First every host's own segment (hosts in parallel, each through its own Gloo group), then the
@@ -98,7 +89,8 @@ std::unique_ptr<HierarchicalAllReduce> HierarchicalAllReduce::join(
 }
 
 void HierarchicalAllReduce::all_reduce(torch::Tensor& tensor, ReduceOp op) {
-  VOLT_INTERNAL_ASSERT(accepts(tensor, op) && tensor.is_contiguous(), "HierarchicalAllReduce::all_reduce: accepts()");
+  VOLT_INTERNAL_ASSERT(SharedMemoryGroup::accepts(tensor, op) && tensor.is_contiguous(),
+                       "HierarchicalAllReduce::all_reduce: what SharedMemoryGroup's reductions take");
   torch::NoGradGuard no_grad;
   const ReduceOp combined = op == ReduceOp::Mean ? ReduceOp::Sum : op;  // divided once, by the leaders
   if (local_) local_->reduce(tensor, 0, combined);
@@ -106,13 +98,11 @@ void HierarchicalAllReduce::all_reduce(torch::Tensor& tensor, ReduceOp op) {
     try {
       auto wire = tensor.scalar_type() == torch::kBFloat16 && !compat::kGlooReducesBfloat16 ? tensor.to(torch::kFloat)
                                                                                               : tensor;
-      if (host_count_ > 1) {
-        c10d::AllreduceOptions options;
-        options.reduceOp = to_c10d(combined);
-        options.timeout = timeout_;
-        std::vector<at::Tensor> tensors{wire};
-        leaders_entry_.enter([&] { return leaders_->allreduce(tensors, options); })->wait(timeout_);
-      }
+      c10d::AllreduceOptions options;
+      options.reduceOp = to_c10d(combined);
+      options.timeout = timeout_;
+      std::vector<at::Tensor> tensors{wire};
+      leaders_entry_.enter([&] { return leaders_->allreduce(tensors, options); })->wait(timeout_);
       if (op == ReduceOp::Mean) wire.div_(static_cast<double>(group_size_));
       if (!wire.is_same(tensor)) tensor.copy_(wire);
     } catch (const std::exception& e) {

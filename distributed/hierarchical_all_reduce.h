@@ -54,19 +54,16 @@ class HierarchicalAllReduce {
                                                      const SharedMemoryGroup::Exchange& agree,
                                                      std::string* why_not = nullptr);
 
-  // Whether all_reduce takes `tensor` with `op`: what SharedMemoryGroup's reductions take.
-  static bool accepts(const torch::Tensor& tensor, ReduceOp op);
-  // Reduces `tensor` (contiguous) over the group, in place. [collective]
+  // Reduces `tensor` (contiguous; what SharedMemoryGroup::accepts takes with `op`) over the group,
+  // in place. [collective]
   void all_reduce(torch::Tensor& tensor, ReduceOp op);
 
   int64_t host_count() const { return host_count_; }
-  // The ranks on this rank's host.
-  int64_t host_size() const { return host_size_; }
 
  private:
   HierarchicalAllReduce() = default;
 
-  int64_t group_size_ = 0, host_count_ = 0, host_size_ = 0;
+  int64_t group_size_ = 0, host_count_ = 0;
   std::chrono::milliseconds timeout_{0};
   std::string describe_;
   c10::intrusive_ptr<compat::C10dBackend> host_group_;  // setting up local_; null on a host of one rank

@@ -26,6 +26,15 @@ namespace {
 // What a collective's description says of one that goes through shared memory.
 constexpr const char* kThroughShm = " through shared memory";
 
+// A collective's finisher for `tensor`, which ran on `work` (itself, or a contiguous copy): the
+// result copied back into `tensor` where they differ.
+std::function<torch::Tensor()> copied_back(torch::Tensor tensor, torch::Tensor work) {
+  return [tensor, work]() mutable {
+    if (!work.is_same(tensor)) tensor.copy_(work);
+    return tensor;
+  };
+}
+
 int64_t payload_bytes(const torch::Tensor& t) {
   return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
 }
@@ -48,15 +57,8 @@ class ProcessGroupCommunicator : public Communicator {
         inline_ = std::make_unique<InlineGlooAllReduce>(c10::make_intrusive<c10d::PrefixStore>("inline", setup_.store),
                                                         rank, size, setup_.device, timeout(), setup_.inline_max_bytes);
       }
-      if (setup_.backend == "gloo" && size > 1) {
-        // A Gloo connection is complete on one side before the other has read its handshake: a
-        // rank that used no collective and left at once failed a peer still connecting to it
-        // ("Connection closed by peer"; seen with node_groups' leaders). An uncounted barrier
-        // makes joining a rendezvous: nobody returns before everyone has connected.
-        c10d::BarrierOptions barrier;
-        barrier.timeout = timeout();
-        entry_.enter([&] { return process_group_->barrier(barrier); })->wait(timeout());
-      }
+      // Joining a rendezvous: nobody returns before everyone has connected.
+      if (setup_.backend == "gloo" && size > 1) wait_until_connected(*process_group_, entry_, timeout());
       if (setup_.backend == "gloo" && size > 1 && setup_.shared_memory) {
         const SharedMemoryGroup::Exchange exchange = [this](const std::string& bytes) {
           return all_gather_bytes_unnumbered(*process_group_, entry_, this->size(), timeout(), bytes);
@@ -97,16 +99,13 @@ class ProcessGroupCommunicator : public Communicator {
     arguments_.tensor(tensor, "all_reduce");
     arguments_.mean(tensor, op, "all_reduce");
     auto work_tensor = tensor.is_contiguous() ? tensor : tensor.contiguous();
-    if (hierarchy_ && HierarchicalAllReduce::accepts(work_tensor, op)) {
+    if (hierarchy_ && SharedMemoryGroup::accepts(work_tensor, op)) {
       // Note [Hierarchical all_reduce]; on the ring thread where there is one, as through shared memory.
       return start_ring(CollectiveKind::AllReduce, work_tensor,
                         std::string("(") + op_name(op) + ") hierarchically: shared memory on each host, Gloo among " +
                             std::to_string(hierarchy_->host_count()) + " hosts",
                         [group = hierarchy_.get(), work_tensor, op]() mutable { group->all_reduce(work_tensor, op); },
-                        [tensor, work_tensor]() mutable {
-                          if (!work_tensor.is_same(tensor)) tensor.copy_(work_tensor);
-                          return tensor;
-                        });
+                        copied_back(tensor, work_tensor));
     }
     return start_reduction(CollectiveKind::AllReduce, work_tensor, op, std::string("(") + op_name(op) + ")",
                            all_reduce_on_process_group(op), [](SharedMemoryGroup& group, torch::Tensor& buffer,
@@ -122,10 +121,7 @@ class ProcessGroupCommunicator : public Communicator {
     arguments_.tensor(tensor, "broadcast");
     arguments_.root(root, "broadcast");
     auto work_tensor = tensor.is_contiguous() ? tensor : tensor.contiguous();
-    const auto finish = [tensor, work_tensor]() mutable {
-      if (!work_tensor.is_same(tensor)) tensor.copy_(work_tensor);
-      return tensor;
-    };
+    const auto finish = copied_back(tensor, work_tensor);
     if (shm_ && SharedMemoryGroup::moves(work_tensor)) {
       return start_ring(CollectiveKind::Broadcast, work_tensor, "(root " + std::to_string(root) + ")" + kThroughShm,
                         [group = shm_.get(), work_tensor, root]() mutable { group->broadcast(work_tensor, root); },

@@ -301,8 +301,7 @@ void SharedMemoryGroup::abandon() {
 }
 
 void SharedMemoryGroup::fail(const std::string& message) {
-  broken_ = true;
-  state(rank_).failed.store(1);
+  abandon();
   throw DistributedError(describe_ + ": " + message);
 }
 
