@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <thread>
+#include <tuple>
 
 #include "strategies/single_device_strategy.h"
 #include "tests/support/test_doubles.h"
@@ -50,13 +51,29 @@ class FakeRankStrategy : public SingleDeviceStrategy {
   }
   bool optimizer_step(torch::optim::Optimizer& optimizer,
                       const std::function<void(torch::optim::Optimizer&)>& before_step) override {
+    std::vector<torch::Tensor> grads, params;
     if (exchange_ != nullptr) {
       for (auto& group : optimizer.param_groups()) {
-        for (auto& p : group.params()) p.mutable_grad() = exchange_->sum(p.grad()) / static_cast<double>(world_);
+        for (auto& p : group.params()) {
+          p.mutable_grad() = exchange_->sum(p.grad()) / static_cast<double>(world_);
+          grads.push_back(p.grad().flatten().clone());
+        }
       }
     }
-    return SingleDeviceStrategy::optimizer_step(optimizer, before_step);
+    const bool stepped = SingleDeviceStrategy::optimizer_step(optimizer, before_step);
+    for (auto& group : optimizer.param_groups()) {
+      for (auto& p : group.params()) params.push_back(p.detach().flatten().clone());
+    }
+    if (!grads.empty()) steps.push_back({torch::cat(grads), torch::cat(params)});
+    return stepped;
   }
+
+  // Each step's averaged gradients and the parameters after it, to name the first step at which
+  // two ranks that should agree do not.
+  struct Step {
+    torch::Tensor gradients, parameters;
+  };
+  std::vector<Step> steps;
 
  private:
   struct Collectives : FakeRankCollectives {
@@ -146,6 +163,26 @@ TEST(RankState, AResumedRankContinuesFromItsOwnRandomState) {
   }
 }
 
+// The first step after which rank 0's and rank 1's averaged gradients or parameters differ, said
+// in words ("" when they agree throughout).
+std::string first_disagreement(const std::vector<FakeRankStrategy::Step>& rank0,
+                               const std::vector<FakeRankStrategy::Step>& rank1) {
+  if (rank0.size() != rank1.size()) {
+    return "rank 0 took " + std::to_string(rank0.size()) + " steps, rank 1 " + std::to_string(rank1.size());
+  }
+  for (size_t step = 0; step < rank0.size(); ++step) {
+    for (const auto& [what, a, b] : {std::tuple{"averaged gradients", rank0[step].gradients, rank1[step].gradients},
+                                     std::tuple{"parameters after the step", rank0[step].parameters,
+                                                rank1[step].parameters}}) {
+      if (!torch::equal(a, b)) {
+        return std::string(what) + " differ at step " + std::to_string(step) + ": max difference " +
+               std::to_string((a - b).abs().max().item<double>());
+      }
+    }
+  }
+  return "";
+}
+
 // Two ranks as threads, 3 micro-batches per window, a full checkpoint written after the second
 // micro-batch of a window: each rank must get its own accumulated gradients back.
 std::vector<torch::Tensor> fit_two_ranks(const std::string& root, const std::string& save_to,
@@ -157,13 +194,16 @@ std::vector<torch::Tensor> fit_two_ranks(const std::string& root, const std::str
     torch::manual_seed(7);  // equal initial weights on every rank, as after DDP's broadcast
     models.push_back(std::make_shared<RegressionModule>(RegressionOptions{.adam = true}));
   }
+  EXPECT_TRUE(torch::equal(models[0]->flat_parameters(), models[1]->flat_parameters())) << "initial weights";
+  std::vector<std::shared_ptr<FakeRankStrategy>> strategies;
+  for (int64_t r = 0; r < kWorld; ++r) strategies.push_back(std::make_shared<FakeRankStrategy>(r, kWorld, &exchange));
   std::vector<std::thread> ranks;
   for (int64_t r = 0; r < kWorld; ++r) {
     ranks.emplace_back([&, r] {
       auto options = quiet_options(root);
       options.max_epochs = 2;
       options.accumulate_grad_batches = 3;
-      Trainer trainer(options, std::make_shared<FakeRankStrategy>(r, kWorld, &exchange));
+      Trainer trainer(options, strategies[r]);
       if (!save_to.empty()) trainer.add_callback(std::make_shared<SaveAndInterrupt>(save_to, SavePoint::TrainBatchEnd, 0, 4));
       try {
         trainer.fit(models[r], std::make_shared<RegressionData>(96, 4, /*shuffle=*/true, 5), ckpt_path);
@@ -172,6 +212,7 @@ std::vector<torch::Tensor> fit_two_ranks(const std::string& root, const std::str
     });
   }
   for (auto& rank : ranks) rank.join();
+  EXPECT_EQ(first_disagreement(strategies[0]->steps, strategies[1]->steps), "");
   std::vector<torch::Tensor> weights;
   for (const auto& model : models) weights.push_back(model->flat_parameters());
   return weights;
