@@ -1,12 +1,16 @@
 // all_reduce through shared memory (Note [Collectives through shared memory]) against the
 // physical limit and against Gloo (issue 36): per size, 4 KB to 64 MB of float32,
 //   memcpy     this machine's copy bandwidth, one thread (bytes copied / time): the limit;
-//   shm        SharedMemoryGroup::all_reduce, bus bandwidth (bytes × 2(N-1)/N / time, NCCL's
-//              convention: what each rank moves);
+//   shm        SharedMemoryGroup::all_reduce of a tensor of the rank's own, through the segment's
+//              slots, bus bandwidth (bytes × 2(N-1)/N / time, NCCL's convention: what each rank
+//              moves);
+//   in place   the same of a tensor in buffers of SharedMemoryGroup::allocate_buffers (what DDP's
+//              buckets are through shared memory: Note [all_reduce in place through shared
+//              memory]), bus bandwidth;
 //   Gloo       volt's Communicator::all_reduce with CommunicatorOptions::shared_memory off (Gloo
 //              over TCP loopback; up to 1 MiB on the calling thread, Note [Inline all_reduce]),
 //              bus bandwidth.
-// N processes on this host, one compute thread each; per size the two all_reduces alternate over
+// N processes on this host, one compute thread each; per size the three all_reduces alternate over
 // rounds, each round a timed loop started by a barrier; the medians are shown.
 //
 //   build/bench/shm_all_reduce [--ranks 2,4] [--rounds 5] [--slot-kb 4096]
@@ -55,7 +59,7 @@ double memcpy_seconds(int64_t bytes, int rounds) {
   return median(times);
 }
 
-// One rank: prints, on rank 0, "SIZE <bytes> shm <s> gloo <s>" per size.
+// One rank: prints, on rank 0, "SIZE <bytes> shm <s> inplace <s> gloo <s>" per size.
 void run_worker(int64_t rank, int64_t world, int64_t port, int rounds, int64_t slot_kb) {
   torch::set_num_threads(1);
   volt::CommunicatorOptions options;
@@ -70,28 +74,42 @@ void run_worker(int64_t rank, int64_t world, int64_t port, int rounds, int64_t s
                                              rank, world, options.timeout, "shm_all_reduce",
                                              static_cast<size_t>(slot_kb) << 10, &why_not);
   volt::check<volt::Error>(group != nullptr, "shm_all_reduce: no shared-memory group: ", why_not);
+  enum Transport { kSlots, kInPlace, kGloo };
   for (const int64_t bytes : kSizes) {
     auto tensor = torch::ones({bytes / 4});
+    auto buffers = group->allocate_buffers([&](const std::string& b) { return communicator->all_gather_bytes(b); },
+                                           {bytes / 4}, {torch::kFloat});
+    volt::check<volt::Error>(!buffers.empty(), "shm_all_reduce: no shared-memory buffers of ", bytes, " bytes");
+    auto in_place = buffers[0];
+    in_place.fill_(1);
     const int iterations = iterations_for(bytes);
-    std::vector<double> shm, gloo;
-    group->all_reduce(tensor, volt::ReduceOp::Sum);  // warm-up: pages and connections
+    std::vector<double> times[3];
+    // Warm-up: pages and connections.
+    group->all_reduce(tensor, volt::ReduceOp::Sum);
+    group->all_reduce(in_place, volt::ReduceOp::Sum);
     communicator->all_reduce(tensor);
     for (int round = 0; round < rounds; ++round) {
-      for (const bool through_shm : {round % 2 == 0, round % 2 != 0}) {
+      for (int k = 0; k < 3; ++k) {
+        const auto transport = static_cast<Transport>((round + k) % 3);
         communicator->barrier();
         // The values grow by N each time and reach infinity, which x86 adds at full speed.
         const auto start = Clock::now();
         for (int i = 0; i < iterations; ++i) {
-          if (through_shm) {
+          if (transport == kSlots) {
             group->all_reduce(tensor, volt::ReduceOp::Sum);
+          } else if (transport == kInPlace) {
+            group->all_reduce(in_place, volt::ReduceOp::Sum);
           } else {
             communicator->all_reduce(tensor);
           }
         }
-        (through_shm ? shm : gloo).push_back(seconds_since(start) / iterations);
+        times[transport].push_back(seconds_since(start) / iterations);
       }
     }
-    if (rank == 0) std::printf("SIZE %lld shm %.9f gloo %.9f\n", static_cast<long long>(bytes), median(shm), median(gloo));
+    if (rank == 0) {
+      std::printf("SIZE %lld shm %.9f inplace %.9f gloo %.9f\n", static_cast<long long>(bytes), median(times[kSlots]),
+                  median(times[kInPlace]), median(times[kGloo]));
+    }
     std::fflush(stdout);
   }
 }
@@ -120,7 +138,7 @@ int main(int argc, char** argv) {
     const std::string program = volt::bench::self_path("shm_all_reduce");
     std::vector<double> memcpy_gbps;
     for (const int64_t bytes : kSizes) memcpy_gbps.push_back(static_cast<double>(bytes) / memcpy_seconds(bytes, rounds) / 1e9);
-    std::printf("all_reduce of float32 through shared memory vs Gloo (volt's Communicator), processes on this host, "
+    std::printf("all_reduce of float32 through shared memory (through the slots, and in place in shared buffers) vs Gloo (volt's Communicator), processes on this host, "
                 "1 thread each, median of %d timed loops; GB/s (1e9 bytes): memcpy = bytes / time of one thread's "
                 "copy; busbw = bytes x 2(N-1)/N / time; slot (chunk) %lld KiB.\n\n",
                 rounds, static_cast<long long>(slot_kb));
@@ -135,17 +153,20 @@ int main(int argc, char** argv) {
                          std::to_string(slot_kb)});
       }
       const auto output = volt::bench::run_processes(argvs, {}, "shm_all_reduce");
-      std::printf("%lld ranks\n\n| bytes | memcpy GB/s | shm busbw GB/s | Gloo busbw GB/s | shm / memcpy | shm vs Gloo |\n"
-                  "|---|---|---|---|---|---|\n",
+      std::printf("%lld ranks\n\n| bytes | memcpy GB/s | shm busbw GB/s | shm in place busbw GB/s | Gloo busbw GB/s | "
+                  "shm / memcpy | in place / memcpy | in place vs Gloo |\n|---|---|---|---|---|---|---|---|\n",
                   static_cast<long long>(world));
       for (size_t s = 0; s < kSizes.size(); ++s) {
         const std::string key = "SIZE " + std::to_string(kSizes[s]) + " ";
         const double shm = volt::bench::number_after(output, key + "shm ", "shm_all_reduce");
-        const double gloo = volt::bench::number_after(output, key + "shm [0-9.eE+-]+ gloo ", "shm_all_reduce");
+        const double in_place = volt::bench::number_after(output, key + "shm [0-9.eE+-]+ inplace ", "shm_all_reduce");
+        const double gloo =
+            volt::bench::number_after(output, key + "shm [0-9.eE+-]+ inplace [0-9.eE+-]+ gloo ", "shm_all_reduce");
         const double moved = static_cast<double>(kSizes[s]) * 2.0 * static_cast<double>(world - 1) / static_cast<double>(world);
-        const double shm_bw = moved / shm / 1e9, gloo_bw = moved / gloo / 1e9;
-        std::printf("| %lld | %.2f | %.2f | %.2f | %.0f%% | %.1fx |\n", static_cast<long long>(kSizes[s]), memcpy_gbps[s],
-                    shm_bw, gloo_bw, 100.0 * shm_bw / memcpy_gbps[s], gloo / shm);
+        const double shm_bw = moved / shm / 1e9, in_place_bw = moved / in_place / 1e9, gloo_bw = moved / gloo / 1e9;
+        std::printf("| %lld | %.2f | %.2f | %.2f | %.2f | %.0f%% | %.0f%% | %.1fx |\n", static_cast<long long>(kSizes[s]),
+                    memcpy_gbps[s], shm_bw, in_place_bw, gloo_bw, 100.0 * shm_bw / memcpy_gbps[s],
+                    100.0 * in_place_bw / memcpy_gbps[s], gloo / in_place);
       }
       std::printf("\n");
       std::fflush(stdout);

@@ -182,6 +182,13 @@ std::shared_ptr<Communicator> Communicator::new_subgroups(int64_t group_size) {
   return mine;
 }
 
+std::vector<torch::Tensor> Communicator::allocate_buffers(const std::vector<int64_t>& numels,
+                                                         const std::vector<c10::ScalarType>& dtypes) {
+  std::vector<torch::Tensor> buffers;
+  for (size_t i = 0; i < numels.size(); ++i) buffers.push_back(torch::zeros({numels[i]}, torch::dtype(dtypes.at(i))));
+  return buffers;
+}
+
 CollectiveCounters Communicator::counters() const {
   std::lock_guard<std::mutex> lock(counters_mutex_);
   return counters_;

@@ -182,6 +182,13 @@ class Communicator {
   // Whether all_reduce and reduce of CPU tensors go through shared memory in this group
   // (CommunicatorOptions::shared_memory, every rank on this host).
   virtual bool reduces_through_shared_memory() const { return false; }
+  // Zeroed flat buffers (numels[i] elements of dtypes[i], on the CPU) for tensors this group will
+  // all_reduce: where all_reduce goes through shared memory, in a segment every rank has mapped,
+  // so that it reduces them in place, without a copy in or out (Note [all_reduce in place
+  // through shared memory]: DDP's buckets); plain tensors otherwise. Every rank asks for the same
+  // buffers. [collective]
+  virtual std::vector<torch::Tensor> allocate_buffers(const std::vector<int64_t>& numels,
+                                                      const std::vector<c10::ScalarType>& dtypes);
 
   // ---- sub-groups
   // A communicator over `ranks` (ranks of this communicator; members are ordered by rank).

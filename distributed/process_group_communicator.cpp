@@ -60,9 +60,7 @@ class ProcessGroupCommunicator : public Communicator {
       // Joining a rendezvous: nobody returns before everyone has connected.
       if (setup_.backend == "gloo" && size > 1) wait_until_connected(*process_group_, entry_, timeout());
       if (setup_.backend == "gloo" && size > 1 && setup_.shared_memory) {
-        const SharedMemoryGroup::Exchange exchange = [this](const std::string& bytes) {
-          return all_gather_bytes_unnumbered(*process_group_, entry_, this->size(), timeout(), bytes);
-        };
+        const auto exchange = shared_memory_exchange();
         const auto hosts = exchange(setup_.host_id.empty() ? SharedMemoryGroup::host_id() : setup_.host_id);
         if (std::all_of(hosts.begin(), hosts.end(), [&](const std::string& host) { return host == hosts[0]; })) {
           // Null when /dev/shm cannot hold the segment: Gloo then.
@@ -94,6 +92,16 @@ class ProcessGroupCommunicator : public Communicator {
   }
 
   bool reduces_through_shared_memory() const override { return shm_ != nullptr || hierarchy_ != nullptr; }
+
+  std::vector<torch::Tensor> allocate_buffers(const std::vector<int64_t>& numels,
+                                              const std::vector<c10::ScalarType>& dtypes) override {
+    if (shm_) {
+      // Empty on every rank when /dev/shm cannot hold them: plain tensors, reduced through the slots.
+      auto buffers = shm_->allocate_buffers(shared_memory_exchange(), numels, dtypes);
+      if (!buffers.empty()) return buffers;
+    }
+    return Communicator::allocate_buffers(numels, dtypes);
+  }
 
   CollectiveHandle all_reduce_async(torch::Tensor tensor, ReduceOp op) override {
     arguments_.tensor(tensor, "all_reduce");
@@ -351,6 +359,13 @@ class ProcessGroupCommunicator : public Communicator {
   // path takes it (Note [Inline all_reduce]; every bfloat16 CPU buffer), else on the process
   // group through `on_process_group` (in float32 for bfloat16, Note [bfloat16 over Gloo]). The
   // handle's result is `finish(the reduced buffer, whether a Mean is already divided)`.
+  // An all_gather of bytes over the process group, for the shared-memory group's setup.
+  SharedMemoryGroup::Exchange shared_memory_exchange() {
+    return [this](const std::string& bytes) {
+      return all_gather_bytes_unnumbered(*process_group_, entry_, this->size(), timeout(), bytes);
+    };
+  }
+
   CollectiveHandle start_reduction(CollectiveKind kind, torch::Tensor buffer, ReduceOp op, std::string detail,
                                    const ProcessGroupReduction& on_process_group,
                                    std::function<void(SharedMemoryGroup&, torch::Tensor&, ReduceOp)> on_shared_memory,

@@ -8,23 +8,30 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <new>
 #include <random>
 #include <sstream>
 #include <thread>
 
 #include "core/error.h"
+#include "distributed/shared_segment.h"
 
 namespace volt {
 
 namespace {
 
-constexpr uint64_t kMagic = 0x766f6c7473686d31ull;  // "voltshm1"
-constexpr const char* kNamePrefix = "volt-shm-";
+// What a segment holds, checked by the ranks that open it.
+enum SegmentKind : uint64_t { kGroupSegment = 1, kBuffersSegment = 2 };
+
+// all_reduce in place reduces a rank's slice this much at a time: over every rank's buffer into
+// rank 0's, then copied into the others' while it is still in this core's cache.
+constexpr int64_t kInPlaceBlockBytes = int64_t{256} << 10;
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
@@ -49,22 +56,6 @@ void cpu_relax() {
 #endif
 }
 
-// Removes segments this host's earlier groups left behind: a creator killed between creating its
-// segment and removing its name (the name holds the creator's pid). Best effort.
-void remove_stale_segments() {
-  DIR* directory = ::opendir("/dev/shm");
-  if (directory == nullptr) return;
-  while (const dirent* entry = ::readdir(directory)) {
-    const std::string name = entry->d_name;
-    if (name.rfind(kNamePrefix, 0) != 0) continue;
-    const auto dash = name.find('-', std::strlen(kNamePrefix));
-    if (dash == std::string::npos) continue;
-    const pid_t pid = static_cast<pid_t>(std::strtol(name.c_str() + std::strlen(kNamePrefix), nullptr, 10));
-    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) ::shm_unlink(("/" + name).c_str());
-  }
-  ::closedir(directory);
-}
-
 // Whether process `pid` has ended: it does not exist, or it is a zombie (killed, not yet reaped by
 // its parent: a launcher may wait for another rank first).
 bool process_gone(pid_t pid) {
@@ -74,15 +65,6 @@ bool process_gone(pid_t pid) {
   std::getline(stat, text);
   const auto close = text.rfind(')');
   return close != std::string::npos && close + 2 < text.size() && (text[close + 2] == 'Z' || text[close + 2] == 'X');
-}
-
-// Maps `bytes` of the segment open as `fd` (closing it); null with `problem` set when it fails.
-void* map_segment(int fd, size_t bytes, std::string& problem) {
-  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  ::close(fd);
-  if (base != MAP_FAILED) return base;
-  problem = std::string("mmap: ") + std::strerror(errno);
-  return nullptr;
 }
 
 // Where each rank's run starts in the concatenation of runs of `counts` elements, their total and
@@ -122,14 +104,51 @@ struct alignas(64) SharedMemoryGroup::RankState {
   std::atomic<int32_t> dtype;
   std::atomic<int32_t> op;
   std::atomic<int32_t> root;
+  // An all_reduce in place: which of the group's buffer segments and where in it (-1: none).
+  std::atomic<int64_t> buffers;
+  std::atomic<int64_t> offset;
 };
 
 struct SharedMemoryGroup::Header {
-  uint64_t magic;
-  uint64_t nonce;
+  uint64_t kind;
   int64_t size;
   uint64_t slot_bytes;
 };
+
+// A segment of buffers (Note [all_reduce in place through shared memory]): after the stamp and
+// this header, one region of `region_bytes` per rank, each starting on a page.
+struct SharedMemoryGroup::Buffers {
+  struct Header {
+    uint64_t kind;
+    int64_t size;
+    uint64_t region_bytes;
+    int64_t id;
+  };
+  static constexpr size_t kRegionsStart = 4096;
+
+  Buffers(std::unique_ptr<SharedSegment> segment, size_t region_bytes, int64_t rank, int64_t id,
+          std::shared_ptr<Registry> registry)
+      : segment(std::move(segment)), region_bytes(region_bytes), rank(rank), id(id), registry(std::move(registry)) {}
+  ~Buffers();
+  char* region(int64_t r) const { return segment->base() + kRegionsStart + static_cast<size_t>(r) * region_bytes; }
+
+  std::unique_ptr<SharedSegment> segment;
+  size_t region_bytes;
+  int64_t rank, id;
+  std::shared_ptr<Registry> registry;
+};
+
+// The group's live buffer segments: a tensor's data is looked up here on every all_reduce
+// (on the ring thread, while the caller's thread may free buffers), hence the lock.
+struct SharedMemoryGroup::Registry {
+  std::mutex mutex;
+  std::vector<const Buffers*> live;
+};
+
+SharedMemoryGroup::Buffers::~Buffers() {
+  std::lock_guard<std::mutex> lock(registry->mutex);
+  registry->live.erase(std::remove(registry->live.begin(), registry->live.end(), this), registry->live.end());
+}
 
 std::string SharedMemoryGroup::host_id() {
   char name[256] = {};
@@ -165,132 +184,65 @@ std::unique_ptr<SharedMemoryGroup> SharedMemoryGroup::join(const Exchange& excha
     if (why_not) *why_not = reason;
     return nullptr;
   };
+  const auto hosts = exchange(host.empty() ? host_id() : host);
+  if (!std::all_of(hosts.begin(), hosts.end(), [&](const std::string& h) { return h == hosts[0]; })) {
+    return refuse("the ranks are on more than one host");
+  }
   slot_bytes = round_up(std::max<size_t>(slot_bytes, 4096), 4096);
-  const size_t header_bytes = round_up(sizeof(Header), 64) + static_cast<size_t>(size) * sizeof(RankState);
-  const size_t bytes = round_up(header_bytes, 4096) + (static_cast<size_t>(size) + 1) * slot_bytes;
-
-  // Rank 0 creates the segment; its name, or why it could not, goes to every rank with the host ids.
-  std::string name, problem;
-  void* base = nullptr;
-  if (rank == 0) {
-    remove_stale_segments();
-    std::random_device random;
-    const uint64_t nonce = (static_cast<uint64_t>(random()) << 32) ^ random();
-    std::ostringstream text;
-    text << "/" << kNamePrefix << ::getpid() << "-" << std::hex << nonce;
-    name = text.str();
-    const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0) {
-      problem = std::string("shm_open: ") + std::strerror(errno);
-    } else {
-      // Reserved now, not as pages are first touched: a /dev/shm too small for the segment (a
-      // container's 64 MB) then refuses it here, and the group stays on Gloo, where a sparse
-      // segment would kill a rank with SIGBUS in its first large collective.
-      int reserved = 0;
-      if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-        problem = std::string("ftruncate: ") + std::strerror(errno);
-        ::close(fd);
-      } else if ((reserved = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes))) != 0) {
-        problem = std::string("reserving it in /dev/shm (posix_fallocate): ") + std::strerror(reserved);
-        ::close(fd);
-      } else {
-        base = map_segment(fd, bytes, problem);
-      }
-      if (base != nullptr) {
-        auto* header = new (base) Header{kMagic, nonce, size, slot_bytes};
-        auto* states = reinterpret_cast<char*>(header) + round_up(sizeof(Header), 64);
+  const size_t header_bytes = header_bytes_for(size);
+  const size_t bytes = header_bytes + (static_cast<size_t>(size) + 1) * slot_bytes;
+  std::string problem;
+  auto segment = share_segment(
+      exchange, rank, bytes,
+      [&](char* at) {
+        new (at) Header{kGroupSegment, size, slot_bytes};
+        auto* states = at + round_up(sizeof(Header), 64);
         for (int64_t r = 0; r < size; ++r) new (states + static_cast<size_t>(r) * sizeof(RankState)) RankState{};
-      } else {
-        ::shm_unlink(name.c_str());
-      }
-    }
-  }
-  const auto shared = exchange((rank == 0 ? (base ? name : "!" + problem) : std::string()) + "\n" +
-                               (host.empty() ? host_id() : host));
-  const auto split = [](const std::string& text) {
-    const auto newline = text.find('\n');
-    return std::make_pair(text.substr(0, newline), text.substr(newline + 1));
-  };
-  const auto [segment, rank0_host] = split(shared.at(0));
-  bool one_host = true;
-  for (const auto& entry : shared) one_host = one_host && split(entry).second == rank0_host;
-  const auto release = [&] {
-    if (base != nullptr) ::munmap(base, bytes);
-    base = nullptr;
-  };
-  if (!one_host || segment.empty() || segment[0] == '!') {
-    if (rank == 0 && base != nullptr) ::shm_unlink(name.c_str());
-    release();
-    return refuse(!one_host ? "the ranks are on more than one host"
-                            : "rank 0 could not create a shared-memory segment of " + std::to_string(bytes) +
-                                  " bytes (" + (segment.empty() ? std::string("?") : segment.substr(1)) + ")");
-  }
-
-  // The others map it and check that it is this group's.
-  if (rank != 0) {
-    const int fd = ::shm_open(segment.c_str(), O_RDWR, 0600);
-    if (fd < 0) {
-      problem = std::string("shm_open '") + segment + "': " + std::strerror(errno);
-    } else {
-      struct stat status {};
-      if (::fstat(fd, &status) != 0 || static_cast<size_t>(status.st_size) != bytes) {
-        problem = "the segment '" + segment + "' has another size than this group's";
-        ::close(fd);
-      } else {
-        base = map_segment(fd, bytes, problem);
-      }
-    }
-    if (base != nullptr) {
-      const auto* header = static_cast<const Header*>(base);
-      const uint64_t nonce = std::stoull(segment.substr(segment.rfind('-') + 1), nullptr, 16);
-      if (header->magic != kMagic || header->nonce != nonce || header->size != size || header->slot_bytes != slot_bytes) {
-        problem = "the segment '" + segment + "' belongs to another group";
-        release();
-      }
-    }
-  }
-  // Every rank knows whether every rank mapped it; then the name goes (Note [Collectives
-  // through shared memory]).
-  const auto mapped = exchange(base != nullptr ? std::string() : problem.empty() ? "?" : problem);
-  if (rank == 0) ::shm_unlink(segment.c_str());
-  for (size_t r = 0; r < mapped.size(); ++r) {
-    if (!mapped[r].empty()) {
-      release();
-      return refuse("rank " + std::to_string(r) + " could not map the shared-memory segment: " + mapped[r]);
-    }
-  }
+      },
+      [&](const char* at) {
+        const auto* header = reinterpret_cast<const Header*>(at);
+        return header->kind == kGroupSegment && header->size == size && header->slot_bytes == slot_bytes;
+      },
+      problem);
+  if (!segment) return refuse(problem);
   std::unique_ptr<SharedMemoryGroup> group(
-      new SharedMemoryGroup(rank, size, timeout, describe, slot_bytes, base, bytes));
+      new SharedMemoryGroup(rank, size, timeout, describe, slot_bytes, std::move(segment)));
   group->state(rank).pid.store(static_cast<int32_t>(::getpid()));
   exchange(std::string());  // every pid is written before anyone waits on a peer
   return group;
 }
 
+size_t SharedMemoryGroup::header_bytes_for(int64_t size) {
+  return round_up(kSegmentStampBytes + round_up(sizeof(Header), 64) + static_cast<size_t>(size) * sizeof(RankState),
+                  4096);
+}
+
 SharedMemoryGroup::SharedMemoryGroup(int64_t rank, int64_t size, std::chrono::milliseconds timeout, std::string describe,
-                                     size_t slot_bytes, void* base, size_t bytes)
+                                     size_t slot_bytes, std::unique_ptr<SharedSegment> segment)
     : rank_(rank),
       size_(size),
       timeout_(timeout),
       describe_(std::move(describe)),
       slot_bytes_(slot_bytes),
-      base_(base),
-      bytes_(bytes),
-      header_bytes_(round_up(round_up(sizeof(Header), 64) + static_cast<size_t>(size) * sizeof(RankState), 4096)) {}
+      segment_(std::move(segment)),
+      header_bytes_(header_bytes_for(size)),
+      registry_(std::make_shared<Registry>()) {}
+
+size_t SharedMemoryGroup::segment_bytes() const { return segment_->bytes(); }
 
 SharedMemoryGroup::~SharedMemoryGroup() {
   // A peer still waiting for this rank fails at once rather than at its timeout (a rank whose
   // communicator is closed after an error, its process going on).
   state(rank_).failed.store(2);
-  ::munmap(base_, bytes_);
 }
 
 SharedMemoryGroup::RankState& SharedMemoryGroup::state(int64_t rank) const {
-  auto* states = static_cast<char*>(base_) + round_up(sizeof(Header), 64);
+  auto* states = segment_->base() + kSegmentStampBytes + round_up(sizeof(Header), 64);
   return *reinterpret_cast<RankState*>(states + static_cast<size_t>(rank) * sizeof(RankState));
 }
 
 char* SharedMemoryGroup::slot(int64_t rank) const {
-  return static_cast<char*>(base_) + header_bytes_ + static_cast<size_t>(rank) * slot_bytes_;
+  return segment_->base() + header_bytes_ + static_cast<size_t>(rank) * slot_bytes_;
 }
 
 char* SharedMemoryGroup::result() const { return slot(size_); }
@@ -347,7 +299,7 @@ void SharedMemoryGroup::wait_for_all(int which, int64_t generation, const char* 
 }
 
 void SharedMemoryGroup::reduce_into(c10::ScalarType dtype, ReduceOp op, int64_t begin, int64_t count,
-                                    char* destination) {
+                                    char* destination, const std::function<char*(int64_t rank)>& source) {
   if (count <= 0) return;
   const auto element = static_cast<int64_t>(c10::elementSize(dtype));
   const auto options = torch::TensorOptions().dtype(dtype);
@@ -355,8 +307,8 @@ void SharedMemoryGroup::reduce_into(c10::ScalarType dtype, ReduceOp op, int64_t 
   auto out = torch::from_blob(destination, {count}, options);
   const bool sum = op == ReduceOp::Sum || op == ReduceOp::Mean;
   if (sum && (dtype == torch::kHalf || dtype == torch::kBFloat16)) {
-    auto total = view(slot(0)).to(torch::kFloat);
-    for (int64_t r = 1; r < size_; ++r) total.add_(view(slot(r)));
+    auto total = view(source(0)).to(torch::kFloat);
+    for (int64_t r = 1; r < size_; ++r) total.add_(view(source(r)));
     if (op == ReduceOp::Mean) total.div_(static_cast<double>(size_));
     out.copy_(total);
     return;
@@ -373,11 +325,11 @@ void SharedMemoryGroup::reduce_into(c10::ScalarType dtype, ReduceOp op, int64_t 
     }
   };
   if (size_ == 1) {
-    out.copy_(view(slot(0)));
+    out.copy_(view(source(0)));
   } else {
-    combine(view(slot(0)), view(slot(1)));
+    combine(view(source(0)), view(source(1)));
   }
-  for (int64_t r = 2; r < size_; ++r) combine(out, view(slot(r)));
+  for (int64_t r = 2; r < size_; ++r) combine(out, view(source(r)));
   if (op == ReduceOp::Mean) out.div_(static_cast<double>(size_));
 }
 
@@ -385,10 +337,11 @@ void SharedMemoryGroup::check_usable() const {
   check<DistributedError>(!broken_, describe_, ": the shared-memory group failed earlier; it takes no more collectives");
 }
 
-int64_t SharedMemoryGroup::begin_chunk(bool first, int32_t kind, int64_t numel, int32_t dtype, int32_t op, int32_t root) {
+int64_t SharedMemoryGroup::begin_chunk(bool first, int32_t kind, int64_t numel, int32_t dtype, int32_t op, int32_t root,
+                                       int64_t buffers, int64_t offset) {
   const int64_t generation = ++generation_;
   wait_for_all(2, generation - 1, kind_name(kind));  // the slots and the result are free
-  if (first) describe_call(kind, numel, dtype, op, root);
+  if (first) describe_call(kind, numel, dtype, op, root, buffers, offset);
   return generation;
 }
 
@@ -401,8 +354,6 @@ void SharedMemoryGroup::reduce_chunks(int32_t kind, int64_t root, const char* da
   torch::NoGradGuard no_grad;
   const auto element = static_cast<int64_t>(c10::elementSize(dtype));
   const int64_t chunk = static_cast<int64_t>(slot_bytes_) / element;
-  // Slices of whole cache lines, so that no two ranks write one.
-  const int64_t line = std::max<int64_t>(1, 64 / element);
   for (int64_t offset = 0; offset < numel || (numel == 0 && offset == 0); offset += chunk) {
     const int64_t n = std::min(chunk, numel - offset);
     const int64_t generation =
@@ -411,9 +362,8 @@ void SharedMemoryGroup::reduce_chunks(int32_t kind, int64_t root, const char* da
     finish_step(0, generation);
     wait_for_all(0, generation, kind_name(kind));
     if (offset == 0) check_calls_agree(kind);
-    const int64_t per = (n + size_ - 1) / size_ + line - 1 - ((n + size_ - 1) / size_ + line - 1) % line;
-    const int64_t begin = std::min(n, rank_ * per);
-    reduce_into(dtype, op, begin, std::min(n, begin + per) - begin, result() + begin * element);
+    const auto [begin, end] = slice_of(n, element);
+    reduce_into(dtype, op, begin, end - begin, result() + begin * element, slots());
     finish_step(1, generation);
     wait_for_all(1, generation, kind_name(kind));
     take(offset, n);
@@ -422,14 +372,117 @@ void SharedMemoryGroup::reduce_chunks(int32_t kind, int64_t root, const char* da
   }
 }
 
+std::pair<int64_t, int64_t> SharedMemoryGroup::slice_of(int64_t n, int64_t element) const {
+  // Slices of whole cache lines, so that no two ranks write one.
+  const int64_t line = std::max<int64_t>(1, 64 / element);
+  const int64_t even = (n + size_ - 1) / size_;
+  const int64_t per = (even + line - 1) / line * line;
+  const int64_t begin = std::min(n, rank_ * per);
+  return {begin, std::min(n, begin + per)};
+}
+
+std::function<char*(int64_t)> SharedMemoryGroup::slots() const {
+  return [this](int64_t r) { return slot(r); };
+}
+
 void SharedMemoryGroup::all_reduce(torch::Tensor& tensor, ReduceOp op) {
   check_usable();
   VOLT_INTERNAL_ASSERT(accepts(tensor, op) && tensor.is_contiguous(), "SharedMemoryGroup::all_reduce: accepts()");
+  if (const auto [buffers, offset] = find_buffer(tensor); buffers != nullptr) {
+    all_reduce_in_place(tensor, op, *buffers, offset);
+    return;
+  }
   const auto element = static_cast<int64_t>(tensor.element_size());
   auto* data = static_cast<char*>(tensor.data_ptr());
   reduce_chunks(kAllReduce, -1, data, tensor.numel(), tensor.scalar_type(), op, [&](int64_t offset, int64_t n) {
     std::memcpy(data + offset * element, result(), static_cast<size_t>(n * element));
   });
+}
+
+// Note [all_reduce in place through shared memory]
+// A tensor that lives in a buffer segment every rank has mapped (allocate_buffers: DDP's buckets)
+// is reduced where it lies, with no copy into a slot and none out of the result: once every rank
+// has arrived ("written"), each rank reduces its slice over every rank's buffer, in rank order,
+// into rank 0's, and copies the result into every other rank's buffer, a block at a time while
+// the block is in its cache ("reduced"); once every rank is past that, every buffer holds the
+// whole result. A rank's slice of another's buffer is written only between that rank's arrival
+// and its leaving, so no rank reads a buffer its owner is changing. Same order and so the same
+// bits as through the slots, and the same on every rank; two synchronizations whatever the size.
+std::vector<torch::Tensor> SharedMemoryGroup::allocate_buffers(const Exchange& exchange,
+                                                               const std::vector<int64_t>& numels,
+                                                               const std::vector<c10::ScalarType>& dtypes,
+                                                               std::string* why_not) {
+  check_usable();
+  VOLT_INTERNAL_ASSERT(numels.size() == dtypes.size(), "SharedMemoryGroup::allocate_buffers: a dtype per buffer");
+  std::vector<size_t> offsets;
+  size_t region_bytes = 0;
+  for (size_t i = 0; i < numels.size(); ++i) {
+    offsets.push_back(region_bytes);
+    region_bytes += round_up(static_cast<size_t>(numels[i]) * c10::elementSize(dtypes[i]), 4096);
+  }
+  region_bytes = std::max<size_t>(region_bytes, 4096);
+  const int64_t id = next_buffers_id_++;
+  using Header = Buffers::Header;
+  std::string problem;
+  auto segment = share_segment(
+      exchange, rank_, Buffers::kRegionsStart + static_cast<size_t>(size_) * region_bytes,
+      [&](char* at) { new (at) Header{kBuffersSegment, size_, region_bytes, id}; },
+      [&](const char* at) {
+        const auto* header = reinterpret_cast<const Header*>(at);
+        return header->kind == kBuffersSegment && header->size == size_ && header->region_bytes == region_bytes &&
+               header->id == id;
+      },
+      problem);
+  if (!segment) {
+    if (why_not) *why_not = problem;
+    return {};
+  }
+  auto buffers = std::make_shared<Buffers>(std::move(segment), region_bytes, rank_, id, registry_);
+  {
+    std::lock_guard<std::mutex> lock(registry_->mutex);
+    registry_->live.push_back(buffers.get());
+  }
+  std::vector<torch::Tensor> tensors;
+  for (size_t i = 0; i < numels.size(); ++i) {
+    // Zeros: the segment's pages are new. Each tensor keeps the segment mapped.
+    tensors.push_back(torch::from_blob(buffers->region(rank_) + offsets[i], {numels[i]}, [buffers](void*) {},
+                                       torch::TensorOptions().dtype(dtypes[i])));
+  }
+  return tensors;
+}
+
+std::pair<const SharedMemoryGroup::Buffers*, int64_t> SharedMemoryGroup::find_buffer(const torch::Tensor& tensor) const {
+  const auto* begin = static_cast<const char*>(tensor.data_ptr());
+  const auto* end = begin + tensor.numel() * static_cast<int64_t>(tensor.element_size());
+  std::lock_guard<std::mutex> lock(registry_->mutex);
+  for (const Buffers* buffers : registry_->live) {
+    const char* region = buffers->region(rank_);
+    if (begin >= region && end <= region + buffers->region_bytes) return {buffers, begin - region};
+  }
+  return {nullptr, -1};
+}
+
+void SharedMemoryGroup::all_reduce_in_place(torch::Tensor& tensor, ReduceOp op, const Buffers& buffers, int64_t offset) {
+  torch::NoGradGuard no_grad;
+  const auto dtype = tensor.scalar_type();
+  const auto element = static_cast<int64_t>(tensor.element_size());
+  const int64_t numel = tensor.numel();
+  const int64_t generation =
+      begin_chunk(true, kAllReduce, numel, static_cast<int32_t>(dtype), static_cast<int32_t>(op), -1, buffers.id, offset);
+  finish_step(0, generation);
+  wait_for_all(0, generation, "all_reduce");
+  check_calls_agree(kAllReduce);
+  const auto in = [&](int64_t r) { return buffers.region(r) + offset; };
+  const auto [begin, end] = slice_of(numel, element);
+  const int64_t block = kInPlaceBlockBytes / element;
+  for (int64_t at = begin; at < end; at += block) {
+    const int64_t n = std::min(block, end - at);
+    reduce_into(dtype, op, at, n, in(0) + at * element, in);
+    for (int64_t r = 1; r < size_; ++r) std::memcpy(in(r) + at * element, in(0) + at * element, static_cast<size_t>(n * element));
+  }
+  finish_step(1, generation);
+  wait_for_all(1, generation, "all_reduce");
+  finish_step(2, generation);
 }
 
 void SharedMemoryGroup::reduce(torch::Tensor& tensor, int64_t root, ReduceOp op) {
@@ -478,7 +531,7 @@ void SharedMemoryGroup::reduce_scatter(const torch::Tensor& input, torch::Tensor
     finish_step(0, generation);
     wait_for_all(0, generation, "reduce_scatter");
     if (offset == 0) check_calls_agree(kReduceScatter);
-    reduce_into(dtype, op, rank_ * piece, part(rank_), out + offset * element);
+    reduce_into(dtype, op, rank_ * piece, part(rank_), out + offset * element, slots());
     finish_step(1, generation);
     finish_step(2, generation);
     if (longest == 0) break;
@@ -551,8 +604,11 @@ void SharedMemoryGroup::barrier() {
   finish_step(2, generation);
 }
 
-void SharedMemoryGroup::describe_call(int32_t kind, int64_t numel, int32_t dtype, int32_t op, int32_t root) {
+void SharedMemoryGroup::describe_call(int32_t kind, int64_t numel, int32_t dtype, int32_t op, int32_t root,
+                                      int64_t buffers, int64_t offset) {
   RankState& me = state(rank_);
+  me.buffers.store(buffers, std::memory_order_relaxed);
+  me.offset.store(offset, std::memory_order_relaxed);
   me.kind.store(kind, std::memory_order_relaxed);
   me.numel.store(numel, std::memory_order_relaxed);
   me.dtype.store(dtype, std::memory_order_relaxed);
@@ -572,6 +628,10 @@ void SharedMemoryGroup::check_calls_agree(int32_t kind) {
     const int32_t op = s.op.load(std::memory_order_relaxed), root = s.root.load(std::memory_order_relaxed);
     if (op >= 0) text += std::string(" (") + op_name(static_cast<ReduceOp>(op)) + ")";
     if (root >= 0) text += " (root " + std::to_string(root) + ")";
+    if (const int64_t buffers = s.buffers.load(std::memory_order_relaxed); buffers >= 0) {
+      text += " in place, in buffer segment " + std::to_string(buffers) + " at byte " +
+              std::to_string(s.offset.load(std::memory_order_relaxed));
+    }
     return text;
   };
   for (int64_t r = 0; r < size_; ++r) {
@@ -580,10 +640,12 @@ void SharedMemoryGroup::check_calls_agree(int32_t kind) {
         peer.numel.load(std::memory_order_relaxed) != me.numel.load(std::memory_order_relaxed) ||
         peer.dtype.load(std::memory_order_relaxed) != me.dtype.load(std::memory_order_relaxed) ||
         peer.op.load(std::memory_order_relaxed) != me.op.load(std::memory_order_relaxed) ||
-        peer.root.load(std::memory_order_relaxed) != me.root.load(std::memory_order_relaxed)) {
+        peer.root.load(std::memory_order_relaxed) != me.root.load(std::memory_order_relaxed) ||
+        peer.buffers.load(std::memory_order_relaxed) != me.buffers.load(std::memory_order_relaxed) ||
+        peer.offset.load(std::memory_order_relaxed) != me.offset.load(std::memory_order_relaxed)) {
       fail(std::string(kind_name(kind)) + " through shared memory: rank " + std::to_string(r) + " called " + call(peer) +
            ", this rank " + call(me) + "; every rank must call the same collectives in the same order, with "
-           "tensors of the same size and dtype");
+           "tensors of the same size and dtype (and, in place, at the same place of the same buffers)");
     }
   }
 }

@@ -16,11 +16,14 @@
 //            output ("done"). broadcast: the root copies the chunk into its slot ("written"), the
 //            others copy it out ("done"). A rank writes its slot again only once every rank is
 //            done with the previous chunk.
+// A tensor in buffers the group handed out (allocate_buffers: a segment of its own, a region per
+// rank) is all_reduced in place instead, with no copy through the slots (Note [all_reduce in
+// place through shared memory] in the .cpp).
 // Every element is reduced once, by one rank, in rank order, so every rank gets the same bits,
 // and the order is the same at every size. float16 and bfloat16 are summed in float32. Mean is
 // the sum divided by the group's size where it is reduced (once per element, by the rank that
 // sums it), not by each rank before or after: a pass over the tensor fewer on every rank.
-// The segment is named per run and group (rank 0's pid and a random nonce), created by rank 0,
+// Each segment (shared_segment.h) is named per run and group (rank 0's pid and a random nonce), created by rank 0,
 // opened by the others, and its name removed as soon as every rank has mapped it: from then on
 // nothing is left behind whatever kills the processes (the kernel frees the memory with the last
 // mapping). A segment whose creator died before that point is removed by the next group a rank 0
@@ -41,16 +44,18 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "distributed/reduce_op.h"
+#include "distributed/shared_segment.h"
 
 namespace volt {
 
 class SharedMemoryGroup {
  public:
   // Every rank's bytes, by rank: an all_gather over the group's other transport. [collective]
-  using Exchange = std::function<std::vector<std::string>(const std::string&)>;
+  using Exchange = BytesExchange;
 
   static constexpr size_t kDefaultSlotBytes = size_t{4} << 20;
 
@@ -72,8 +77,16 @@ class SharedMemoryGroup {
   static bool accepts(const torch::Tensor& tensor, ReduceOp op);
   // Whether the data movements (broadcast, all_gather) take `tensor`: a dense CPU tensor, any dtype.
   static bool moves(const torch::Tensor& tensor);
-  // Reduces `tensor` (contiguous) over the group, in place. [collective]
+  // Reduces `tensor` (contiguous) over the group, in place; where it lies in buffers of
+  // allocate_buffers, without a copy through the slots (Note [all_reduce in place through shared
+  // memory]). [collective]
   void all_reduce(torch::Tensor& tensor, ReduceOp op);
+  // Zeroed 1-d tensors of numels[i] elements of dtypes[i], in a segment every rank of the group
+  // maps, that all_reduce reduces in place (a tensor inside one of them, at the same place on
+  // every rank). Each keeps the segment mapped; the group may go first. Empty on every rank when
+  // the segment cannot be had (`why_not` says why). [collective, over `exchange`]
+  std::vector<torch::Tensor> allocate_buffers(const Exchange& exchange, const std::vector<int64_t>& numels,
+                                              const std::vector<c10::ScalarType>& dtypes, std::string* why_not = nullptr);
   // Reduces `tensor` (contiguous) over the group into `root`'s; the others' are left as they
   // were. [collective]
   void reduce(torch::Tensor& tensor, int64_t root, ReduceOp op);
@@ -96,36 +109,50 @@ class SharedMemoryGroup {
   int64_t rank() const { return rank_; }
   int64_t size() const { return size_; }
   // The bytes of the segment (header, slots, result).
-  size_t segment_bytes() const { return bytes_; }
+  size_t segment_bytes() const;
   // This host's id: the kernel's boot id and the host name.
   static std::string host_id();
 
  private:
   struct Header;
   struct RankState;
+  struct Buffers;
+  struct Registry;
   SharedMemoryGroup(int64_t rank, int64_t size, std::chrono::milliseconds timeout, std::string describe,
-                    size_t slot_bytes, void* base, size_t bytes);
+                    size_t slot_bytes, std::unique_ptr<SharedSegment> segment);
+  static size_t header_bytes_for(int64_t size);
   RankState& state(int64_t rank) const;
   char* slot(int64_t rank) const;
   char* result() const;
+  // slot(r), as reduce_into's source.
+  std::function<char*(int64_t)> slots() const;
+  // This rank's part [begin, end) of `n` elements of `element` bytes, split evenly in whole cache lines.
+  std::pair<int64_t, int64_t> slice_of(int64_t n, int64_t element) const;
+  // The buffers `tensor` lies in, and its byte offset in this rank's region (null, -1: none).
+  std::pair<const Buffers*, int64_t> find_buffer(const torch::Tensor& tensor) const;
+  void all_reduce_in_place(torch::Tensor& tensor, ReduceOp op, const Buffers& buffers, int64_t offset);
   // Waits until every rank's counter `which` (0 written, 1 reduced, 2 done) reaches `generation`.
   void wait_for_all(int which, int64_t generation, const char* what);
-  // Reduces elements [begin, begin + count) of every rank's slot, in rank order, into the
-  // `count` elements at `destination`.
-  void reduce_into(c10::ScalarType dtype, ReduceOp op, int64_t begin, int64_t count, char* destination);
+  // Reduces elements [begin, begin + count) of every rank's `source` (its slot, or its buffer), in
+  // rank order, into the `count` elements at `destination`.
+  void reduce_into(c10::ScalarType dtype, ReduceOp op, int64_t begin, int64_t count, char* destination,
+                   const std::function<char*(int64_t rank)>& source);
   // The reduction of `numel` elements at `data` over the group, a chunk at a time: `take(offset,
   // n)` copies what it needs of elements [offset, offset + n) of the reduction from result().
   // `root`: the call's root rank, -1 for none.
   void reduce_chunks(int32_t kind, int64_t root, const char* data, int64_t numel, c10::ScalarType dtype, ReduceOp op,
                      const std::function<void(int64_t offset, int64_t n)>& take);
   // Starts a chunk: waits until every rank is done with the previous one; the first chunk of a
-  // call records the call (`op` and `root`: -1 where the kind has none).
-  int64_t begin_chunk(bool first, int32_t kind, int64_t numel, int32_t dtype, int32_t op, int32_t root);
+  // call records the call (`op` and `root`: -1 where the kind has none; `buffers` and `offset`:
+  // an all_reduce in place).
+  int64_t begin_chunk(bool first, int32_t kind, int64_t numel, int32_t dtype, int32_t op, int32_t root,
+                      int64_t buffers = -1, int64_t offset = -1);
   // Marks this rank's step `which` (0 written, 1 reduced, 2 done) of chunk `generation`.
   void finish_step(int which, int64_t generation);
   // Records this rank's call, then (once every rank has written) checks that every rank made the
   // same one (Note [Collectives through shared memory]).
-  void describe_call(int32_t kind, int64_t numel, int32_t dtype, int32_t op, int32_t root);
+  void describe_call(int32_t kind, int64_t numel, int32_t dtype, int32_t op, int32_t root, int64_t buffers,
+                     int64_t offset);
   void check_calls_agree(int32_t kind);
   void check_usable() const;
   [[noreturn]] void fail(const std::string& message);
@@ -134,9 +161,10 @@ class SharedMemoryGroup {
   std::chrono::milliseconds timeout_;
   std::string describe_;
   size_t slot_bytes_;
-  void* base_;
-  size_t bytes_;
+  std::unique_ptr<SharedSegment> segment_;
   size_t header_bytes_;
+  std::shared_ptr<Registry> registry_;
+  int64_t next_buffers_id_ = 0;
   int64_t generation_ = 0;
   bool broken_ = false;
 };

@@ -4,18 +4,31 @@
 
 namespace volt::ddp {
 
-GradientBucket::GradientBucket(const std::vector<torch::Tensor>& parameters, std::vector<size_t> members)
+int64_t GradientBucket::numel_of(const std::vector<torch::Tensor>& parameters, const std::vector<size_t>& members) {
+  int64_t numel = 0;
+  for (const size_t index : members) numel += parameters.at(index).numel();
+  return numel;
+}
+
+GradientBucket::GradientBucket(const std::vector<torch::Tensor>& parameters, std::vector<size_t> members,
+                               torch::Tensor buffer)
     : members_(std::move(members)) {
   VOLT_INTERNAL_ASSERT(!members_.empty(), "a gradient bucket needs at least one parameter");
   const auto& first = parameters.at(members_.front());
-  int64_t numel = 0;
   for (const size_t index : members_) {
     const auto& p = parameters.at(index);
     VOLT_INTERNAL_ASSERT(p.scalar_type() == first.scalar_type() && p.device() == first.device(),
                          "bucket members share dtype and device");
-    numel += p.numel();
   }
-  buffer_ = torch::zeros({numel}, first.options().requires_grad(false));
+  const int64_t numel = numel_of(parameters, members_);
+  if (buffer.defined()) {
+    VOLT_INTERNAL_ASSERT(buffer.dim() == 1 && buffer.numel() == numel && buffer.scalar_type() == first.scalar_type() &&
+                             buffer.device() == first.device(),
+                         "a given bucket buffer fits its members");
+    buffer_ = std::move(buffer);
+  } else {
+    buffer_ = torch::zeros({numel}, first.options().requires_grad(false));
+  }
   int64_t offset = 0;
   for (const size_t index : members_) {
     const auto& p = parameters[index];

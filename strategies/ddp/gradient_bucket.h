@@ -15,8 +15,13 @@ namespace volt::ddp {
 
 class GradientBucket {
  public:
-  // A zeroed buffer for `members` (indices into `parameters`, same dtype and device).
-  GradientBucket(const std::vector<torch::Tensor>& parameters, std::vector<size_t> members);
+  // A zeroed buffer for `members` (indices into `parameters`, same dtype and device): `buffer`
+  // where given (flat, zeroed, of their dtype, device and total size: the communicator's
+  // allocate_buffers), else a new one.
+  GradientBucket(const std::vector<torch::Tensor>& parameters, std::vector<size_t> members,
+                 torch::Tensor buffer = {});
+  // The elements of a buffer for `members`.
+  static int64_t numel_of(const std::vector<torch::Tensor>& parameters, const std::vector<size_t>& members);
 
   const torch::Tensor& buffer() const { return buffer_; }
   torch::Tensor& buffer() { return buffer_; }

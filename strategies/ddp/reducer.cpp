@@ -63,8 +63,25 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
   buckets_.clear();
   location_.assign(parameters_.size(), {0, 0});
   std::vector<size_t> bucket_of(parameters_.size()), sizes;
+  // CPU buckets in buffers the communicator reduces fastest (in place in shared memory where its
+  // all_reduce goes through shared memory: Note [all_reduce in place through shared memory]).
+  std::vector<int64_t> numels;
+  std::vector<c10::ScalarType> dtypes;
+  std::vector<size_t> on_cpu;
   for (size_t b = 0; b < assignment.size(); ++b) {
-    buckets_.emplace_back(parameters_, assignment[b]);
+    const auto& first = parameters_.at(assignment[b].front());
+    if (!first.device().is_cpu()) continue;
+    on_cpu.push_back(b);
+    numels.push_back(GradientBucket::numel_of(parameters_, assignment[b]));
+    dtypes.push_back(first.scalar_type());
+  }
+  std::vector<torch::Tensor> buffers(assignment.size());
+  if (!on_cpu.empty()) {
+    auto allocated = communicator_.allocate_buffers(numels, dtypes);
+    for (size_t i = 0; i < on_cpu.size(); ++i) buffers[on_cpu[i]] = std::move(allocated.at(i));
+  }
+  for (size_t b = 0; b < assignment.size(); ++b) {
+    buckets_.emplace_back(parameters_, assignment[b], std::move(buffers[b]));
     for (size_t slot = 0; slot < assignment[b].size(); ++slot) {
       location_[assignment[b][slot]] = {b, slot};
       bucket_of[assignment[b][slot]] = b;

@@ -22,6 +22,7 @@
 #include "distributed/communicator.h"
 #include "distributed/network.h"
 #include "distributed/shared_memory_group.h"
+#include "tests/distributed/shared_memory_support.h"
 #include "tests/distributed/thread_ranks.h"
 #include "tests/distributed/worker_runs.h"
 #include "tests/support/test_support.h"
@@ -33,36 +34,15 @@ using testing::loopback_options;
 using testing::TemporaryDirectory;
 using testing::with_communicators;
 
-constexpr size_t kSmallSlot = 4096;  // chunks of 4 KiB: a few thousand elements span many
-
-std::unique_ptr<SharedMemoryGroup> join(Communicator& c, size_t slot_bytes = kSmallSlot,
-                                        std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
-  std::string why_not;
-  auto group = SharedMemoryGroup::join([&](const std::string& bytes) { return c.all_gather_bytes(bytes); }, c.rank(),
-                                       c.size(), timeout, "test group", slot_bytes, &why_not);
-  EXPECT_NE(group, nullptr) << why_not;
-  return group;
-}
-
-// The segments of this host's groups now in /dev/shm whose name holds `pid`.
-int64_t segments_of(pid_t pid) {
-  int64_t count = 0;
-  const std::string prefix = "volt-shm-" + std::to_string(pid) + "-";
-  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
-    if (entry.path().filename().string().rfind(prefix, 0) == 0) ++count;
-  }
-  return count;
-}
-
-// Rank r's values: distinct per rank and element, exact in every dtype tested.
-torch::Tensor values_of(int64_t rank, int64_t numel, c10::ScalarType dtype) {
-  return (torch::arange(numel, torch::kDouble).remainder(97) * (rank + 1) - 40 * rank).to(dtype);
-}
+using testing::join_group;
+using testing::kSmallSlot;
+using testing::segments_of;
+using testing::values_of;
 
 TEST(SharedMemoryGroup, AllReduceGivesEveryRankTheReductionInRankOrder) {
   for (const int64_t world : {2, 3}) {
     with_communicators(world, [&](Communicator& c) {
-      auto group = join(c);
+      auto group = join_group(c);
       ASSERT_NE(group, nullptr);
       for (const auto dtype : {torch::kFloat, torch::kDouble, torch::kInt, torch::kLong, torch::kHalf, torch::kBFloat16}) {
         for (const auto op : {ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min}) {
@@ -99,7 +79,7 @@ TEST(SharedMemoryGroup, AllReduceGivesEveryRankTheReductionInRankOrder) {
 
 TEST(SharedMemoryGroup, EveryRankGetsTheSameBits) {
   with_communicators(3, [&](Communicator& c) {
-    auto group = join(c, size_t{1} << 16);
+    auto group = join_group(c, size_t{1} << 16);
     ASSERT_NE(group, nullptr);
     torch::manual_seed(c.rank());
     auto tensor = torch::randn({300001});
@@ -111,7 +91,7 @@ TEST(SharedMemoryGroup, EveryRankGetsTheSameBits) {
 
 TEST(SharedMemoryGroup, NoSegmentIsLeftOnceEveryRankJoined) {
   with_communicators(2, [&](Communicator& c) {
-    auto group = join(c);
+    auto group = join_group(c);
     ASSERT_NE(group, nullptr);
     EXPECT_EQ(segments_of(::getpid()), 0) << "the name is removed as soon as every rank mapped the segment";
     auto tensor = torch::ones({10});
@@ -123,7 +103,7 @@ TEST(SharedMemoryGroup, NoSegmentIsLeftOnceEveryRankJoined) {
 TEST(SharedMemoryGroup, AStalledRankFailsTheOthersWithinTheTimeoutNamingIt) {
   std::atomic<bool> finished{false};
   with_communicators(2, [&](Communicator& c) {
-    auto group = join(c, kSmallSlot, std::chrono::milliseconds(1500));
+    auto group = join_group(c, kSmallSlot, std::chrono::milliseconds(1500));
     ASSERT_NE(group, nullptr);
     if (c.rank() == 1) {  // alive, never calls
       while (!finished) std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -148,7 +128,7 @@ TEST(SharedMemoryGroup, AStalledRankFailsTheOthersWithinTheTimeoutNamingIt) {
 TEST(SharedMemoryGroup, ReduceScatterAllGatherAndBroadcastAgreeWithTheirDefinitions) {
   for (const int64_t world : {2, 3}) {
     with_communicators(world, [&](Communicator& c) {
-      auto group = join(c);
+      auto group = join_group(c);
       ASSERT_NE(group, nullptr);
       const std::vector<std::vector<int64_t>> layouts =
           world == 2 ? std::vector<std::vector<int64_t>>{{1, 5000}, {2500, 2500}, {0, 0}}
@@ -197,7 +177,7 @@ TEST(SharedMemoryGroup, ReduceScatterAllGatherAndBroadcastAgreeWithTheirDefiniti
 // which then failed on a mismatch that was not there (seen in DDP: a barrier before each step).
 TEST(SharedMemoryGroup, BarriersBetweenOtherCollectivesAreNeverMistakenForThem) {
   with_communicators(3, [&](Communicator& c) {
-    auto group = join(c);
+    auto group = join_group(c);
     ASSERT_NE(group, nullptr);
     for (int i = 0; i < 3000; ++i) {
       group->barrier();
@@ -212,7 +192,7 @@ TEST(SharedMemoryGroup, BarriersBetweenOtherCollectivesAreNeverMistakenForThem) 
 // span many chunks; ranks that name different roots fail naming both calls.
 TEST(SharedMemoryGroup, ReduceLeavesTheResultOnTheRootOnly) {
   with_communicators(3, [&](Communicator& c) {
-    auto group = join(c);
+    auto group = join_group(c);
     ASSERT_NE(group, nullptr);
     const auto sum = (values_of(0, 5000, torch::kFloat) + values_of(1, 5000, torch::kFloat)) + values_of(2, 5000, torch::kFloat);
     for (int64_t root = 0; root < c.size(); ++root) {
@@ -258,7 +238,7 @@ TEST(SharedMemoryGroup, ASegmentTooLargeForDevShmIsRefusedAtJoin) {
 // and both calls, instead of mixing two collectives' values.
 TEST(SharedMemoryGroup, RanksThatCallDifferentCollectivesFailNamingBoth) {
   with_communicators(2, [&](Communicator& c) {
-    auto group = join(c);
+    auto group = join_group(c);
     ASSERT_NE(group, nullptr);
     auto tensor = torch::ones({c.rank() == 0 ? 100 : 101});
     try {
@@ -381,7 +361,7 @@ struct KillPoint {
   bool killed_from_outside;  // by the test while both ranks loop over the collective
   // Both ranks run this; rank 1 dies after it (then rank 0 waits for it in a broadcast) or, killed
   // from outside, inside it.
-  std::function<void(SharedMemoryGroup&, int64_t rank)> run;
+  std::function<void(SharedMemoryGroup&, int64_t rank, const SharedMemoryGroup::Exchange&)> run;
 };
 
 // Monotonic seconds, comparable across the processes of this host (CLOCK_MONOTONIC).
@@ -394,33 +374,38 @@ TEST(SharedMemoryGroupKill, AKilledRankFailsTheOthersQuicklyAndLeavesNoSegment) 
   const auto big = [] { return torch::ones({int64_t{4} << 20}); };  // 16 MB: 16 chunks of 1 MiB
   const std::vector<KillPoint> points{
       {"right after joining", false,
-       [](SharedMemoryGroup&, int64_t) {
+       [](SharedMemoryGroup&, int64_t, const SharedMemoryGroup::Exchange&) {
          // Long enough for rank 0 to leave join's last exchange: this point is about the
          // collectives after it.
          std::this_thread::sleep_for(std::chrono::milliseconds(200));
        }},
       {"between two all_reduces", false,
-       [](SharedMemoryGroup& g, int64_t) {
+       [](SharedMemoryGroup& g, int64_t, const SharedMemoryGroup::Exchange&) {
          auto t = torch::ones({1000});
          g.all_reduce(t, ReduceOp::Sum);
        }},
       {"inside 16 MB all_reduces", true,
-       [&](SharedMemoryGroup& g, int64_t) {
+       [&](SharedMemoryGroup& g, int64_t, const SharedMemoryGroup::Exchange&) {
          auto t = big();
          for (;;) g.all_reduce(t, ReduceOp::Max);
        }},
+      {"inside 16 MB all_reduces in place", true,
+       [&](SharedMemoryGroup& g, int64_t, const SharedMemoryGroup::Exchange& exchange) {
+         auto t = g.allocate_buffers(exchange, {int64_t{4} << 20}, {torch::kFloat}).at(0);
+         for (;;) g.all_reduce(t, ReduceOp::Sum);
+       }},
       {"inside 16 MB all_gathers", true,
-       [&](SharedMemoryGroup& g, int64_t) {
+       [&](SharedMemoryGroup& g, int64_t, const SharedMemoryGroup::Exchange&) {
          auto in = big(), out = torch::empty({2 * in.numel()});
          for (;;) g.all_gather(in, out, {in.numel(), in.numel()});
        }},
       {"inside 16 MB reduce_scatters", true,
-       [&](SharedMemoryGroup& g, int64_t) {
+       [&](SharedMemoryGroup& g, int64_t, const SharedMemoryGroup::Exchange&) {
          auto in = big(), out = torch::empty({in.numel() / 2});
          for (;;) g.reduce_scatter(in, out, {in.numel() / 2, in.numel() / 2}, ReduceOp::Sum);
        }},
       {"inside barriers", true,
-       [](SharedMemoryGroup& g, int64_t) {
+       [](SharedMemoryGroup& g, int64_t, const SharedMemoryGroup::Exchange&) {
          for (;;) g.barrier();
        }},
   };
@@ -445,22 +430,22 @@ TEST(SharedMemoryGroupKill, AKilledRankFailsTheOthersQuicklyAndLeavesNoSegment) 
       int code = 1;
       try {
         auto c = Communicator::connect(loopback_options(rank, 2, port, std::chrono::seconds(30)));
-        auto group = SharedMemoryGroup::join([&](const std::string& b) { return c->all_gather_bytes(b); }, rank, 2,
-                                             std::chrono::seconds(30), "test group", kSlot);
+        const SharedMemoryGroup::Exchange exchange = [&](const std::string& b) { return c->all_gather_bytes(b); };
+        auto group = SharedMemoryGroup::join(exchange, rank, 2, std::chrono::seconds(30), "test group", kSlot);
         if (rank == 1) {
           if (point.killed_from_outside) {
             (void)!::write(ready[1], "r", 1);
-            point.run(*group, rank);  // until killed
+            point.run(*group, rank, exchange);  // until killed
           }
-          point.run(*group, rank);
+          point.run(*group, rank, exchange);
           ::raise(SIGKILL);
         }
         const double start = monotonic_seconds();
         try {
           if (point.killed_from_outside) {
-            point.run(*group, rank);
+            point.run(*group, rank, exchange);
           } else {
-            point.run(*group, rank);  // what rank 1 did before it died
+            point.run(*group, rank, exchange);  // what rank 1 did before it died
             auto t = torch::ones({1000});
             group->broadcast(t, 1);  // waits for rank 1
             group->all_reduce(t, ReduceOp::Sum);
@@ -521,7 +506,7 @@ TEST(SharedMemoryGroupKill, TheNextGroupRemovesASegmentADeadCreatorLeft) {
   ASSERT_GE(fd, 0);
   ::close(fd);
   ASSERT_EQ(segments_of(dead), 1);
-  with_communicators(2, [&](Communicator& c) { ASSERT_NE(join(c), nullptr); });
+  with_communicators(2, [&](Communicator& c) { ASSERT_NE(join_group(c), nullptr); });
   EXPECT_EQ(segments_of(dead), 0);
 }
 
