@@ -338,9 +338,11 @@ void SharedMemoryGroup::check_usable() const {
 }
 
 int64_t SharedMemoryGroup::begin_chunk(bool first, int32_t kind, int64_t numel, int32_t dtype, int32_t op, int32_t root,
-                                       int64_t buffers, int64_t offset) {
+                                       int64_t buffers, int64_t offset, bool alternates) {
   const int64_t generation = ++generation_;
-  wait_for_all(2, generation - 1, kind_name(kind));  // the slots and the result are free
+  // What this chunk writes is free: every rank is done with the chunk before (or, where chunks
+  // take halves by turns, with the one before that, which used the same half).
+  wait_for_all(2, generation - (alternates ? 2 : 1), kind_name(kind));
   if (first) describe_call(kind, numel, dtype, op, root, buffers, offset);
   return generation;
 }
@@ -350,23 +352,30 @@ void SharedMemoryGroup::finish_step(int which, int64_t generation) {
 }
 
 void SharedMemoryGroup::reduce_chunks(int32_t kind, int64_t root, const char* data, int64_t numel, c10::ScalarType dtype, ReduceOp op,
-                                      const std::function<void(int64_t offset, int64_t n)>& take) {
+                                      const std::function<void(int64_t offset, int64_t n, const char* reduced)>& take) {
   torch::NoGradGuard no_grad;
   const auto element = static_cast<int64_t>(c10::elementSize(dtype));
-  const int64_t chunk = static_cast<int64_t>(slot_bytes_) / element;
-  for (int64_t offset = 0; offset < numel || (numel == 0 && offset == 0); offset += chunk) {
+  // Pipelined (Note [Collectives through shared memory]): chunks take the two halves of every slot
+  // and of the result by turns, so that a rank may copy in its next chunk while others still copy
+  // out this one.
+  const auto half_bytes = static_cast<int64_t>(slot_bytes_ / 2 / 64 * 64);
+  const int64_t chunk = half_bytes / element;
+  int64_t index = 0;
+  for (int64_t offset = 0; offset < numel || (numel == 0 && offset == 0); offset += chunk, ++index) {
     const int64_t n = std::min(chunk, numel - offset);
-    const int64_t generation =
-        begin_chunk(offset == 0, kind, numel, static_cast<int32_t>(dtype), static_cast<int32_t>(op), static_cast<int32_t>(root));
-    std::memcpy(slot(rank_), data + offset * element, static_cast<size_t>(n * element));
+    const int64_t half = (index % 2) * half_bytes;
+    const int64_t generation = begin_chunk(offset == 0, kind, numel, static_cast<int32_t>(dtype), static_cast<int32_t>(op),
+                                           static_cast<int32_t>(root), -1, -1, /*alternates=*/offset != 0);
+    std::memcpy(slot(rank_) + half, data + offset * element, static_cast<size_t>(n * element));
     finish_step(0, generation);
     wait_for_all(0, generation, kind_name(kind));
     if (offset == 0) check_calls_agree(kind);
     const auto [begin, end] = slice_of(n, element);
-    reduce_into(dtype, op, begin, end - begin, result() + begin * element, slots());
+    reduce_into(dtype, op, begin, end - begin, result() + half + begin * element,
+                [&](int64_t r) { return slot(r) + half; });
     finish_step(1, generation);
     wait_for_all(1, generation, kind_name(kind));
-    take(offset, n);
+    take(offset, n, result() + half);
     finish_step(2, generation);
     if (numel == 0) break;
   }
@@ -394,9 +403,10 @@ void SharedMemoryGroup::all_reduce(torch::Tensor& tensor, ReduceOp op) {
   }
   const auto element = static_cast<int64_t>(tensor.element_size());
   auto* data = static_cast<char*>(tensor.data_ptr());
-  reduce_chunks(kAllReduce, -1, data, tensor.numel(), tensor.scalar_type(), op, [&](int64_t offset, int64_t n) {
-    std::memcpy(data + offset * element, result(), static_cast<size_t>(n * element));
-  });
+  reduce_chunks(kAllReduce, -1, data, tensor.numel(), tensor.scalar_type(), op,
+                [&](int64_t offset, int64_t n, const char* reduced) {
+                  std::memcpy(data + offset * element, reduced, static_cast<size_t>(n * element));
+                });
 }
 
 // Note [all_reduce in place through shared memory]
@@ -491,9 +501,10 @@ void SharedMemoryGroup::reduce(torch::Tensor& tensor, int64_t root, ReduceOp op)
                        "SharedMemoryGroup::reduce: accepts() and a rank");
   const auto element = static_cast<int64_t>(tensor.element_size());
   auto* data = static_cast<char*>(tensor.data_ptr());
-  reduce_chunks(kReduce, root, data, tensor.numel(), tensor.scalar_type(), op, [&](int64_t offset, int64_t n) {
-    if (rank_ == root) std::memcpy(data + offset * element, result(), static_cast<size_t>(n * element));
-  });
+  reduce_chunks(kReduce, root, data, tensor.numel(), tensor.scalar_type(), op,
+                [&](int64_t offset, int64_t n, const char* reduced) {
+                  if (rank_ == root) std::memcpy(data + offset * element, reduced, static_cast<size_t>(n * element));
+                });
 }
 
 // Note [reduce_scatter through shared memory]

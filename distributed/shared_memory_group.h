@@ -5,11 +5,13 @@
 // of the group shares, and reduces through it:
 //   segment  a header (per rank: its pid and three counters, each rank's on a cache line of its
 //            own), one slot of `slot_bytes` per rank, and one result slot;
-//   a chunk  (at most a slot) of an all_reduce takes three steps, each closed by every rank's counter
+//   a chunk  (half a slot) of an all_reduce takes three steps, each closed by every rank's counter
 //            reaching the chunk's generation: each rank copies its chunk into its slot
 //            ("written"); each rank reduces its 1/size slice of the chunk over all slots, in rank
 //            order, into the result ("reduced"); each rank copies out the result ("done"); a
-//            reduce copies it out on the root only. reduce_scatter: each rank reduces only what
+//            reduce copies it out on the root only. Pipelined: a call's chunks take the two
+//            halves of the slots and of the result by turns, so a rank copies its next chunk into
+//            one half while slower ranks still copy the last one out of the other. reduce_scatter: each rank reduces only what
 //            it keeps, straight into its output (Note [reduce_scatter through shared memory]), two
 //            steps. all_gather: each rank copies
 //            its chunk into its slot ("written"), then every slot's chunk to its place in the
@@ -138,15 +140,18 @@ class SharedMemoryGroup {
   void reduce_into(c10::ScalarType dtype, ReduceOp op, int64_t begin, int64_t count, char* destination,
                    const std::function<char*(int64_t rank)>& source);
   // The reduction of `numel` elements at `data` over the group, a chunk at a time: `take(offset,
-  // n)` copies what it needs of elements [offset, offset + n) of the reduction from result().
+  // n, reduced)` copies what it needs of elements [offset, offset + n) of the reduction, at
+  // `reduced` (a half of result()).
   // `root`: the call's root rank, -1 for none.
   void reduce_chunks(int32_t kind, int64_t root, const char* data, int64_t numel, c10::ScalarType dtype, ReduceOp op,
-                     const std::function<void(int64_t offset, int64_t n)>& take);
-  // Starts a chunk: waits until every rank is done with the previous one; the first chunk of a
-  // call records the call (`op` and `root`: -1 where the kind has none; `buffers` and `offset`:
-  // an all_reduce in place).
+                     const std::function<void(int64_t offset, int64_t n, const char* reduced)>& take);
+  // Starts a chunk: waits until every rank is done with the previous one (`alternates`: a later
+  // chunk of a call whose chunks take halves by turns, with the one before that); the first
+  // chunk of a call records the call (`op` and `root`: -1 where the kind has none; `buffers` and
+  // `offset`: an all_reduce in place). A call's first chunk never alternates: once every rank is
+  // done with the previous call, none still reads the descriptions this one overwrites.
   int64_t begin_chunk(bool first, int32_t kind, int64_t numel, int32_t dtype, int32_t op, int32_t root,
-                      int64_t buffers = -1, int64_t offset = -1);
+                      int64_t buffers = -1, int64_t offset = -1, bool alternates = false);
   // Marks this rank's step `which` (0 written, 1 reduced, 2 done) of chunk `generation`.
   void finish_step(int which, int64_t generation);
   // Records this rank's call, then (once every rank has written) checks that every rank made the

@@ -145,7 +145,9 @@ TEST(CommunicatorTest, EmptyTensorsGoThroughEveryCollective) {
       EXPECT_EQ(empty.sizes(), (std::vector<int64_t>{0, 4})) << how;
       EXPECT_EQ(c.all_gather(empty).sizes(), (std::vector<int64_t>{3, 0, 4})) << how;
       const auto gathered = c.gather(empty, 2);
-      if (c.rank() == 2) EXPECT_EQ(gathered.sizes(), (std::vector<int64_t>{3, 0, 4})) << how;
+      if (c.rank() == 2) {
+        EXPECT_EQ(gathered.sizes(), (std::vector<int64_t>{3, 0, 4})) << how;
+      }
       EXPECT_EQ(c.reduce_scatter(torch::empty({0}), ReduceOp::Sum).numel(), 0) << how;
       auto flat = torch::empty({0});
       c.all_gather_chunks(flat, {0, 0, 0});

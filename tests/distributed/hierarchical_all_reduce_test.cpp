@@ -93,7 +93,9 @@ TEST(HierarchicalAllReduce, OnlyGroupsSpanningHostsWithSeveralRanksOnOneUseIt) {
   on_hosts({"a", "b"}, [](Communicator& c) { EXPECT_FALSE(c.reduces_through_shared_memory()) << "one rank a host"; });
   on_hosts({"a", "a", "b", "b"}, [](Communicator& c) {
     auto pair = c.new_group({0, 2});  // hosts a and b, one rank each
-    if (pair) EXPECT_FALSE(pair->reduces_through_shared_memory());
+    if (pair) {
+      EXPECT_FALSE(pair->reduces_through_shared_memory());
+    }
     auto three = c.new_group({0, 1, 3});
     if (three) {
       EXPECT_TRUE(three->reduces_through_shared_memory());
@@ -102,7 +104,9 @@ TEST(HierarchicalAllReduce, OnlyGroupsSpanningHostsWithSeveralRanksOnOneUseIt) {
       EXPECT_TRUE(torch::equal(t, torch::full({4097}, 6.0)));
     }
     auto local = c.new_group({2, 3});  // host b alone: the flat shared-memory group
-    if (local) EXPECT_TRUE(local->reduces_through_shared_memory());
+    if (local) {
+      EXPECT_TRUE(local->reduces_through_shared_memory());
+    }
   });
 }
 
