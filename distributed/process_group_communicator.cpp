@@ -353,12 +353,6 @@ class ProcessGroupCommunicator : public Communicator {
   at::Tensor movable(const torch::Tensor& tensor) const {
     return gloo_bf16(tensor) ? tensor.view(torch::kHalf) : tensor;
   }
-  // Reduces `buffer` (contiguous; reduced in place) as collective `kind`: through shared memory
-  // by `on_shared_memory` when the group has a segment and it takes the buffer (Note
-  // [Collectives through shared memory]; Mean divided there); on this thread when the inline
-  // path takes it (Note [Inline all_reduce]; every bfloat16 CPU buffer), else on the process
-  // group through `on_process_group` (in float32 for bfloat16, Note [bfloat16 over Gloo]). The
-  // handle's result is `finish(the reduced buffer, whether a Mean is already divided)`.
   // An all_gather of bytes over the process group, for the shared-memory group's setup.
   SharedMemoryGroup::Exchange shared_memory_exchange() {
     return [this](const std::string& bytes) {
@@ -366,6 +360,12 @@ class ProcessGroupCommunicator : public Communicator {
     };
   }
 
+  // Reduces `buffer` (contiguous; reduced in place) as collective `kind`: through shared memory
+  // by `on_shared_memory` when the group has a segment and it takes the buffer (Note
+  // [Collectives through shared memory]; Mean divided there); on this thread when the inline
+  // path takes it (Note [Inline all_reduce]; every bfloat16 CPU buffer), else on the process
+  // group through `on_process_group` (in float32 for bfloat16, Note [bfloat16 over Gloo]). The
+  // handle's result is `finish(the reduced buffer, whether a Mean is already divided)`.
   CollectiveHandle start_reduction(CollectiveKind kind, torch::Tensor buffer, ReduceOp op, std::string detail,
                                    const ProcessGroupReduction& on_process_group,
                                    std::function<void(SharedMemoryGroup&, torch::Tensor&, ReduceOp)> on_shared_memory,

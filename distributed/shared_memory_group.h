@@ -20,7 +20,7 @@
 //            done with the previous chunk.
 // A tensor in buffers the group handed out (allocate_buffers: a segment of its own, a region per
 // rank) is all_reduced in place instead, with no copy through the slots (Note [all_reduce in
-// place through shared memory] in the .cpp).
+// place through shared memory] in shared_memory_buffers.cpp).
 // Every element is reduced once, by one rank, in rank order, so every rank gets the same bits,
 // and the order is the same at every size. float16 and bfloat16 are summed in float32. Mean is
 // the sum divided by the group's size where it is reduced (once per element, by the rank that
