@@ -111,7 +111,7 @@ Times time_volt(const std::shared_ptr<volt::Module>& model, const std::shared_pt
 
 // The hand-written loop: what a LibTorch user writes without a framework.
 template <typename Model, typename MakeOptimizer, typename MakeScheduler, typename Step>
-Times time_raw(Model& model, const volt::DataLoader& data, int64_t steps, MakeOptimizer make_optimizer,
+Times time_raw(Model& model, volt::DataLoader& data, int64_t steps, MakeOptimizer make_optimizer,
                MakeScheduler make_scheduler, Step step) {
   const Stopwatch stopwatch;
   auto optimizer = make_optimizer(model.parameters());

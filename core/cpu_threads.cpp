@@ -25,6 +25,16 @@ int64_t openblas_threads() {
   return get != nullptr ? get() : 0;
 }
 
+// OpenMP's per-thread team size. LibTorch links its own libgomp (Debian's, or the copy inside
+// PyTorch's wheel), so it is looked up among the loaded libraries rather than linked: volt's own
+// -fopenmp could bring a second OpenMP runtime whose settings LibTorch would not see.
+using SetOmpThreads = void (*)(int);
+
+SetOmpThreads omp_setter() {
+  static const auto set = reinterpret_cast<SetOmpThreads>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
+  return set;
+}
+
 bool environment_has(const char* name) {
   const char* value = std::getenv(name);
   return value != nullptr && *value != '\0';
@@ -70,6 +80,13 @@ CpuThreads configure_cpu_threads(const CpuThreadRequest& request) {
     threads.blas = 0;
   }
   return threads;
+}
+
+void run_intra_op_inline_on_this_thread() {
+  // LibTorch sets a thread's team size from the process's pool the first time the thread runs a
+  // parallel operation (lazy_init_num_threads); do that first, so that it does not undo this later.
+  at::internal::lazy_init_num_threads();
+  if (auto set = omp_setter()) set(1);
 }
 
 void set_cpu_threads(int64_t intra_op, int64_t blas) {

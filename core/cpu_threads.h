@@ -38,4 +38,11 @@ CpuThreads configure_cpu_threads(const CpuThreadRequest& request);
 // compare settings).
 void set_cpu_threads(int64_t intra_op, int64_t blas);
 
+// Makes LibTorch's operations called on this thread run on this thread alone (an OpenMP team of
+// one), leaving the process's intra-op pool as it is for every other thread. For threads that work
+// beside the training thread, such as a DataLoader's workers: each would otherwise start a team
+// as large as the pool for every parallel operation, N workers × the pool's threads on the cores.
+// With a LibTorch built without OpenMP it changes nothing.
+void run_intra_op_inline_on_this_thread();
+
 }  // namespace volt

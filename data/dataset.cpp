@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "data/error_context.h"
 
 namespace volt {
 namespace {
@@ -14,6 +15,30 @@ torch::Tensor index_tensor(const std::vector<int64_t>& indices) {
 }
 
 }  // namespace
+
+std::vector<Sample> SampleDataset::get_samples(const BatchRequest& request) const {
+  std::vector<Sample> samples;
+  samples.reserve(request.indices.size());
+  for (size_t position = 0; position < request.indices.size(); ++position) {
+    if (request.abandoned && request.abandoned()) break;
+    const int64_t index = request.indices[position];
+    try {
+      check<ConfigurationError>(index >= 0 && index < size(), "index outside the dataset's [0, ", size(), ")");
+      SampleRandom random = request.random(position);
+      samples.push_back(get(index, random));
+    } catch (...) {
+      rethrow_with_context("sample " + std::to_string(index) + " (position " + std::to_string(position) +
+                           " of its batch, epoch " + std::to_string(request.epoch) + "): ");
+    }
+  }
+  return samples;
+}
+
+Batch SampleDataset::get_batch(const BatchRequest& request) const {
+  std::vector<Sample> samples = get_samples(request);
+  if (samples.size() != request.indices.size()) return {};  // abandoned
+  return request.pin_memory ? default_collate_pinned(std::move(samples)) : default_collate(std::move(samples));
+}
 
 TensorDataset::TensorDataset(torch::Tensor input, torch::Tensor target,
                              std::map<std::string, torch::Tensor> extras)
@@ -30,7 +55,8 @@ TensorDataset::TensorDataset(torch::Tensor input, torch::Tensor target,
 
 int64_t TensorDataset::size() const { return data_.size(); }
 
-Batch TensorDataset::get_batch(const std::vector<int64_t>& indices) const {
+Batch TensorDataset::get_batch(const BatchRequest& request) const {
+  const std::vector<int64_t>& indices = request.indices;
   // Note [Batches of tensors on the GPU]: a batch is a copy (a step may change it in place), made
   // without waiting for the device. Consecutive indices (every unshuffled loader) copy one slice;
   // others gather through an index that reaches the tensor's device from pinned memory
@@ -42,12 +68,21 @@ Batch TensorDataset::get_batch(const std::vector<int64_t>& indices) const {
   torch::Tensor index;  // the gather index, on the device of the last tensor gathered
   auto select = [&](const torch::Tensor& t) {
     if (!t.defined()) return t;
-    if (consecutive) return t.narrow(0, indices.front(), static_cast<int64_t>(indices.size())).clone();
+    // A batch the loader pins is gathered into page-locked memory directly, not copied there.
+    const bool pin = request.pin_memory && t.is_cpu();
+    if (consecutive) {
+      const auto slice = t.narrow(0, indices.front(), static_cast<int64_t>(indices.size()));
+      return pin ? torch::empty(slice.sizes(), slice.options().pinned_memory(true)).copy_(slice) : slice.clone();
+    }
     if (!index.defined() || index.device() != t.device()) {
       index = index_tensor(indices);  // a view of `indices`, alive until this function returns
       if (!t.is_cpu()) index = index.pin_memory().to(t.device(), /*non_blocking=*/true);
     }
-    return t.index_select(0, index);
+    if (!pin) return t.index_select(0, index);
+    std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
+    shape[0] = static_cast<int64_t>(indices.size());
+    auto out = torch::empty(shape, t.options().pinned_memory(true));
+    return torch::index_select_out(out, t, 0, index);
   };
   Batch batch{select(data_.input), select(data_.target), {}};
   for (const auto& [key, value] : data_.extras) batch.extras.emplace(key, select(value));
@@ -64,10 +99,14 @@ SubsetDataset::SubsetDataset(std::shared_ptr<const Dataset> base, std::vector<in
 
 int64_t SubsetDataset::size() const { return static_cast<int64_t>(indices_.size()); }
 
-Batch SubsetDataset::get_batch(const std::vector<int64_t>& indices) const {
-  std::vector<int64_t> mapped;
-  mapped.reserve(indices.size());
-  for (int64_t index : indices) mapped.push_back(indices_.at(static_cast<size_t>(index)));
+Batch SubsetDataset::get_batch(const BatchRequest& request) const {
+  BatchRequest mapped = request;
+  mapped.indices.clear();
+  mapped.indices.reserve(request.indices.size());
+  for (int64_t index : request.indices) {
+    check<ConfigurationError>(index >= 0 && index < size(), "SubsetDataset: index ", index, " is outside [0, ", size(), ")");
+    mapped.indices.push_back(indices_[static_cast<size_t>(index)]);
+  }
   return base_->get_batch(mapped);
 }
 

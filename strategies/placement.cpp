@@ -8,6 +8,10 @@ namespace volt {
 std::shared_ptr<DataLoader> Placement::distribute_loader(std::shared_ptr<DataLoader> loader, RunningStage stage) const {
   const auto topology = owner().topology();
   if (topology.world_size == 1) return loader;
+  // A dataset that deals itself to ranks (a stream's shards) gives this rank its share.
+  if (auto share = loader->dataset().share_of_rank(topology.global_rank, topology.world_size)) {
+    return std::make_shared<DataLoader>(share, loader->options());
+  }
   auto copy = std::make_shared<DataLoader>(loader->dataset_ptr(), loader->options());
   const int64_t n = loader->dataset().size();
   const auto& options = loader->options();
@@ -23,8 +27,8 @@ std::shared_ptr<DataLoader> Placement::distribute_loader(std::shared_ptr<DataLoa
   return copy;
 }
 
-Batch Placement::batch_to_device(const Batch& batch) const {
-  return owner().precision().convert_input(batch.to(owner().root_device()));
+Batch Placement::batch_to_device(const Batch& batch, bool non_blocking) const {
+  return owner().precision().convert_input(batch.to(owner().root_device(), non_blocking));
 }
 
 ScopeGuard Placement::forward_context(RunningStage stage) { return owner().precision().forward_context(); }

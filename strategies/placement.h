@@ -27,14 +27,17 @@ class Placement {
   // must divide them (the node then runs devices_per_node / devices_per_process processes).
   virtual int64_t devices_per_process(int64_t devices_per_node) const { return 1; }
   // The loader this rank draws `stage`'s batches from: `loader` itself on one process; otherwise
-  // a copy with this rank's sampler (the user's loader is never changed). Training gets
+  // a copy with this rank's sampler (the user's loader is never changed), or over this rank's
+  // share of a dataset that deals itself (Dataset::share_of_rank, a stream). Training gets
   // DistributedSampler's equal, padded shares. Evaluation gets an unpadded split, so that every
   // sample counts once in the metrics, unless evaluation_needs_equal_steps(): then padded
   // shares, sequential, so that every rank runs the same number of steps (a sharded strategy's
   // forward has collectives); up to world_size - 1 samples then count twice, as in PyTorch's.
   virtual std::shared_ptr<DataLoader> distribute_loader(std::shared_ptr<DataLoader> loader, RunningStage stage) const;
-  // The batch on the strategy's root device, its floating-point tensors in the precision's input dtype.
-  virtual Batch batch_to_device(const Batch& batch) const;
+  // The batch on the strategy's root device, its floating-point tensors in the precision's input
+  // dtype. `non_blocking`: copies from page-locked memory return before they are done, ordered on
+  // the current CUDA stream (how DeviceFeed uploads the next batch during a step).
+  virtual Batch batch_to_device(const Batch& batch, bool non_blocking = false) const;
   // The region in which a step of `stage` runs its forward: the precision's autocast, plus a
   // strategy's pre-forward work (DDP's buffer broadcast, FSDP's gather of the root unit).
   // [collective for such strategies]

@@ -33,11 +33,12 @@ packages=(
   libgtest-dev                    # GoogleTest
   libgloo-dev                     # Gloo's headers, which c10d's ProcessGroupGloo.hpp includes
   zlib1g-dev zlib1g               # zlib (checkpoint CRCs)
+  libjpeg62-turbo libjpeg62-turbo-dev libjpeg-dev libpng16-16 libpng-dev  # image datasets (data/image)
   dataset-fashion-mnist           # the main job's data
 )
 
 prebuilt_programs=(tests/cuda_tests tests/core_tests tests/distributed_worker bench/trainer_vs_lightning
-                   examples/fashion_mnist)
+                   bench/data_loader examples/fashion_mnist examples/make_image_folder examples/image_folder)
 if [[ ${1:-} == --pack ]]; then
   rm -rf "$gpu/prebuilt" && mkdir -p "$gpu/prebuilt"
   for program in "${prebuilt_programs[@]}"; do
@@ -143,7 +144,8 @@ configure() {
   # On the GPU machine the CUDA build is the point: a CPU-only configuration fails this check.
   ((!has_gpu)) || grep -q 'CUDA and NCCL code paths compiled in' "$out/configure.txt"
 }
-targets=(cuda_tests core_tests fashion_mnist distributed_worker trainer_vs_lightning)
+targets=(cuda_tests core_tests fashion_mnist distributed_worker trainer_vs_lightning data_loader make_image_folder
+         image_folder)
 build_targets() { timeout 900 ninja -C "$build" -j "$jobs" "${targets[@]}"; }
 
 # Programs built elsewhere against the same wheel: the machine's torch/lib stands in for the
@@ -233,6 +235,36 @@ versus_lightning() {
   ! grep -q '| error:' "$table"
 }
 check versus_lightning versus_lightning
+
+# ---- 4. the data pipeline (docs/data.md): volt's loader against PyTorch's DataLoader on the machine's
+# cores (bench/data_loader; the Python side with whichever of torchvision and PIL that machine's
+# python3 has), and the image example on cuda:0 with workers and pinned memory, whose time between
+# training steps (waiting for data) should be <= 2% of the steps' time.
+data_loader_bench() {
+  local table=$out/data_loader.txt decoders=""
+  $python -c 'import torchvision' 2>/dev/null && decoders=pil,torchvision
+  [[ -z $decoders ]] && $python -c 'import PIL' 2>/dev/null && echo "no torchvision: the PyTorch side is left out"
+  timeout 400 "$build/bench/data_loader" --tables throughput,memory --workers "1,4,16" --rounds 1 --batches 12 \
+    --images 2048 --root "$build/data_loader_images" --python "$python" --decoders "$decoders" >"$table" || { tail -20 "$table"; return 1; }
+  cat "$table"
+  grep -E '^\| (1|4|16) \|' "$table" | sed 's/^/  /' | tee -a "$results" >/dev/null
+}
+check data_loader data_loader_bench
+
+image_folder_job() {
+  ((has_gpu)) || { skip "no CUDA device visible"; return; }
+  local log=$out/image_folder.txt
+  timeout 120 "$build/examples/make_image_folder" --data-dir "$data_dir" --out "$build/fashion_mnist_jpeg" >"$log" 2>&1 ||
+    { tail -5 "$log"; return 1; }
+  timeout 300 "$build/examples/image_folder" --accelerator cuda --data-dir "$build/fashion_mnist_jpeg" --max-epochs 2 \
+    --batch-size 256 --num-workers 8 --pin-memory true --enable-progress-bar false \
+    --default-root-dir "$build/image_folder_run" >>"$log" 2>&1 || { tail -20 "$log"; return 1; }
+  record "  image_folder: $(grep '^Final test metrics' "$log"); $(grep '^Fit time' "$log")"
+  local wait
+  wait=$(grep -o 'data): [0-9.]*%' "$log" | grep -o '[0-9.]*')
+  awk -v w="$wait" 'BEGIN { exit !(w <= 2.0) }'
+}
+check image_folder image_folder_job
 
 record "failures: $failures"
 exit $((failures > 0))

@@ -10,6 +10,7 @@ packages=(
   libtorch-dev libgloo-dev        # LibTorch 1.13 (CPU) and the gloo headers its c10d needs
   libopenblas0-pthread            # without it LibTorch runs on the reference BLAS (~30x slower)
   libboost-program-options-dev zlib1g-dev
+  libjpeg-dev libpng-dev          # image datasets: libjpeg-turbo and libpng (data/image)
   googletest libgtest-dev
   dataset-fashion-mnist           # the main job's data (/usr/share/datasets/fashion-mnist)
   python3-torch                   # PyTorch 1.13 for reference comparisons in tests and benchmarks

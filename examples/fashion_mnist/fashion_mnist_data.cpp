@@ -44,17 +44,23 @@ void FashionMnistData::setup(volt::TrainerFn fn) {
 }
 
 std::shared_ptr<volt::DataLoader> FashionMnistData::train_dataloader() {
-  return std::make_shared<volt::DataLoader>(
-      train_, volt::DataLoaderOptions{.batch_size = options_.batch_size, .shuffle = true, .seed = options_.seed});
+  return std::make_shared<volt::DataLoader>(train_, loader_options(options_.batch_size, /*shuffle=*/true));
 }
 
 std::shared_ptr<volt::DataLoader> FashionMnistData::val_dataloader() {
   if (!val_ || val_->size() == 0) return nullptr;
-  return std::make_shared<volt::DataLoader>(val_, volt::DataLoaderOptions{.batch_size = 512});
+  return std::make_shared<volt::DataLoader>(val_, loader_options(512, /*shuffle=*/false));
 }
 
 std::shared_ptr<volt::DataLoader> FashionMnistData::test_dataloader() {
-  return std::make_shared<volt::DataLoader>(test_, volt::DataLoaderOptions{.batch_size = 512});
+  return std::make_shared<volt::DataLoader>(test_, loader_options(512, /*shuffle=*/false));
+}
+
+volt::DataLoaderOptions FashionMnistData::loader_options(int64_t batch_size, bool shuffle) const {
+  volt::DataLoaderOptions options{.batch_size = batch_size, .shuffle = shuffle, .num_workers = options_.num_workers,
+                                  .pin_memory = options_.pin_memory};
+  if (shuffle) options.seed = options_.seed;
+  return options;
 }
 
 }  // namespace fashion_mnist

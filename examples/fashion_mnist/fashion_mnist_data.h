@@ -11,6 +11,8 @@ struct FashionMnistOptions {
   int64_t batch_size = 128;
   int64_t val_size = 5000;  // held out of the 60,000 training images for validation
   uint64_t seed = 42;       // of the train/val split and of shuffling (the example passes --seed)
+  int64_t num_workers = 0;  // the loaders' worker threads (the same batches with any number)
+  bool pin_memory = false;  // batches in page-locked memory, uploaded during the step on a GPU
 };
 
 // Fashion-MNIST as a DataModule: 55,000 training, 5,000 validation and 10,000 test images,
@@ -28,6 +30,7 @@ class FashionMnistData : public volt::DataModule {
   static std::shared_ptr<volt::TensorDataset> load_split(const std::string& data_dir, const std::string& split);
 
  private:
+  volt::DataLoaderOptions loader_options(int64_t batch_size, bool shuffle) const;
   FashionMnistOptions options_;
   std::shared_ptr<const volt::Dataset> train_, val_, test_;
 };

@@ -28,6 +28,10 @@ int main(int argc, char** argv) {
          "training batch size (per process)")
         ("val-size", po::value(&data_options.val_size)->default_value(data_options.val_size),
          "training images held out for validation")
+        ("num-workers", po::value(&data_options.num_workers)->default_value(data_options.num_workers),
+         "threads that build batches ahead of the step (0: on the training thread; the same batches either way)")
+        ("pin-memory", po::value(&data_options.pin_memory)->default_value(data_options.pin_memory),
+         "build batches in page-locked memory and upload the next during the step (CUDA)")
         ("lr", po::value(&model_options.lr)->default_value(model_options.lr), "AdamW learning rate")
         ("dropout", po::value(&model_options.dropout)->default_value(model_options.dropout), "dropout before the last layer")
         ("lr-schedule-steps", po::value(&model_options.lr_schedule_steps)->default_value(model_options.lr_schedule_steps),

@@ -3,7 +3,9 @@
 // resumed on 3, interrupted again mid-epoch and finished on 1 process consumes, step after step,
 // exactly the samples of an uninterrupted one-process fit in the same global order: none skipped,
 // none repeated, and the next epoch is a whole one. The sample ids come from the worker's sampler
-// mode (inputs are the ids, shuffled with seed 11), every rank's every batch.
+// mode (inputs are the ids, shuffled with seed 11), every rank's every batch. The reference builds
+// its batches on the training thread, the chain on 3, 1 and 7 loader workers
+// (Note [Batches built on worker threads]): workers change neither the batches nor the position.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -85,14 +87,17 @@ TEST(DataPosition, AResumeChainOfTwoThreeAndOneRanksConsumesTheEpochsOrderExactl
 
   const std::string first_checkpoint = root + "/two_ranks.ckpt", second_checkpoint = root + "/three_ranks.ckpt";
   const auto two = run_command(
-      sampler_command(root + "/two", 2, "--max-epochs 2 --max-steps 4 --save-at-end " + first_checkpoint), 180);
+      sampler_command(root + "/two", 2, "--max-epochs 2 --max-steps 4 --loader-workers 3 --save-at-end " + first_checkpoint),
+      180);
   ASSERT_EQ(two.exit_code, 0) << two.output;
   const auto three = run_command(sampler_command(root + "/three", 3,
-                                                 "--max-epochs 2 --max-steps 7 --ckpt-path " + first_checkpoint +
+                                                 "--max-epochs 2 --max-steps 7 --loader-workers 1 --ckpt-path " +
+                                                     first_checkpoint +
                                                      " --save-at-end " + second_checkpoint),
                                  180);
   ASSERT_EQ(three.exit_code, 0) << three.output;
-  const auto one = run_command(sampler_command(root + "/one", 1, "--max-epochs 2 --ckpt-path " + second_checkpoint), 180);
+  const auto one = run_command(
+      sampler_command(root + "/one", 1, "--max-epochs 2 --loader-workers 7 --ckpt-path " + second_checkpoint), 180);
   ASSERT_EQ(one.exit_code, 0) << one.output;
 
   expect_once(three.output, "16 of its 60 samples in, by 2 ranks with batch 2 (4 samples per step); this run has 3 "

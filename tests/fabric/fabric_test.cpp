@@ -57,6 +57,21 @@ torch::Tensor squared_error(const torch::Tensor& prediction, const torch::Tensor
   return (prediction - target).square().mean();
 }
 
+// The Fabric's loader draws batches drawn in order from the loader's workers (a DeviceFeed over a
+// BatchStream), and any other index starts over there: the batches are those of a loader
+// without workers, whatever the order they are asked in.
+TEST(FabricDataLoaderWorkers, GiveTheBatchesOfTheTrainingThreadInAnyOrderOfDrawing) {
+  Fabric fabric(FabricOptions{});
+  fabric.launch();
+  DataLoaderOptions options{.batch_size = 3, .shuffle = true, .seed = 2};
+  auto serial = fabric.setup_dataloader(std::make_shared<DataLoader>(regression_dataset(40), options));
+  options.num_workers = 3;
+  auto threaded = fabric.setup_dataloader(std::make_shared<DataLoader>(regression_dataset(40), options));
+  for (const int64_t i : {0, 1, 2, 3, 9, 10, 4, 0, 1, 13, 13}) {
+    EXPECT_TRUE(threaded->batch(i).input.equal(serial->batch(i).input)) << "batch " << i;
+  }
+}
+
 TEST(FabricAccumulation, CountsWindowsLikeTheTrainerAndTheLastBatchClosesTheLastWindow) {
   auto spy = std::make_shared<NoSyncSpy>();
   Fabric fabric({}, TrainerComponents{spy, nullptr, nullptr});

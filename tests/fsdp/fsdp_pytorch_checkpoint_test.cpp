@@ -30,7 +30,7 @@ void write_training_samples(const std::string& path) {
   const auto dataset = testing::regression_dataset(64, 8, 7);
   std::vector<int64_t> all(static_cast<size_t>(dataset->size()));
   std::iota(all.begin(), all.end(), 0);
-  const auto samples = dataset->get_batch(all);
+  const auto samples = dataset->get_batch({all});
   StateDict data;
   data.set("x", samples.input);
   data.set("y", samples.target);

@@ -22,10 +22,17 @@ Batch FabricDataLoader::batch(int64_t batch_idx) {
   if (batch_idx == 0 && drawn_in_epoch_) set_epoch(loader_->epoch() + 1);
   drawn_in_epoch_ = true;
   *position_ = {batch_idx, n};
-  return strategy_->placement().batch_to_device(loader_->batch(batch_idx));
+  // A loop that draws the batches in order reads them from one feed, built ahead on the loader's
+  // workers; any other index starts a new feed there.
+  if (!feed_ || feed_->next_index() != batch_idx || feed_->stream().end() != n) {
+    feed_.reset();
+    feed_.emplace(DeviceFeed::open(*loader_, batch_idx, n, *strategy_));
+  }
+  return feed_->next();
 }
 
 void FabricDataLoader::set_epoch(int64_t epoch) {
+  feed_.reset();
   loader_->set_epoch(epoch);
   drawn_in_epoch_ = false;
 }

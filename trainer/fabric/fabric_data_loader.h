@@ -6,14 +6,19 @@
 // loop is, which is how Fabric::accumulate counts accumulation windows exactly (the Trainer's
 // accumulation_window), the loader's last batch closing the last window.
 //
+// Batches drawn in order (0, 1, 2, ...) are built ahead on the loader's workers and uploaded
+// ahead (DeviceFeed); drawing any other index starts over from there.
+//
 // Epochs: batch 0 drawn again after any batch of the current epoch starts the next epoch (the
 // sampler's next order, as the Trainer's set_epoch each epoch); set_epoch chooses one explicitly.
 // Not thread-safe.
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "data/batch.h"
 #include "data/data_loader.h"
+#include "strategies/device_feed.h"
 #include "strategies/strategy.h"
 #include "trainer/batch_limit.h"
 
@@ -49,6 +54,7 @@ class FabricDataLoader {
   std::shared_ptr<Strategy> strategy_;
   std::shared_ptr<LoaderPosition> position_;
   bool drawn_in_epoch_ = false;
+  std::optional<DeviceFeed> feed_;  // the batches from the last one drawn to the epoch's end
 };
 
 }  // namespace volt

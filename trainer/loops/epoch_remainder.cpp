@@ -7,6 +7,7 @@
 namespace volt {
 
 bool deals_the_global_order(const DataLoader& loader) {
+  if (loader.dataset().reads_in_order()) return false;  // a stream's ranks read their own shards
   return loader.sampler_from_options() || dynamic_cast<const DistributedSampler*>(&loader.sampler()) != nullptr;
 }
 

@@ -18,7 +18,8 @@
 // exactly too (tests/distributed/data_position_test.cpp).
 //
 // This holds for the order volt deals itself: the loader's own sampler (one process) or the
-// DistributedSampler a strategy installs; with batch limits (limit_train_batches, overfit_batches,
+// DistributedSampler a strategy installs; with a dataset read in order (whose ranks read their
+// own shards, Note [Streaming datasets]), batch limits (limit_train_batches, overfit_batches,
 // fast_dev_run) or a sampler the user set, a resume at another layout continues at the batch index
 // and warns that the rest of the epoch sees other samples.
 #include <cstdint>

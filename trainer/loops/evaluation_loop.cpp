@@ -1,5 +1,7 @@
 #include "trainer/loops/evaluation_loop.h"
 
+#include "strategies/device_feed.h"
+
 #include "trainer/loops/loop_hooks.h"
 #include "trainer/trainer.h"
 #include "trainer/trainer_internals.h"
@@ -61,8 +63,9 @@ std::map<std::string, double> EvaluationLoop::run() {
   call_callbacks(t, module, testing ? &Callback::on_test_epoch_start : &Callback::on_validation_epoch_start);
   testing ? module.on_test_epoch_start() : module.on_validation_epoch_start();
 
+  DeviceFeed feed = DeviceFeed::open(*loader_, 0, num_batches_, strategy);
   for (int64_t b = 0; b < num_batches_; ++b) {
-    const Batch batch = strategy.placement().batch_to_device(loader_->batch(b));
+    const Batch batch = feed.next();
     call_callbacks(t, module, testing ? &Callback::on_test_batch_start : &Callback::on_validation_batch_start, batch, b);
     state_.eval_collector.begin_batch();
     state_.eval_collector.set_in_step(true, batch.size());
@@ -106,8 +109,9 @@ std::vector<torch::Tensor> EvaluationLoop::predict() {
   state_.eval_collector.reset(stage_);
   std::vector<torch::Tensor> predictions;
   call_callbacks(t, module, &Callback::on_predict_start);
+  DeviceFeed feed = DeviceFeed::open(*loader_, 0, num_batches_, strategy);
   for (int64_t b = 0; b < num_batches_; ++b) {
-    const Batch batch = strategy.placement().batch_to_device(loader_->batch(b));
+    const Batch batch = feed.next();
     call_callbacks(t, module, &Callback::on_predict_batch_start, batch, b);
     torch::Tensor prediction;
     try {

@@ -162,6 +162,10 @@ bool FitLoop::run_epoch() {
     call_callbacks(t, module, &Callback::on_train_epoch_start);
     module.on_train_epoch_start();
 
+    // The epoch's batches from where it stands to its end, built ahead on the loader's workers
+    // (Note [Batches built on worker threads]) and uploaded ahead (Note [Uploading the next batch
+    // during the step]); a stop condition abandons the rest.
+    DeviceFeed feed = open_feed(p.next_batch, n);
     // After each batch: its validation check (unless a checkpoint written there says it began),
     // then the stop conditions. A resumed run enters with next_batch > 0 and does the same.
     while (true) {
@@ -171,7 +175,7 @@ bool FitLoop::run_epoch() {
         if (steps_exhausted() || stop_requested()) break;
       }
       if (p.next_batch >= n) break;
-      run_batch(p.next_batch);
+      run_batch(p.next_batch, feed);
     }
 
     finished = p.next_batch >= n;
@@ -201,14 +205,23 @@ int64_t FitLoop::epoch_batches() const {
   return r ? r->first_batch + r->loader->num_batches() : state_.num_training_batches;
 }
 
-void FitLoop::run_batch(int64_t batch_idx) {
+DeviceFeed FitLoop::open_feed(int64_t first, int64_t end) {
+  const Strategy& strategy = TrainerInternals::strategy(trainer_);
+  if (const EpochRemainder* rest = remainder()) {
+    return DeviceFeed::open(*rest->loader, first - rest->first_batch, end - rest->first_batch, strategy);
+  }
+  return DeviceFeed::open(*train_, first, end, strategy);
+}
+
+void FitLoop::run_batch(int64_t batch_idx, DeviceFeed& feed) {
   Trainer& t = trainer_;
   Strategy& strategy = TrainerInternals::strategy(t);
   Module& module = *state_.module;
   auto& p = state_.progress;
   const EpochRemainder* rest = remainder();
-  const Batch batch = strategy.placement().batch_to_device(rest ? rest->loader->batch(batch_idx - rest->first_batch)
-                                                                : train_->batch(batch_idx));
+  VOLT_INTERNAL_ASSERT(feed.next_index() == batch_idx - (rest ? rest->first_batch : 0),
+                       "the feed is at batch ", feed.next_index(), ", the loop at ", batch_idx);
+  const Batch batch = feed.next();
   // Manual optimization: training_step runs backward and steps itself (ManualOptimizer), and
   // accumulates by hand; the window is then always the one batch.
   const bool manual = !module.automatic_optimization();

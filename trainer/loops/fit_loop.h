@@ -2,6 +2,7 @@
 #include <memory>
 
 #include "data/data_loader.h"
+#include "strategies/device_feed.h"
 #include "trainer/loops/loop_state.h"
 
 namespace volt {
@@ -22,7 +23,9 @@ class FitLoop {
   // Runs (the rest of) the current epoch; returns false when a stop condition ended it before its
   // last batch (Note [Interrupted epochs]).
   bool run_epoch();
-  void run_batch(int64_t batch_idx);
+  // The current epoch's batches [first, end) (of the epoch, or of its remainder) on the device.
+  DeviceFeed open_feed(int64_t first, int64_t end);
+  void run_batch(int64_t batch_idx, DeviceFeed& feed);
   // The current epoch's remainder, when it is one (Note [The data position across world sizes]).
   const EpochRemainder* remainder() const;
   // The current epoch's batch count: num_training_batches, or where its remainder ends.

@@ -388,7 +388,8 @@ class IndexRecorder : public Module {
 };
 
 // The Trainer owns its launcher here (no launcher given), the other way a program can run.
-void record_sampler(const TrainerOptions& options, int64_t samples, const std::string& save_at_end) {
+void record_sampler(const TrainerOptions& options, int64_t samples, const std::string& save_at_end,
+                    int64_t loader_workers) {
   register_test_strategy();
   Trainer trainer(options);
   auto module = std::make_shared<IndexRecorder>();
@@ -397,6 +398,7 @@ void record_sampler(const TrainerOptions& options, int64_t samples, const std::s
   loader.batch_size = 2;
   loader.shuffle = true;
   loader.seed = 11;
+  loader.num_workers = loader_workers;
   trainer.fit(module, std::make_shared<DataLoader>(std::make_shared<TensorDataset>(indices, torch::zeros({samples})), loader));
   if (!save_at_end.empty()) trainer.save_checkpoint(save_at_end);
   std::ostringstream lines;
@@ -462,6 +464,7 @@ int main(int argc, char** argv) {
         ("batch-size", po::value<int64_t>()->default_value(8), "training batch size (--mode train)")
         ("samples", po::value<int64_t>()->default_value(10), "dataset size (--mode sampler)")
         ("save-at-end", po::value<std::string>()->default_value(""), "checkpoint written after fit (--mode sampler)")
+        ("loader-workers", po::value<int64_t>()->default_value(0), "the loader's num_workers (--mode sampler)")
         ("checkpoint-every-epoch", po::bool_switch(), "save last.ckpt at every epoch end (--mode train)")
         ("checkpoint-async", po::bool_switch(), "with --checkpoint-every-epoch: write it in the background")
         ("crash-rank", po::value<int64_t>()->default_value(-1), "rank that throws once (--mode train)")
@@ -497,7 +500,10 @@ int main(int argc, char** argv) {
                    vm["stray-decision-rank"].as<int64_t>(),
                    vm["print-initial"].as<bool>());
     }
-    if (mode == "sampler") return record_sampler(options, vm["samples"].as<int64_t>(), vm["save-at-end"].as<std::string>());
+    if (mode == "sampler") {
+      return record_sampler(options, vm["samples"].as<int64_t>(), vm["save-at-end"].as<std::string>(),
+                            vm["loader-workers"].as<int64_t>());
+    }
     if (mode == "gan") return train_gan(options, launcher, vm["batch-size"].as<int64_t>());
     const auto cluster = cluster_of(options);
     auto communicator = start_process_group(*cluster, options.timeout, torch::kCPU, &launcher);
