@@ -48,7 +48,7 @@ TEST(ImageFolderCli, TheSetupStepsJpegsTrainTheCnnTheSameWithAnyNumberOfWorkers)
       "ls /dev/shm > " + dir.file("shm_before") + "; " + built_binary("examples/image_folder") + " --data-dir " +
           dir.file("jpeg") + " --max-epochs 50 --batch-size 16 --num-workers 3 --enable-progress-bar false" +
           " --enable-checkpointing false --logger none --default-root-dir " + dir.file("run_killed") +
-          " > /dev/null 2>&1 & pid=$!; sleep 4; kill -9 $pid; wait $pid; echo \"exit $?\"; sleep 0.2;" +
+          " > /dev/null 2>&1 & pid=$!; sleep 2.5; kill -9 $pid; wait $pid; echo \"exit $?\"; sleep 0.2;" +
           " ls /dev/shm > " + dir.file("shm_after") + "; diff " + dir.file("shm_before") + " " + dir.file("shm_after") +
           " && echo 'shm unchanged'; pgrep -x image_folder || echo 'no process left'",
       60);
