@@ -44,22 +44,29 @@ void remove_stale_temporaries(const fs::path& path) {
 
 }  // namespace
 
-void checkpoint_test_kill_point() {
+void checkpoint_test_kill_point(const char* where) {
   const char* point = std::getenv("VOLT_CHECKPOINT_TEST_KILL");
   if (point == nullptr || *point == '\0') return;
   const std::string value = point;
-  const std::string prefix = "before_rename";
+  // The point the variable names (one of the known ones) and the call it counts to.
+  std::string named;
   int64_t nth = 1;
-  bool valid = value.rfind(prefix, 0) == 0;
-  if (valid && value.size() > prefix.size()) {
-    valid = value[prefix.size()] == ':' && value.size() > prefix.size() + 1 &&
-            value.find_first_not_of("0123456789", prefix.size() + 1) == std::string::npos;
-    if (valid) nth = std::stoll(value.substr(prefix.size() + 1));
+  bool valid = false;
+  for (const std::string known : {"before_rename", "during_removal"}) {
+    if (value.rfind(known, 0) != 0) continue;
+    named = known;
+    valid = value.size() == known.size();
+    if (!valid && value[known.size()] == ':' && value.size() > known.size() + 1 &&
+        value.find_first_not_of("0123456789", known.size() + 1) == std::string::npos) {
+      nth = std::stoll(value.substr(known.size() + 1));
+      valid = true;
+    }
   }
   check<ConfigurationError>(valid && nth >= 1,
-                            "VOLT_CHECKPOINT_TEST_KILL: expected 'before_rename' or 'before_rename:N' (N >= 1), or "
-                            "unset, got '", value, "'; this variable is for volt's tests only");
-  static std::atomic<int64_t> reached{0};  // renames this process reached, from any thread
+                            "VOLT_CHECKPOINT_TEST_KILL: expected 'before_rename', 'during_removal', either with "
+                            "':N' (N >= 1), or unset, got '", value, "'; this variable is for volt's tests only");
+  if (named != where) return;
+  static std::atomic<int64_t> reached{0};  // the named point's calls in this process, from any thread
   if (++reached == nth) ::raise(SIGKILL);
 }
 
@@ -116,7 +123,7 @@ void AtomicFileWriter::commit() {
   check<CheckpointError>(error_.empty(), "checkpoint: writing '", path_.string(), "' failed (", error_,
                          "); the previous file at that path, if any, is unchanged. Check free space and "
                          "permissions");
-  checkpoint_test_kill_point();
+  checkpoint_test_kill_point("before_rename");
   if (::rename(temporary_.c_str(), path_.c_str()) != 0) {
     fail("rename");
     throw CheckpointError("checkpoint: cannot rename '" + temporary_.string() + "' to '" + path_.string() +

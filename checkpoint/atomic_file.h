@@ -50,10 +50,12 @@ class AtomicFileWriter {
   bool committed_ = false;
 };
 
-// The test-only pause point: kills this process (SIGKILL) when VOLT_CHECKPOINT_TEST_KILL is
-// "before_rename", or "before_rename:N" and this is the N-th call; does nothing when it is unset.
-// Called where a complete temporary file or directory is about to be renamed into place.
-void checkpoint_test_kill_point();
+// The test-only kill points: kills this process (SIGKILL) when VOLT_CHECKPOINT_TEST_KILL names
+// `where`, alone or as "<where>:N" and this is the N-th call for it; does nothing when it is unset
+// or names the other point. "before_rename": a complete temporary file or directory is about to
+// be renamed into place; "during_removal": a checkpoint being removed has been renamed out of the
+// way and its files are about to be removed (Note [Removing a checkpoint]).
+void checkpoint_test_kill_point(const char* where);
 
 // fsyncs a directory so that entries created, renamed or removed in it survive a power loss.
 // Throws CheckpointError naming the directory on failure.

@@ -82,11 +82,40 @@ void CheckpointIO::save(const StateDict& checkpoint, const fs::path& path) {
 
 StateDict CheckpointIO::load(const fs::path& path) { return read_checkpoint_file(path); }
 
+// Note [Removing a checkpoint]: a sharded checkpoint is a directory of files, and removing them
+// one by one under the checkpoint's name would leave, when the process is killed half-way, a
+// directory that looks like the newest checkpoint and is not one (ckpt_path "last" would pick
+// it, and fail, at every restart). So a checkpoint is first renamed to a hidden name in its
+// directory (one atomic step, made durable), and only then are its files removed. A kill at any
+// moment leaves either the whole checkpoint under its name or a hidden entry, which readers
+// ignore (find_last_checkpoint skips names that start with "."), and which the next removal in
+// that directory removes.
 void CheckpointIO::remove(const fs::path& path) {
   std::error_code error;
-  const auto removed = fs::remove_all(path, error);
-  check<CheckpointError>(!error, "checkpoint: cannot remove '", path.string(), "': ", error.message());
-  if (removed > 0) sync_directory(path.has_parent_path() ? path.parent_path() : fs::path("."));
+  if (!fs::exists(fs::symlink_status(path, error))) return;
+  const fs::path directory = path.has_parent_path() ? path.parent_path() : fs::path(".");
+  const std::string suffix = ".removing";
+  // What killed removals left in this directory.
+  for (fs::directory_iterator it(directory, error), end; !error && it != end; it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() > suffix.size() + 1 && name[0] == '.' && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      std::error_code ignored;
+      fs::remove_all(it->path(), ignored);
+    }
+  }
+  std::string hidden(1, '.');  // built by appending: GCC 12 warns falsely on "." + std::string
+  hidden += path.filename().string();
+  hidden += suffix;
+  const fs::path out_of_the_way = directory / hidden;
+  fs::rename(path, out_of_the_way, error);
+  check<CheckpointError>(!error, "checkpoint: cannot move '", path.string(), "' out of the way to remove it: ",
+                         error.message());
+  sync_directory(directory);
+  checkpoint_test_kill_point("during_removal");
+  fs::remove_all(out_of_the_way, error);
+  check<CheckpointError>(!error, "checkpoint: cannot remove '", out_of_the_way.string(), "' (was '", path.string(),
+                         "'): ", error.message());
+  sync_directory(directory);
 }
 
 }  // namespace volt

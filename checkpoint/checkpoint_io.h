@@ -26,7 +26,8 @@ class CheckpointIO {
   // store elsewhere and override load() alone) the default is load(path), every tensor read,
   // none left in a file. A subclass whose files are local or seekable overrides this to read lazily.
   virtual LazyCheckpoint load_lazily(const std::filesystem::path& path, const std::vector<std::string>& lazy_sections);
-  // Removes the file or directory `path`; a path that does not exist is not an error.
+  // Removes the file or directory `path`, renamed out of the way first (Note [Removing a
+  // checkpoint] in checkpoint_io.cpp); a path that does not exist is not an error.
   virtual void remove(const std::filesystem::path& path);
 };
 

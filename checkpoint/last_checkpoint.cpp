@@ -1,7 +1,13 @@
 #include "checkpoint/last_checkpoint.h"
 
+#include <algorithm>
+#include <deque>
 #include <regex>
 #include <set>
+
+#include "checkpoint/checkpoint_io.h"
+#include "checkpoint/shard_index.h"
+#include "core/error.h"
 
 namespace fs = std::filesystem;
 
@@ -31,12 +37,36 @@ std::set<fs::path> checkpoint_directories(const fs::path& root, const std::vecto
   return out;
 }
 
+// Why `path` is not a complete checkpoint ("" when it is).
+std::string incompleteness(const fs::path& path) {
+  CheckpointIO io;
+  try {
+    std::error_code error;
+    if (fs::is_directory(path, error)) {
+      std::deque<LazyCheckpoint> shards;
+      load_shards(path, [&](const fs::path& file) -> const StateDict& {
+        shards.push_back(io.load_lazily(file, {"state_dict", "optimizer_states"}));
+        return shards.back().content;
+      });
+    } else {
+      io.load_lazily(path, {"state_dict", "optimizer_states"});
+    }
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
 }  // namespace
 
-fs::path find_last_checkpoint(const fs::path& root_dir, const std::vector<fs::path>& extra_dirs) {
+LastCheckpoint find_last_checkpoint(const fs::path& root_dir, const std::vector<fs::path>& extra_dirs) {
   static const std::regex last_name("last(-v[0-9]+)?\\.ckpt");
-  fs::path newest_last, newest_any;
-  fs::file_time_type last_time{}, any_time{};
+  struct Candidate {
+    fs::path path;
+    fs::file_time_type time;
+    bool last = false;
+  };
+  std::vector<Candidate> candidates;
   for (const auto& directory : checkpoint_directories(root_dir, extra_dirs)) {
     std::error_code error;
     for (fs::directory_iterator it(directory, error), end; !error && it != end; it.increment(error)) {
@@ -44,14 +74,23 @@ fs::path find_last_checkpoint(const fs::path& root_dir, const std::vector<fs::pa
       if (name.rfind('.', 0) == 0 || it->path().extension() != ".ckpt") continue;
       std::error_code time_error;
       const auto time = fs::last_write_time(it->path(), time_error);
-      if (time_error) continue;
-      if (newest_any.empty() || time > any_time) newest_any = it->path(), any_time = time;
-      if (std::regex_match(name, last_name) && (newest_last.empty() || time > last_time)) {
-        newest_last = it->path(), last_time = time;
-      }
+      if (!time_error) candidates.push_back({it->path(), time, std::regex_match(name, last_name)});
     }
   }
-  return newest_last.empty() ? newest_any : newest_last;
+  // last.ckpt first, then the others; newest first within each.
+  std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+    return a.last != b.last ? a.last : a.time > b.time;
+  });
+  LastCheckpoint found;
+  for (const auto& candidate : candidates) {
+    const std::string why = incompleteness(candidate.path);
+    if (why.empty()) {
+      found.path = candidate.path;
+      break;
+    }
+    found.skipped.push_back(candidate.path.string() + ": " + why);
+  }
+  return found;
 }
 
 }  // namespace volt

@@ -50,6 +50,12 @@ std::string position_of(const StateDict& checkpoint) {
 
 }  // namespace
 
+// Note [A save's identity] in trainer/checkpoint_header.cpp.
+int64_t save_id_of(const StateDict& shard) {
+  const auto header = shard.child("shard");
+  return header.contains("save_id") ? header.get_int("save_id") : -1;
+}
+
 FlatShardIndex FlatShardIndex::from_state_dict(const StateDict& state) {
   FlatShardIndex flat;
   flat.key = state.get_string("key");
@@ -147,6 +153,10 @@ void load_shards(const fs::path& directory, const std::function<const StateDict&
     check<CheckpointError>(position_of(shard) == position, file.string(), " was written at ", position_of(shard),
                            ", ", first_file.filename().string(), " at ", position,
                            ": shards of two saves are mixed in one directory");
+    check<CheckpointError>(save_id_of(shard) == save_id_of(first), file.string(), " belongs to save ",
+                           save_id_of(shard), ", ", first_file.filename().string(), " to save ", save_id_of(first),
+                           " (the same step, another run or another save): shards of two saves are mixed in one "
+                           "directory");
   }
 }
 

@@ -41,10 +41,14 @@ StateDict shard_index(const std::vector<FlatShardIndex>& flats, const std::vecto
 // The file of `rank`'s shard in a sharded checkpoint directory.
 std::filesystem::path shard_file(const std::filesystem::path& directory, int64_t rank);
 
+// The save a shard belongs to (its "shard" header's save_id; -1 for a shard written before save ids).
+int64_t save_id_of(const StateDict& shard);
+
 // Loads every shard of `directory` through `load` (which returns the shard's dict, kept by the
 // caller while the others load), checking that they are one save's complete set: throws
-// CheckpointError naming the file when one is missing, not a shard, from another save or from a
-// directory of more shards than its files say.
+// CheckpointError naming the file when one is missing, not a shard, from another save (another
+// position, or another save_id: Note [A save's identity]) or from a directory of more shards than
+// its files say.
 void load_shards(const std::filesystem::path& directory,
                  const std::function<const StateDict&(const std::filesystem::path&)>& load);
 

@@ -5,17 +5,21 @@
 namespace volt {
 
 std::string failure_message(const CollectiveHandle::State& state, const std::string& cause) {
-  std::string message = state.what + " failed: " + cause;
+  const std::string here = state.what + " failed: " + cause;
+  std::string diagnosis;
   if (state.diagnose) {
-    std::string diagnosis;
     try {
       diagnosis = state.diagnose();
     } catch (const std::exception&) {
       // Diagnosis is best effort; the failure itself is what must be reported.
     }
-    if (!diagnosis.empty()) message += ". " + diagnosis;
   }
-  return message;
+  if (diagnosis.empty()) return here;
+  // A peer that said why it failed is the cause: it comes first, and what this rank saw after it.
+  if (diagnosis.rfind("Rank ", 0) == 0 && diagnosis.find(" failed first: ") != std::string::npos) {
+    return diagnosis + (diagnosis.back() == '.' ? " " : ". ") + "Then here: " + here;
+  }
+  return here + ". " + diagnosis;
 }
 
 namespace {

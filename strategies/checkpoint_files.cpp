@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "checkpoint/atomic_file.h"
+#include "checkpoint/shard_index.h"
 #include "checkpoint/sharded_checkpoint.h"
 #include "core/error.h"
 #include "core/warning.h"
@@ -48,7 +49,7 @@ void run_and_agree(StrategyCollectives& strategy, bool run_here, bool all_ranks_
 // Moves the complete directory `temporary` to `path` in one step, also when `path` exists (the
 // two are exchanged, then the old one removed), so that a reader never sees a partial directory.
 void replace_directory(const fs::path& temporary, const fs::path& path) {
-  checkpoint_test_kill_point();
+  checkpoint_test_kill_point("before_rename");
   if (::renameat2(AT_FDCWD, temporary.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) != 0) {
     check<CheckpointError>(errno == EEXIST, "checkpoint: cannot rename '", temporary.string(), "' to '",
                            path.string(), "': ", std::strerror(errno));
@@ -120,6 +121,27 @@ void prepare_directory(StrategyCollectives& collectives, const fs::path& tempora
                   check<CheckpointError>(!error, "checkpoint: cannot create '", temporary.string(), "': ",
                                          error.message());
                 });
+}
+
+// Every rank's own shard belongs to global rank 0's save (Note [A save's identity] in
+// trainer/checkpoint_header.cpp), or every rank throws CheckpointError before any of them trains:
+// naming its file where it differs. [collective]
+void check_one_save(StrategyCollectives& collectives, const StateDict& shard, const fs::path& file,
+                    const fs::path& directory) {
+  const int64_t mine = save_id_of(shard);
+  int64_t root = mine;
+  if (collectives.topology().world_size > 1) {
+    const auto value = torch::tensor({mine}, torch::kLong).to(collectives.root_device());
+    root = collectives.broadcast(value, 0).cpu().item<int64_t>();
+  }
+  const bool same = collectives.topology().world_size == 1 || collectives.reduce_boolean_decision(mine == root, true);
+  check<CheckpointError>(mine == root, file.string(), " belongs to save ", mine, ", ",
+                         shard_file(directory, 0).filename().string(), " to save ", root,
+                         ": shards of two saves (another run, or another save of this one) are mixed in '",
+                         directory.string(), "'; resume from a checkpoint whose shards were written together");
+  check<CheckpointError>(same, "checkpoint '", directory.string(), "': another rank's shard belongs to another save "
+                         "than ", shard_file(directory, 0).filename().string(), " (see that rank's error): shards of "
+                         "two saves are mixed in it; resume from a checkpoint whose shards were written together");
 }
 
 fs::path temporary_directory(const fs::path& path) {
@@ -213,20 +235,31 @@ void save_checkpoint_files(StrategyCollectives& collectives, CheckpointIO& io, C
                 [&] { replace_directory(temporary, path); });
 }
 
-StateDict load_checkpoint_files(const StrategyCollectives& collectives, CheckpointIO& io, const fs::path& path,
+StateDict load_checkpoint_files(StrategyCollectives& collectives, CheckpointIO& io, const fs::path& path,
                                 const std::string& strategy, CheckpointLayout layout,
-                                std::shared_ptr<const ShardedCheckpoint>* slices) {
+                                std::shared_ptr<const ShardedCheckpoint>* slices,
+                                const std::function<bool(const StateDict&)>& own_layout_of) {
   if (slices != nullptr) slices->reset();
   std::error_code error;
   if (!fs::is_directory(path, error)) return io.load(path);
   const auto topology = collectives.topology();
-  // This rank's own shard, when this strategy wrote the directory at this world size.
-  const fs::path own = shard_file(path, topology.global_rank);
-  if (layout == CheckpointLayout::Sharded && fs::exists(own, error)) {
-    StateDict shard = io.load(own);
-    if (shard.contains("shard") && shard.child("shard").get_int("world_size") == topology.world_size &&
-        shard.child("strategy").get_string("name") == strategy) {
-      return shard;
+  // This rank's own shard, when this strategy wrote the directory at this world size, on every
+  // rank or on none: the ranks agree which way they read.
+  if (layout == CheckpointLayout::Sharded) {
+    const fs::path own = shard_file(path, topology.global_rank);
+    StateDict shard;
+    bool own_layout = false;
+    if (fs::exists(own, error)) {
+      shard = io.load(own);
+      own_layout = shard.contains("shard") && shard.child("shard").get_int("world_size") == topology.world_size &&
+                   shard.child("shard").get_int("rank") == topology.global_rank &&
+                   shard.child("strategy").get_string("name") == strategy && (!own_layout_of || own_layout_of(shard));
+    }
+    if (topology.world_size == 1 || collectives.reduce_boolean_decision(own_layout, /*all=*/true)) {
+      if (own_layout) {
+        check_one_save(collectives, shard, own, path);
+        return shard;
+      }
     }
   }
   // Anything else reads every shard and puts them together (Note [Reading a sharded checkpoint

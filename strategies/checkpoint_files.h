@@ -5,6 +5,7 @@
 // so that when any rank fails, every rank throws.
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -64,14 +65,18 @@ void save_checkpoint_files(StrategyCollectives& collectives, CheckpointIO& io, C
 // for meanwhile. [collective]
 void finish_checkpoint_writes(StrategyCollectives& collectives, CheckpointIO& io, BackgroundCheckpointWrite& pending);
 // This rank's view of the checkpoint at `path`: the file; this rank's shard of a sharded directory
-// that `strategy` wrote in `layout` at this world size; any other sharded directory put together
+// that `strategy` wrote in `layout` at this world size, with this run's layout (`own_layout`, when
+// given, says so of a shard: CheckpointState::is_own_layout); any other sharded directory put together
 // into the full layout (Note [Reading a sharded checkpoint anywhere], with one warning on global
 // rank 0 saying so and what restarts). With `slices` (a strategy that reads slices), that full
 // layout keeps its placeholders and *slices the ShardedCheckpoint that reads them; it is reset
-// otherwise. Throws CheckpointError when missing or damaged.
-StateDict load_checkpoint_files(const StrategyCollectives& collectives, CheckpointIO& io,
+// otherwise. Throws CheckpointError when missing or damaged, and on every rank when the shards the
+// ranks read are of different saves (Note [A save's identity] in trainer/checkpoint_header.cpp).
+// [collective for the Sharded layout]
+StateDict load_checkpoint_files(StrategyCollectives& collectives, CheckpointIO& io,
                                 const std::filesystem::path& path, const std::string& strategy,
-                                CheckpointLayout layout, std::shared_ptr<const ShardedCheckpoint>* slices = nullptr);
+                                CheckpointLayout layout, std::shared_ptr<const ShardedCheckpoint>* slices = nullptr,
+                                const std::function<bool(const StateDict&)>& own_layout = {});
 // Global rank 0 removes the checkpoint file or directory, once the write in flight (if any) is
 // finished. [collective]
 void remove_checkpoint_files(StrategyCollectives& collectives, CheckpointIO& io, const std::filesystem::path& path,

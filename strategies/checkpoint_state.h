@@ -64,6 +64,11 @@ class CheckpointState {
   // checkpoint/sharded_checkpoint.h). The default: no flat tensors, and each optimizer's state
   // replicated or, when the strategy shards it, partitioned.
   virtual StateDict shard_index(const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers);
+  // Whether `shard`, a shard this strategy's name wrote at this world size, also has this run's
+  // layout, so that this rank can take it as its own; otherwise the shards are put together and
+  // each rank reads what it owns (Note [Reading a sharded checkpoint anywhere]). The default: yes
+  // (a layout that follows from the name and the world size alone).
+  virtual bool is_own_layout(const StateDict& shard) const { return true; }
   virtual void load_strategy_state_dict(const StateDict& state, CheckpointLayout layout) {}
 
   // Whether this strategy loads a sharded checkpoint of another layout by reading only the slices

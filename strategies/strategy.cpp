@@ -111,7 +111,8 @@ StateDict Strategy::load_checkpoint(const std::filesystem::path& path) const {
   finish_checkpoint_writes();
   std::shared_ptr<const ShardedCheckpoint> slices;
   auto checkpoint = load_checkpoint_files(*collectives_, *checkpoint_io_, path, name(), checkpointing_->layout(),
-                                          checkpointing_->reads_slices() ? &slices : nullptr);
+                                          checkpointing_->reads_slices() ? &slices : nullptr,
+                                          [this](const StateDict& shard) { return checkpointing_->is_own_layout(shard); });
   checkpointing_->set_slices(std::move(slices));
   return checkpoint;
 }

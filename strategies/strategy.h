@@ -152,7 +152,9 @@ class Strategy {
   // finishes a write still in flight, as does finish_checkpoint_writes.
   void save_checkpoint(const StateDict& checkpoint, const std::filesystem::path& path,
                        bool in_background = false);  // [collective]
-  StateDict load_checkpoint(const std::filesystem::path& path) const;  // [collective with a write in flight]
+  // [collective with a write in flight, and for a strategy whose layout is Sharded: the ranks
+  // agree how they read a sharded directory and that its shards are of one save]
+  StateDict load_checkpoint(const std::filesystem::path& path) const;
   void remove_checkpoint(const std::filesystem::path& path);  // [collective]
   void finish_checkpoint_writes() const;  // [collective]
 

@@ -351,6 +351,15 @@ bool CheckpointConnector::continue_epoch_in_order(const StateDict& fit_loop, con
       return std::to_string(ranks) + (ranks == 1 ? " rank" : " ranks") + " with batch " + std::to_string(b) + " (" +
              std::to_string(ranks * b) + " samples per step)";
     };
+    if (consumed >= dataset_size) {
+      // Written after the epoch's last batch, before its end hooks ran: nothing of it is left.
+      warn(trainer_, source + " was written at the end of epoch " + std::to_string(progress.epoch) + ", after its last "
+                         "batch (all " + std::to_string(dataset_size) + " of its samples consumed), by " +
+                         per_step(saved_ranks, saved_batch) + "; this run has " + per_step(topology.world_size, batch) +
+                         ": epoch " + std::to_string(progress.epoch) + " ends here, and the next epoch is a whole one "
+                         "at this run's global batch size");
+      return true;
+    }
     warn(trainer_, source + " was written in the middle of epoch " + std::to_string(progress.epoch) + ", " +
                        std::to_string(consumed) + " of its " + std::to_string(dataset_size) + " samples in, by " +
                        per_step(saved_ranks, saved_batch) + "; this run has " + per_step(topology.world_size, batch) +

@@ -1,9 +1,34 @@
 #include "trainer/checkpoint_header.h"
 
+#include <random>
+
 #include "checkpoint/checkpoint_format.h"
 #include "core/error.h"
 
 namespace volt {
+namespace {
+
+// Note [A save's identity]: the shards of one sharded save are files written by different
+// ranks, and a directory can come to hold shards of two saves (a shard copied in from another run
+// at the same step, or left from an earlier save of the same run). Their epoch and step cannot
+// tell two runs apart, so every shard of a save carries the same save_id, a random number global
+// rank 0 draws and broadcasts as the save is made; every reader compares them before any rank
+// trains: load_shards (putting shards together, volt-ckpt verify, ckpt_path "last") across the
+// files, and the ranks that each read their own shard across the ranks (load_checkpoint_files).
+// Shards written before save ids compare as equal to each other only.
+int64_t agreed_save_id(const Strategy& strategy) {
+  int64_t id = 0;
+  if (strategy.topology().global_rank == 0) {
+    std::random_device device;
+    id = static_cast<int64_t>(((static_cast<uint64_t>(device()) << 32) | device()) >> 1);  // >= 0
+  }
+  if (strategy.topology().world_size == 1) return id;
+  auto& collectives = strategy.collectives();
+  const auto value = torch::tensor({id}, torch::kLong).to(collectives.root_device());
+  return collectives.broadcast(value, 0).cpu().item<int64_t>();
+}
+
+}  // namespace
 
 std::string checkpoint_layout_name(CheckpointLayout layout) {
   return layout == CheckpointLayout::Full ? "full" : "sharded";
@@ -24,6 +49,7 @@ StateDict checkpoint_header(const Strategy& strategy, CheckpointLayout layout) {
     StateDict shard;
     shard.set("rank", topology.global_rank);
     shard.set("world_size", topology.world_size);
+    shard.set("save_id", agreed_save_id(strategy));
     header.set("shard", shard);
   }
   return header;

@@ -16,7 +16,8 @@ std::string checkpoint_layout_name(CheckpointLayout layout);
 CheckpointLayout checkpoint_layout_of(const StateDict& checkpoint);
 
 // volt_version, format_version, layout and, for the Sharded layout, shard {rank, world_size} of
-// this process in `strategy`'s topology.
+// this process in `strategy`'s topology and the save_id every shard of this save carries (Note [A
+// save's identity]). [collective for the Sharded layout]
 StateDict checkpoint_header(const Strategy& strategy, CheckpointLayout layout);
 
 // Throws CheckpointError when `checkpoint` (named `source`) was written in a newer format, or is

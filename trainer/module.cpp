@@ -27,6 +27,9 @@ const Trainer& Module::trainer() const {
 
 int64_t Module::current_epoch() const { return trainer_ ? trainer_->current_epoch() : 0; }
 int64_t Module::global_step() const { return trainer_ ? trainer_->global_step() : 0; }
+int64_t Module::global_rank() const { return trainer_ ? trainer_->global_rank() : 0; }
+int64_t Module::local_rank() const { return trainer_ ? trainer_->local_rank() : 0; }
+int64_t Module::world_size() const { return trainer_ ? trainer_->world_size() : 1; }
 
 void Module::manual_backward(const torch::Tensor& loss) {
   require_manual_optimization(loop_state_, *this, "manual_backward");

@@ -95,6 +95,11 @@ class Module : public torch::nn::Module {
   const Trainer& trainer() const;
   int64_t current_epoch() const;
   int64_t global_step() const;
+  // The running Trainer's global_rank(), local_rank() and world_size() (LightningModule's
+  // global_rank and local_rank); 0, 0 and 1 when no Trainer runs this module.
+  int64_t global_rank() const;
+  int64_t local_rank() const;
+  int64_t world_size() const;
 
  private:
   friend class Trainer;

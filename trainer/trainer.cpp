@@ -16,6 +16,7 @@
 #include "trainer/loops/loop_hooks.h"
 #include "distributed/process_launcher.h"
 #include "core/reproducibility.h"
+#include "core/warning.h"
 
 namespace volt {
 namespace {
@@ -342,6 +343,12 @@ void Trainer::save_checkpoint(const std::filesystem::path& path, bool weights_on
 
 void Trainer::remove_checkpoint(const std::filesystem::path& path) { strategy_->remove_checkpoint(path); }
 
+int64_t Trainer::global_rank() const { return strategy_->topology().global_rank; }
+int64_t Trainer::local_rank() const { return strategy_->topology().local_rank; }
+int64_t Trainer::node_rank() const { return strategy_->topology().node_rank; }
+int64_t Trainer::world_size() const { return strategy_->topology().world_size; }
+int64_t Trainer::num_nodes() const { return strategy_->topology().num_nodes; }
+
 std::filesystem::path Trainer::checkpoint_dir() const {
   return std::filesystem::path(log_dir()) / "checkpoints";
 }
@@ -349,7 +356,19 @@ std::filesystem::path Trainer::checkpoint_dir() const {
 bool Trainer::restore_checkpoint(const std::string& path) {
   std::filesystem::path file = path;
   if (path == "last") {
-    file = find_last_checkpoint(options_.default_root_dir, {checkpoint_dir()});
+    const LastCheckpoint last = find_last_checkpoint(options_.default_root_dir, {checkpoint_dir()});
+    std::string skipped;
+    for (const auto& line : last.skipped) skipped += "\n  " + line;
+    // Every rank finds the same; an incomplete newer one is passed over, and said so, never loaded
+    // (Note [Removing a checkpoint]); only incomplete ones is not a fresh start.
+    check<CheckpointError>(!last.path.empty() || last.skipped.empty(), "ckpt_path 'last': every checkpoint under '",
+                           options_.default_root_dir, "' is incomplete:", skipped,
+                           "\nPass one to resume from explicitly, or remove them to start from scratch");
+    if (!last.skipped.empty() && is_global_zero()) {
+      warn("ckpt_path 'last': resuming from " + last.path.string() + ", the newest complete checkpoint; passed over" +
+           skipped);
+    }
+    file = last.path;
     if (file.empty()) {
       check<CheckpointError>(state_.fn == TrainerFn::Fitting, "ckpt_path 'last': no checkpoint under '",
                              options_.default_root_dir, "'; pass a checkpoint file");

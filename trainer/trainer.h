@@ -136,6 +136,14 @@ class Trainer {
   const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers() const { return state_.optimizers; }
   const std::vector<SchedulerConfig>& lr_schedulers() const { return state_.schedulers; }
   bool is_global_zero() const { return strategy_->is_global_zero(); }
+  // Where this process sits (Lightning's Trainer.global_rank, local_rank, node_rank, world_size,
+  // num_nodes): its rank among all processes, on its node, its node's index, how many processes
+  // and nodes the run has.
+  int64_t global_rank() const;
+  int64_t local_rank() const;
+  int64_t node_rank() const;
+  int64_t world_size() const;
+  int64_t num_nodes() const;
   // Directory of the first logger that writes files, or default_root_dir without one.
   std::string log_dir() const;
   // Sends `metrics` to the loggers (on global rank 0) at the current global step, with the

@@ -105,6 +105,27 @@ void FsdpCheckpointState::load_optimizer_state_dict(torch::optim::Optimizer& opt
   fsdp::load_consolidated_optimizer_state(optimizer, it->second, state, what, slices());
 }
 
+bool FsdpCheckpointState::is_own_layout(const StateDict& shard) const {
+  if (!shard.contains("shard_index")) return false;
+  const auto saved = shard.child("shard_index").at("flat_parameters").toListRef();
+  size_t i = 0;
+  for (const auto& unit : fsdp_.units_) {
+    const auto& flat = unit->flat();
+    if (flat.empty()) continue;
+    if (i >= saved.size()) return false;
+    const auto index = FlatShardIndex::from_state_dict(StateDict::from_ivalue(saved[i++], "shard_index"));
+    if (index.key != sharded_key(*unit) || index.numel != flat.numel() || index.shard_offset != flat.shard_offset() ||
+        index.shard_numel != flat.shard_numel() || index.names.size() != flat.entries().size()) {
+      return false;
+    }
+    for (size_t e = 0; e < index.names.size(); ++e) {
+      const auto& entry = flat.entries()[e];
+      if (index.names[e] != entry.name || index.shapes[e] != entry.shape || index.offsets[e] != entry.offset) return false;
+    }
+  }
+  return i == saved.size();
+}
+
 StateDict FsdpCheckpointState::shard_index(const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers) {
   std::vector<FlatShardIndex> flats;
   for (const auto& unit : fsdp_.units_) {

@@ -24,6 +24,9 @@ class FsdpCheckpointState : public CheckpointState {
                                  const std::string& what, const ParameterNamer& name_of) override;
   // Each unit's flat shard (its slice and parameters) and each optimizer's layout over them.
   StateDict shard_index(const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers) override;
+  // The same units, flattened and sharded alike (min_num_params, the wrapping and the sharding
+  // strategy decide them, not the name and world size alone).
+  bool is_own_layout(const StateDict& shard) const override;
   bool reads_slices() const override { return true; }
 
  private:

@@ -11,10 +11,12 @@
 #include <filesystem>
 #include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "tests/distributed/worker_runs.h"
 #include "tests/support/test_support.h"
 
 namespace volt::data_position_tests {
@@ -133,6 +135,48 @@ TEST(DataPosition, AResumeChainOfTwoThreeAndOneRanksConsumesTheEpochsOrderExactl
 
 // The same world size resumes at the next batch index, as it always did: no remainder, no warning,
 // and the batches are those of the uninterrupted run.
+// A checkpoint written after an epoch's last batch (ModelCheckpoint in on_train_batch_end, the
+// epoch's end hooks not yet run) and resumed at another world size: the epoch ends there, said as
+// such, and the next one is whole.
+TEST(DataPosition, ACheckpointAfterTheEpochsLastBatchResumesAtTheEpochsEnd) {
+  testing::TemporaryDirectory dir;
+  const std::string root = dir.path();
+  // 60 samples, 2 ranks of batch 2: 15 steps an epoch; the 15th step's checkpoint.
+  const auto two = run_command(testing::built_binary("tests/distributed_worker") +
+                                   " --mode sampler --samples 60 --strategy ddp --timeout 60 --enable-progress-bar false"
+                                   " --enable-model-summary false --logger none --num-sanity-val-steps 0 --devices 2"
+                                   " --max-epochs 1 --callback model_checkpoint:every_n_train_steps=15,save_last=true"
+                                   " --default-root-dir " + root + "/two",
+                               180);
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  const auto checkpoint = testing::newest_checkpoint(root + "/two");
+  const auto three = run_command(sampler_command(root + "/three", 3, "--max-epochs 2 --ckpt-path " + checkpoint.string()), 180);
+  ASSERT_EQ(three.exit_code, 0) << three.output;
+  expect_once(three.output, "was written at the end of epoch 0, after its last batch (all 60 of its samples consumed), "
+                            "by 2 ranks with batch 2 (4 samples per step); this run has 3 ranks with batch 2 (6 samples "
+                            "per step): epoch 0 ends here, and the next epoch is a whole one");
+  const GlobalOrder resumed = global_order(batch_lines(three.output), 3);
+  EXPECT_EQ(resumed.count(0), 0u) << "no batch of epoch 0 again";
+  ASSERT_EQ(resumed.count(1), 1u) << three.output;
+  EXPECT_EQ(resumed.at(1).size(), 10u) << "a whole epoch at 6 samples per step";
+}
+
+// The Module's own view of where it runs (Module::global_rank, local_rank, world_size): one node,
+// so the local rank is the global one.
+TEST(DataPosition, EachRanksModuleKnowsItsRanksAndTheWorldSize) {
+  testing::TemporaryDirectory dir;
+  const auto run = run_command(sampler_command(dir.path(), 3, "--max-epochs 1 --max-steps 2"), 180);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  static const std::regex pattern("BATCH rank=(\\d+) .* local_rank=(\\d+) world_size=(\\d+)");
+  std::set<std::string> ranks;
+  for (std::sregex_iterator it(run.output.begin(), run.output.end(), pattern), end; it != end; ++it) {
+    ranks.insert((*it)[1]);
+    EXPECT_EQ((*it)[2], (*it)[1]);
+    EXPECT_EQ((*it)[3], "3");
+  }
+  EXPECT_EQ(ranks, (std::set<std::string>{"0", "1", "2"})) << run.output;
+}
+
 TEST(DataPosition, TheSameWorldSizeResumesWithoutAWarning) {
   testing::TemporaryDirectory dir;
   const std::string root = dir.path(), checkpoint = root + "/two_ranks.ckpt";

@@ -118,6 +118,22 @@ TEST(LauncherTest, ChildThatExitsIsNamedAndTheOthersStop) {
   for (const auto& line : worker_lines(result.output)) EXPECT_FALSE(process_exists(line.pid)) << line.rank;
 }
 
+// Errors of several ranks: one line each, prefixed by the rank; the rank that failed first is the
+// cause that the others' lines start with.
+TEST(LauncherTest, EachRanksErrorIsOneLineAndTheFirstCauseComesFirst) {
+  const auto result = run_command(worker() + " --mode train --devices 2 --max-epochs 2 --batch-size 8 --timeout 60" +
+                                      " --enable-progress-bar false --enable-model-summary false --enable-checkpointing false" +
+                                      " --crash-rank 1 --crash-epoch 0 2>&1",
+                                  120);
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  const std::string cause = "worker: deliberate crash at the start of epoch 0";
+  EXPECT_NE(result.output.find("[rank 1] error: " + cause + "\n"), std::string::npos) << result.output;
+  const auto zero = result.output.find("[rank 0] error: ");
+  ASSERT_NE(zero, std::string::npos) << result.output;
+  EXPECT_EQ(result.output.find("Rank 1 failed first: ", zero), zero + std::string("[rank 0] error: ").size())
+      << "rank 0's line starts with the cause: " << result.output;
+}
+
 TEST(LauncherTest, ChildKilledBySignalIsNamed) {
   const auto result = run_command(worker() + " --mode fail --fail-rank 1 --how kill --devices 2 --timeout 60", 120);
   EXPECT_NE(result.exit_code, 0) << result.output;

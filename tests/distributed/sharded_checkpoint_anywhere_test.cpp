@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -93,11 +94,23 @@ struct ResumeCase {
 
 class ShardedResumedElsewhere : public ::testing::TestWithParam<ResumeCase> {};
 
+// The saved checkpoints, sharded and full, of each saved strategy and world size: written once for
+// the cases that resume them.
+std::pair<std::filesystem::path, std::filesystem::path> saved_checkpoints(const std::string& strategy, int64_t devices) {
+  static testing::TemporaryDirectory* root = new testing::TemporaryDirectory();  // for the program's life
+  static std::map<std::string, std::pair<std::filesystem::path, std::filesystem::path>> saved;
+  const std::string key = strategy + " on " + std::to_string(devices);
+  if (!saved.count(key)) {
+    const std::string dir = root->file(std::to_string(saved.size()));
+    saved[key] = {train_and_save(dir + "/sharded", with_option(strategy, "state_dict_type=sharded"), devices),
+                  train_and_save(dir + "/full", with_option(strategy, "state_dict_type=full"), devices)};
+  }
+  return saved[key];
+}
+
 TEST_P(ShardedResumedElsewhere, TrainsLikeTheFullCheckpointResumedThere) {
   const auto& c = GetParam();
-  testing::TemporaryDirectory sharded_dir, full_dir;
-  const auto sharded = train_and_save(sharded_dir.path(), with_option(c.saved_strategy, "state_dict_type=sharded"), c.saved_devices);
-  const auto full = train_and_save(full_dir.path(), with_option(c.saved_strategy, "state_dict_type=full"), c.saved_devices);
+  const auto [sharded, full] = saved_checkpoints(c.saved_strategy, c.saved_devices);
   ASSERT_FALSE(sharded.empty() || full.empty());
 
   testing::TemporaryDirectory from_sharded_dir, from_full_dir;
@@ -128,7 +141,16 @@ INSTANTIATE_TEST_SUITE_P(
                       ResumeCase{"FsdpThreeToOneProcess", "fsdp:min_num_params=20", 3, "single_device", 1},
                       ResumeCase{"DdpShardedTwoToFsdpTwo", "ddp_sharded", 2, "fsdp:min_num_params=20", 2},
                       ResumeCase{"ShardOptimizerTwoToShardedFsdpThree", "ddp:shard_optimizer=true", 2,
-                                 "fsdp:min_num_params=20,state_dict_type=sharded", 3}),
+                                 "fsdp:min_num_params=20,state_dict_type=sharded", 3},
+                      // The same strategy and world size, another wrapping: not this rank's shard.
+                      ResumeCase{"FsdpTwoToFsdpOtherUnitsTwo", "fsdp:min_num_params=20", 2,
+                                 "fsdp:min_num_params=1000,state_dict_type=sharded", 2},
+                      ResumeCase{"FsdpTwoToDdpShardedThree", "fsdp:min_num_params=20", 2, "ddp_sharded", 3},
+                      ResumeCase{"FsdpTwoToShardOptimizerTwo", "fsdp:min_num_params=20", 2,
+                                 "ddp:shard_optimizer=true", 2},
+                      ResumeCase{"FsdpTwoToSlowMoTwo", "fsdp:min_num_params=20", 2, "slowmo", 2},
+                      ResumeCase{"FsdpTwoToPostLocalSgdThree", "fsdp:min_num_params=20", 2,
+                                 "ddp:comm_hook=post_local_sgd,start_local_sgd_iter=2,model_averaging_period=2", 3}),
     [](const auto& info) { return info.param.name; });
 
 // Bad input: a missing shard, shards of two saves in one directory, a damaged shard; each a

@@ -293,13 +293,6 @@ std::vector<std::string> lines_between(const std::string& text, const std::strin
   return lines;
 }
 
-std::string file_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 // docs/fabric.md's first example, on the two processes it asks for (volt's own launcher, started
 // by fabric.launch()), in tests/fabric/worker/docs_fabric_loop.cpp, whose lines are the
 // document's.

@@ -13,11 +13,6 @@
 namespace volt::testing {
 namespace {
 
-std::string file_text(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 TEST(CSVLogger, VersionsCountUpAndLoggersBuiltTogetherShareOne) {
   TemporaryDirectory dir;
   {

@@ -47,6 +47,11 @@ ProcessResult run_command(const std::string& command, int timeout_seconds) {
   return result;
 }
 
+std::string file_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
 std::vector<std::map<std::string, std::string>> read_csv(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw std::runtime_error("cannot read " + path);

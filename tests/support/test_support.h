@@ -32,6 +32,9 @@ struct ProcessResult {
 // `timeout_seconds` and reports exit code 124 then.
 ProcessResult run_command(const std::string& command, int timeout_seconds = 300);
 
+// The whole text of a file ("" when it cannot be read).
+std::string file_text(const std::string& path);
+
 // A CSV file as rows of column → text (empty cells are absent).
 std::vector<std::map<std::string, std::string>> read_csv(const std::string& path);
 

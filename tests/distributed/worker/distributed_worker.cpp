@@ -300,7 +300,7 @@ void train(const TrainerOptions& options, ProcessLauncher& launcher, int64_t bat
   text << std::setprecision(17);
   for (int64_t i = 0; i < params.numel(); ++i) text << (i ? "," : "") << params[i].item<double>();
   std::ostringstream line;
-  line << "TRAINED rank=" << trainer.strategy().topology().global_rank << " params=" << text.str()
+  line << "TRAINED rank=" << trainer.global_rank() << " params=" << text.str()
        << " val_samples=" << trainer.callback_metrics().at("val_samples") << " log_dir=" << trainer.log_dir()
        << " env=" << trainer.cluster_environment().name()
        << " restarts=" << trainer.cluster_environment().restart_count() << "\n";
@@ -369,13 +369,14 @@ class IndexRecorder : public Module {
   IndexRecorder() { weight = register_parameter("weight", torch::ones({1})); }
   torch::Tensor training_step(const Batch& batch, int64_t batch_idx) override {
     std::ostringstream line;
-    line << "BATCH rank=" << trainer().strategy().topology().global_rank << " epoch=" << trainer().current_epoch()
+    line << "BATCH rank=" << global_rank() << " epoch=" << trainer().current_epoch()
          << " step=" << trainer().global_step() << " batch=" << batch_idx << " indices=";
     for (int64_t i = 0; i < batch.size(); ++i) {
       const auto index = static_cast<int64_t>(batch.input[i][0].item<double>());
       seen[trainer().current_epoch()].push_back(index);
       line << (i ? "," : "") << index;
     }
+    line << " local_rank=" << local_rank() << " world_size=" << world_size();
     batches.push_back(line.str());
     return (weight * batch.input.sum()).sum();
   }
