@@ -120,18 +120,37 @@ void* open_segment(const std::string& name, size_t bytes, std::string& problem) 
 
 SharedSegment::~SharedSegment() { ::munmap(base_, bytes_); }
 
+// Rank 0's segment until the join is over: an exchange that throws (a peer gone during the join)
+// must not leave the name in /dev/shm, with its pages reserved, nor the mapping in this process.
+struct CreatedSegment {
+  std::string name;
+  void* base = nullptr;
+  size_t bytes = 0;
+  bool linked = false, mapped = false;
+  ~CreatedSegment() {
+    if (linked) ::shm_unlink(name.c_str());
+    if (mapped) ::munmap(base, bytes);
+  }
+};
+
 std::unique_ptr<SharedSegment> share_segment(const BytesExchange& exchange, int64_t rank, size_t bytes,
                                              const std::function<void(char*)>& initialize,
                                              const std::function<bool(const char*)>& belongs, std::string& why_not) {
   std::string name, problem;
   void* base = nullptr;
+  CreatedSegment created;
   if (rank == 0) {
     base = create_segment(bytes, name, problem);
-    if (base != nullptr) initialize(static_cast<char*>(base) + kSegmentStampBytes);
+    if (base != nullptr) {
+      created.name = name;
+      created.base = base;
+      created.bytes = bytes;
+      created.linked = created.mapped = true;
+      initialize(static_cast<char*>(base) + kSegmentStampBytes);
+    }
   }
   const std::string segment = exchange(rank == 0 ? (base ? name : "!" + problem) : std::string()).at(0);
   if (segment.empty() || segment[0] == '!') {
-    if (base != nullptr) ::munmap(base, bytes);
     why_not = "rank 0 could not create a shared-memory segment of " + std::to_string(bytes) + " bytes (" +
               (segment.empty() ? std::string("?") : segment.substr(1)) + ")";
     return nullptr;
@@ -146,7 +165,10 @@ std::unique_ptr<SharedSegment> share_segment(const BytesExchange& exchange, int6
   }
   // Every rank knows whether every rank mapped it; then the name goes.
   const auto mapped = exchange(base != nullptr ? std::string() : problem.empty() ? "?" : problem);
-  if (rank == 0) ::shm_unlink(segment.c_str());
+  if (rank == 0) {
+    ::shm_unlink(segment.c_str());
+    created.linked = created.mapped = false;  // the name is gone; the mapping is the group's now
+  }
   auto mapping = base != nullptr ? std::make_unique<SharedSegment>(base, bytes) : nullptr;
   for (size_t r = 0; r < mapped.size(); ++r) {
     if (!mapped[r].empty()) {

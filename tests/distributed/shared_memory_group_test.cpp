@@ -496,6 +496,47 @@ TEST(SharedMemoryGroupKill, AKilledRankFailsTheOthersQuicklyAndLeavesNoSegment) 
   }
 }
 
+// A peer that dies during the join (rank 0 has created the segment and waits for the others to
+// map it): rank 0 fails, and its segment is gone with the failure, not left for the next group.
+TEST(SharedMemoryGroupKill, APeerDyingDuringTheJoinLeavesNoSegment) {
+  const int64_t port = find_free_port();
+  std::vector<pid_t> children;
+  for (int64_t rank = 0; rank < 2; ++rank) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid != 0) {
+      children.push_back(pid);
+      continue;
+    }
+    torch::set_num_threads(1);
+    int code = 1;
+    try {
+      auto c = Communicator::connect(loopback_options(rank, 2, port, std::chrono::seconds(30)));
+      // Rank 1 dies at its second exchange of the join: after the hosts are compared, when rank 0
+      // has created the segment and sends its name.
+      int calls = 0;
+      const SharedMemoryGroup::Exchange exchange = [&](const std::string& b) {
+        if (rank == 1 && ++calls == 2) ::raise(SIGKILL);
+        return c->all_gather_bytes(b);
+      };
+      std::string why_not;
+      auto group = SharedMemoryGroup::join(exchange, rank, 2, std::chrono::seconds(30), "test group", size_t{1} << 20,
+                                           &why_not);
+      code = 2;  // the join should not succeed without rank 1
+    } catch (const DistributedError&) {
+      code = 0;
+    }
+    ::_exit(code);
+  }
+  int status0 = 0, status1 = 0;
+  ::waitpid(children[0], &status0, 0);
+  ::waitpid(children[1], &status1, 0);
+  EXPECT_TRUE(WIFSIGNALED(status1));
+  ASSERT_TRUE(WIFEXITED(status0));
+  EXPECT_EQ(WEXITSTATUS(status0), 0) << "rank 0's join fails on its dead peer";
+  EXPECT_EQ(segments_of(children[0]), 0) << "rank 0's segment was left in /dev/shm";
+}
+
 TEST(SharedMemoryGroupKill, TheNextGroupRemovesASegmentADeadCreatorLeft) {
   const pid_t dead = ::fork();
   ASSERT_GE(dead, 0);
