@@ -70,7 +70,9 @@ StateDict CheckpointState::accumulated_gradients(torch::nn::Module& module, Chec
     for (const auto& f : flags) anywhere |= f[index].item<int32_t>() != 0;
     if (!anywhere) continue;
     const auto& parameter = parameters[i].value();
-    const auto grad = parameter.grad().defined() ? parameter.grad() : torch::zeros_like(parameter);
+    const auto grad = parameter.grad().defined()
+                          ? parameter.grad()
+                          : torch::zeros(held_gradient_shape(parameters[i].key(), parameter), parameter.options());
     const auto all = gather_from_ranks(owner().collectives(), grad);
     for (size_t r = 0; r < per_rank.size(); ++r) {
       if (flags[r][index].item<int32_t>() != 0) per_rank[r].set(parameters[i].key(), all[r]);
@@ -99,8 +101,9 @@ void CheckpointState::load_accumulated_gradients(torch::nn::Module& module, cons
     auto& parameter = p.value();
     if (grads.contains(p.key())) {
       const auto grad = grads.get_tensor(p.key());
-      check<CheckpointError>(grad.sizes() == parameter.sizes(), source, ": the accumulated gradient of ", p.key(),
-                             " has shape ", grad.sizes(), ", the parameter ", parameter.sizes());
+      const auto shape = held_gradient_shape(p.key(), parameter);
+      check<CheckpointError>(grad.sizes() == c10::IntArrayRef(shape), source, ": the accumulated gradient of ", p.key(),
+                             " has shape ", grad.sizes(), ", the parameter ", c10::IntArrayRef(shape));
       parameter.mutable_grad() = grad.to(parameter.options(), /*non_blocking=*/false, /*copy=*/true);
     } else if (parameter.grad().defined()) {
       parameter.mutable_grad().reset();

@@ -32,13 +32,20 @@ class CheckpointState {
   // The layout this strategy writes.
   CheckpointLayout layout() const { return layout_; }
 
-  // The module's parameters and buffers in `layout`, tensors on any device (the file stores CPU
-  // copies). [collective for strategies that shard]
+  // What a checkpoint of `layout` holds of the module: its parameters and buffers, tensors on any
+  // device (the file stores CPU copies). In the Full layout it is complete on global rank 0, which
+  // writes it; a strategy that shards parameters leaves the other ranks their released (empty)
+  // tensors rather than gather the model on each (Note [A full save gathers to rank 0] in
+  // strategies/fsdp/fsdp_checkpoint_state.cpp). [collective for strategies that shard]
   virtual StateDict model_state_dict(torch::nn::Module& module, CheckpointLayout layout);
+  // The module's parameters and buffers whole on every rank (tests, exports that every rank
+  // needs). [collective for strategies that shard]
+  virtual StateDict full_model_state_dict(torch::nn::Module& module) { return model_state_dict(module, CheckpointLayout::Full); }
   // Loads `state` (of `layout`) into the module in place; `source` names it in errors.
   virtual void load_model_state_dict(torch::nn::Module& module, const StateDict& state, CheckpointLayout layout,
                                      bool strict, const std::string& source);
-  // An optimizer's state in `layout`. [collective for strategies that shard]
+  // An optimizer's state in `layout` (the Full layout: complete on global rank 0, as above).
+  // [collective for strategies that shard]
   virtual StateDict optimizer_state_dict(torch::optim::Optimizer& optimizer, CheckpointLayout layout);
   virtual void load_optimizer_state_dict(torch::optim::Optimizer& optimizer, const StateDict& state,
                                          CheckpointLayout layout, const std::string& what,
@@ -54,6 +61,11 @@ class CheckpointState {
   // Warns and drops them when the section was written by another number of ranks.
   virtual void load_accumulated_gradients(torch::nn::Module& module, const StateDict& section,
                                           const std::string& source);
+  // The shape of the gradient `parameter` (named `name`) holds inside a window: its own, unless
+  // the strategy keeps it released between steps with its gradient whole (fsdp under no_sync).
+  virtual std::vector<int64_t> held_gradient_shape(const std::string& name, const torch::Tensor& parameter) const {
+    return parameter.sizes().vec();
+  }
 
   // The strategy's own section (comm-hook state, model-averager step, SlowMo buffers) in
   // `layout`: for Full, what differs per rank is gathered for global rank 0 to write. Restored

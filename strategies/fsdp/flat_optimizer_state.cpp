@@ -36,7 +36,8 @@ c10::IValue owned(const c10::IValue& value) {
 
 }  // namespace
 
-StateDict consolidate_optimizer_state(torch::optim::Optimizer& optimizer, const std::vector<GroupLayout>& groups) {
+StateDict consolidate_optimizer_state(torch::optim::Optimizer& optimizer, const std::vector<GroupLayout>& groups,
+                                      int64_t root) {
   const StateDict sharded = optimizer_state_dict(optimizer);
   check<NotSupportedError>(sharded.contains("state"), "fsdp: the full optimizer state needs an optimizer state codec "
                            "for this optimizer class (see optimizer_state_codec.h), or state_dict_type=sharded");
@@ -47,7 +48,8 @@ StateDict consolidate_optimizer_state(torch::optim::Optimizer& optimizer, const 
   c10::impl::GenericList out_groups(c10::AnyType::get());
   int64_t base = 0, original = 0;
   for (size_t g = 0; g < groups.size(); ++g) {
-    // Each unit's per-element state, gathered once (every rank: the same units, keys in order).
+    // Each unit's per-element state, gathered once to the root (every rank: the same units, keys in
+    // order), on the host there.
     std::map<size_t, std::map<std::string, torch::Tensor>> gathered;
     for (const auto& p : groups[g]) {
       if (p.unit == nullptr || gathered.count(p.stepped)) continue;
@@ -57,7 +59,9 @@ StateDict consolidate_optimizer_state(torch::optim::Optimizer& optimizer, const 
       std::map<std::string, c10::IValue> sorted;
       for (const auto& item : *state) sorted.emplace(item.key().toStringRef(), item.value());
       for (const auto& [key, value] : sorted) {
-        if (per_element(value, p.unit->flat().shard_numel())) per_key[key] = p.unit->flat().gather_shards(value.toTensor());
+        if (!per_element(value, p.unit->flat().shard_numel())) continue;
+        const auto whole = p.unit->flat().gather_shards_to(value.toTensor(), root);
+        per_key[key] = whole.defined() ? whole.to(torch::kCPU) : whole;
       }
     }
     c10::impl::GenericList indices(c10::IntType::get());
@@ -76,7 +80,10 @@ StateDict consolidate_optimizer_state(torch::optim::Optimizer& optimizer, const 
         const auto& key = item.key().toStringRef();
         auto it = gathered.at(p.stepped).find(key);
         if (it != gathered.at(p.stepped).end()) {
-          entry_state.insert(key, it->second.narrow(0, entry.offset, entry.numel()).view(entry.shape).clone());
+          if (!it->second.defined()) continue;  // not the root: the values stay on their ranks
+          // A view of the unit's gathered state, as the parameters are (the file writes each
+          // storage once): no second copy of the whole state on the root.
+          entry_state.insert(key, it->second.narrow(0, entry.offset, entry.numel()).view(entry.shape));
         } else if (item.value().isTensor()) {
           // Each parameter its own copy: PyTorch's Adam advances state["step"] in place, so one
           // tensor shared by a unit's parameters (and kept shared by torch.load) would count a

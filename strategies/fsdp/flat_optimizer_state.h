@@ -32,9 +32,12 @@ struct OriginalParameter {
 };
 using GroupLayout = std::vector<OriginalParameter>;
 
-// PyTorch's layout of `optimizer` (which steps shards) over the original parameters; the same on
-// every rank. [collective]
-StateDict consolidate_optimizer_state(torch::optim::Optimizer& optimizer, const std::vector<GroupLayout>& groups);
+// PyTorch's layout of `optimizer` (which steps shards) over the original parameters, complete on
+// global rank `root`, whose per-element state alone is gathered (Note [A full save gathers to
+// rank 0] in strategies/fsdp/fsdp_checkpoint_state.cpp): the other ranks get the layout without it.
+// [collective]
+StateDict consolidate_optimizer_state(torch::optim::Optimizer& optimizer, const std::vector<GroupLayout>& groups,
+                                      int64_t root);
 
 // Loads PyTorch's layout over the original parameters into `optimizer` (which steps shards):
 // each rank takes its shard's slice (Note [Loading a slice] in flat_slice.h). `state`'s tensors may

@@ -215,6 +215,14 @@ torch::Tensor FlatParameter::gather_shards(const torch::Tensor& shard_like) cons
   return flat.narrow(0, 0, numel_);
 }
 
+torch::Tensor FlatParameter::gather_shards_to(const torch::Tensor& shard_like, int64_t root) const {
+  if (entries_.empty()) return communicator_.rank() == root ? torch::empty({0}, shard_like.options()) : torch::Tensor();
+  VOLT_INTERNAL_ASSERT(shard_like.numel() == shard_numel_, "gather_shards_to: a tensor of the shard's size");
+  const auto gathered = communicator_.gather(shard_like.detach().contiguous(), root);
+  if (communicator_.rank() != root) return {};
+  return gathered.reshape({-1}).narrow(0, 0, numel_);
+}
+
 double gradient_pre_divide_factor(int64_t world) {
   int64_t factor = 1;
   while (world % factor == 0 && world / factor > factor) factor *= 2;

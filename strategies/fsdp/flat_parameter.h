@@ -132,6 +132,9 @@ class FlatParameter {
   // Every rank's `shard_like` (shard_numel() elements: e.g. an optimizer state tensor of the
   // shard), concatenated without the padding: numel() elements. [collective]
   torch::Tensor gather_shards(const torch::Tensor& shard_like) const;
+  // The same on `root` alone (undefined elsewhere): no other rank holds the unit whole, even for a
+  // moment (a full checkpoint's save, Note [A full save gathers to rank 0]). [collective]
+  torch::Tensor gather_shards_to(const torch::Tensor& shard_like, int64_t root) const;
 
  private:
   void point_parameters_at(const torch::Tensor& flat);

@@ -31,9 +31,31 @@ StateDict FsdpCheckpointState::model_state_dict(torch::nn::Module& module, Check
     }
     return state;
   }
-  // Full: every rank gathers every unit; the values replace the released ones under their names,
-  // in module order.
+  // Note [A full save gathers to rank 0]: a Full checkpoint is written by global rank 0 alone, so
+  // only rank 0 needs the whole model (PyTorch FSDP's FullStateDictConfig(rank0_only=True)). Each
+  // unit's shards are gathered to it, one unit at a time, and moved to the host there (a unit at a
+  // time on the device too); the other ranks hold nothing more than their shards during the save.
+  // The optimizer's per-element state is gathered the same way (consolidate_optimizer_state).
+  const int64_t root = 0;
+  const bool is_root = owner().topology().global_rank == root;
   for (const auto& unit : fsdp_.units_) {
+    if (unit->flat().empty()) continue;  // a unit whose parameters all went to its children
+    const auto flat = unit->flat().gather_shards_to(unit->flat().shard().detach(), root);
+    if (!is_root) continue;
+    const auto host = flat.to(torch::kCPU);
+    for (const auto& entry : unit->flat().entries()) {
+      state.set(entry.name, host.narrow(0, entry.offset, entry.numel()).view(entry.shape));
+    }
+  }
+  return state;
+}
+
+StateDict FsdpCheckpointState::full_model_state_dict(torch::nn::Module& module) {
+  StateDict state = module_state_dict(module);
+  // Every rank gathers every unit; the values replace the released ones under their names, in
+  // module order.
+  for (const auto& unit : fsdp_.units_) {
+    if (unit->flat().empty()) continue;
     const auto flat = unit->flat().full_values();
     for (const auto& entry : unit->flat().entries()) {
       state.set(entry.name, flat.narrow(0, entry.offset, entry.numel()).view(entry.shape));
@@ -92,7 +114,7 @@ StateDict FsdpCheckpointState::optimizer_state_dict(torch::optim::Optimizer& opt
   if (layout == CheckpointLayout::Sharded || it == fsdp_.layouts_.end()) {
     return CheckpointState::optimizer_state_dict(optimizer, layout);
   }
-  return fsdp::consolidate_optimizer_state(optimizer, it->second);
+  return fsdp::consolidate_optimizer_state(optimizer, it->second, /*root=*/0);
 }
 
 void FsdpCheckpointState::load_optimizer_state_dict(torch::optim::Optimizer& optimizer, const StateDict& state,
@@ -103,6 +125,16 @@ void FsdpCheckpointState::load_optimizer_state_dict(torch::optim::Optimizer& opt
     return CheckpointState::load_optimizer_state_dict(optimizer, state, layout, what, name_of);
   }
   fsdp::load_consolidated_optimizer_state(optimizer, it->second, state, what, slices());
+}
+
+std::vector<int64_t> FsdpCheckpointState::held_gradient_shape(const std::string& name,
+                                                               const torch::Tensor& parameter) const {
+  for (const auto& unit : fsdp_.units_) {
+    for (const auto& entry : unit->flat().entries()) {
+      if (entry.name == name) return entry.shape;
+    }
+  }
+  return CheckpointState::held_gradient_shape(name, parameter);
 }
 
 bool FsdpCheckpointState::is_own_layout(const StateDict& shard) const {

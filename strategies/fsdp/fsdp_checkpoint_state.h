@@ -27,6 +27,9 @@ class FsdpCheckpointState : public CheckpointState {
   // The same units, flattened and sharded alike (min_num_params, the wrapping and the sharding
   // strategy decide them, not the name and world size alone).
   bool is_own_layout(const StateDict& shard) const override;
+  StateDict full_model_state_dict(torch::nn::Module& module) override;
+  // A unit's parameter is released between steps while its gradient of a window stays whole.
+  std::vector<int64_t> held_gradient_shape(const std::string& name, const torch::Tensor& parameter) const override;
   bool reads_slices() const override { return true; }
 
  private:

@@ -31,13 +31,18 @@ std::unique_ptr<FlatParameter> flatten(torch::nn::Linear& linear, Communicator& 
   return std::make_unique<FlatParameter>(std::move(parameters), c, torch::kFloat);
 }
 
+// A copy of the Linear's weight and bias, flattened in the unit's order.
+torch::Tensor values_of(torch::nn::Linear& linear) {
+  return torch::cat({linear->weight.detach().flatten(), linear->bias.detach().flatten()}).clone();
+}
+
 class FlatParameterTest : public ::testing::TestWithParam<int64_t> {};
 
 TEST_P(FlatParameterTest, EachRankKeepsItsPaddedShareAndNothingGatheredAtRest) {
   const int64_t n = GetParam();
   with_communicators(n, [&](Communicator& c) {
     auto linear = same_linear();
-    const auto full = torch::cat({linear->weight.detach().flatten(), linear->bias.detach().flatten()}).clone();
+    const auto full = values_of(linear);
     auto flat = flatten(linear, c);
     EXPECT_TRUE(flat->gathered()) << "as constructed";
     flat->release();
@@ -49,6 +54,17 @@ TEST_P(FlatParameterTest, EachRankKeepsItsPaddedShareAndNothingGatheredAtRest) {
     EXPECT_EQ(linear->weight.numel(), 0) << "a released parameter reads as empty, not as freed memory";
     const auto padded = torch::cat({full, torch::zeros({share * n - 8})});
     EXPECT_TRUE(torch::equal(flat->shard(), padded.narrow(0, c.rank() * share, share))) << "rank " << c.rank();
+    // What a full checkpoint's save does with each unit (Note [A full save gathers to rank 0]): the
+    // root gets the unit whole, bit for bit; the others get nothing back (no gathered copy).
+    for (int64_t root : {int64_t{0}, n - 1}) {
+      const auto gathered = flat->gather_shards_to(flat->shard(), root);
+      if (c.rank() == root) {
+        ASSERT_TRUE(gathered.defined());
+        EXPECT_TRUE(torch::equal(gathered, full)) << "root " << root;
+      } else {
+        EXPECT_FALSE(gathered.defined()) << "rank " << c.rank() << " holds a gathered unit (root " << root << ")";
+      }
+    }
     flat->gather();
     EXPECT_EQ(flat->gathered_bytes(), share * n * 4);
     EXPECT_TRUE(torch::equal(linear->weight.detach().flatten(), full.narrow(0, 0, 6)));
@@ -132,7 +148,7 @@ TEST_P(FlatParameterTest, APrefetchGathersInTheBackgroundAndGatherOrReleaseCompl
   const int64_t n = GetParam();
   with_communicators(n, [&](Communicator& c) {
     auto linear = same_linear();
-    const auto full = torch::cat({linear->weight.detach().flatten(), linear->bias.detach().flatten()}).clone();
+    const auto full = values_of(linear);
     auto flat = flatten(linear, c);
     flat->release();
     flat->prefetch();

@@ -131,7 +131,7 @@ TrainerOptions options_from_args(std::vector<std::string> args) {
 }
 
 torch::Tensor full_parameters(const Strategy& strategy, torch::nn::Module& module) {
-  const auto state = strategy.checkpointing().model_state_dict(module, CheckpointLayout::Full);
+  const auto state = strategy.checkpointing().full_model_state_dict(module);
   std::vector<torch::Tensor> flat;
   for (const auto& item : module.named_parameters()) flat.push_back(state.get_tensor(item.key()).flatten());
   return torch::cat(flat);

@@ -20,7 +20,9 @@
 //                       the module's buffers as each training_step starts (after the strategy's
 //                       pre-forward work, e.g. DDP's broadcast_buffers);
 //                       --checkpoint-every-epoch saves last.ckpt at every epoch end (in the
-//                       background with --checkpoint-async); with
+//                       background with --checkpoint-async); --save-after-batch K
+//                       --save-after-batch-path P saves P after training batch K of epoch 0
+//                       (inside an accumulation window when K ends none); with
 //                       --crash-rank R --crash-epoch E rank R throws at the start of epoch E on
 //                       the first attempt (TORCHELASTIC_RESTART_COUNT unset or 0), so that
 //                       torchrun --max_restarts 1 ... --ckpt-path last resumes the group
@@ -201,11 +203,19 @@ class StrayDecision : public Callback {
   int64_t rank_;
 };
 
-// Saves <checkpoint_dir>/last.ckpt at every epoch end, and makes one rank fail once.
+// Saves <checkpoint_dir>/last.ckpt at every epoch end, or one checkpoint after a given training
+// batch of epoch 0; and makes one rank fail once.
 class CheckpointAndCrash : public Callback {
  public:
-  CheckpointAndCrash(bool save, bool in_background, int64_t crash_rank, int64_t crash_epoch)
-      : save_(save), in_background_(in_background), crash_rank_(crash_rank), crash_epoch_(crash_epoch) {}
+  CheckpointAndCrash(bool save, bool in_background, int64_t crash_rank, int64_t crash_epoch,
+                     std::string save_after_batch_path = "", int64_t save_after_batch = -1)
+      : save_(save), in_background_(in_background), crash_rank_(crash_rank), crash_epoch_(crash_epoch),
+        save_after_batch_path_(std::move(save_after_batch_path)), save_after_batch_(save_after_batch) {}
+  void on_train_batch_end(Trainer& trainer, Module&, const torch::Tensor&, const Batch&, int64_t batch_idx) override {
+    if (save_after_batch_ >= 0 && trainer.current_epoch() == 0 && batch_idx == save_after_batch_) {
+      trainer.save_checkpoint(save_after_batch_path_);
+    }
+  }
   void on_train_epoch_start(Trainer& trainer, Module&) override {
     const auto restarts = current_environment()["TORCHELASTIC_RESTART_COUNT"];
     if (trainer.strategy().topology().global_rank == crash_rank_ && trainer.current_epoch() == crash_epoch_ &&
@@ -220,6 +230,8 @@ class CheckpointAndCrash : public Callback {
  private:
   bool save_, in_background_;
   int64_t crash_rank_, crash_epoch_;
+  std::string save_after_batch_path_;
+  int64_t save_after_batch_;
 };
 
 // --print-steps: "STEP rank=.. step=.. params=.." after every optimizer step, for tests that compare
@@ -468,6 +480,9 @@ int main(int argc, char** argv) {
         ("loader-workers", po::value<int64_t>()->default_value(0), "the loader's num_workers (--mode sampler)")
         ("checkpoint-every-epoch", po::bool_switch(), "save last.ckpt at every epoch end (--mode train)")
         ("checkpoint-async", po::bool_switch(), "with --checkpoint-every-epoch: write it in the background")
+        ("save-after-batch", po::value<int64_t>()->default_value(-1),
+         "K >= 0: save a checkpoint to --save-after-batch-path after training batch K of epoch 0 (--mode train)")
+        ("save-after-batch-path", po::value<std::string>()->default_value(""), "where --save-after-batch saves")
         ("crash-rank", po::value<int64_t>()->default_value(-1), "rank that throws once (--mode train)")
         ("crash-epoch", po::value<int64_t>()->default_value(-1), "epoch at whose start it throws")
         ("stray-decision-rank", po::value<int64_t>()->default_value(-1),
@@ -493,7 +508,9 @@ int main(int argc, char** argv) {
                    std::make_shared<CheckpointAndCrash>(vm["checkpoint-every-epoch"].as<bool>(),
                                                         vm["checkpoint-async"].as<bool>(),
                                                         vm["crash-rank"].as<int64_t>(),
-                                                        vm["crash-epoch"].as<int64_t>()),
+                                                        vm["crash-epoch"].as<int64_t>(),
+                                                        vm["save-after-batch-path"].as<std::string>(),
+                                                        vm["save-after-batch"].as<int64_t>()),
                    regression_options(vm["optimizer"].as<std::string>(), vm["skip-every"].as<int64_t>(),
                                       vm["model"].as<std::string>()),
                    vm["print-steps"].as<bool>(), vm["print-buffers"].as<bool>(),
