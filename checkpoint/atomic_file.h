@@ -37,7 +37,6 @@ class AtomicFileWriter {
   void commit();
 
   const std::filesystem::path& path() const { return path_; }
-  const std::filesystem::path& temporary_path() const { return temporary_; }
 
  private:
   void fail(const std::string& what);

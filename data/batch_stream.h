@@ -59,8 +59,6 @@ class BatchStream {
   Batch next();
   // Whether next() would return without waiting: its batch is built (always false without a pool).
   bool next_ready() const;
-  // Whether a pool builds the batches (num_workers > 0).
-  bool on_workers() const { return pool_ != nullptr; }
   Stats stats() const;
 
  private:

@@ -181,7 +181,6 @@ SharedMemoryGroup::SharedMemoryGroup(int64_t rank, int64_t size, std::chrono::mi
       header_bytes_(header_bytes_for(size)),
       registry_(std::make_shared<Registry>()) {}
 
-size_t SharedMemoryGroup::segment_bytes() const { return segment_->bytes(); }
 
 SharedMemoryGroup::~SharedMemoryGroup() {
   // A peer still waiting for this rank fails at once rather than at its timeout (a rank whose

@@ -110,8 +110,6 @@ class SharedMemoryGroup {
 
   int64_t rank() const { return rank_; }
   int64_t size() const { return size_; }
-  // The bytes of the segment (header, slots, result).
-  size_t segment_bytes() const;
   // This host's id: the kernel's boot id and the host name.
   static std::string host_id();
 

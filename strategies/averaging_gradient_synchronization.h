@@ -17,9 +17,6 @@ class AveragingGradientSynchronization : public GradientSynchronization {
   // on some rank of it: those get one everywhere, the others stay without). [collective]
   void synchronize_accumulated_gradients(torch::nn::Module& module) override;
 
- protected:
-  ParallelStrategy& parallel_owner() const { return parallel_owner_; }
-
  private:
   ParallelStrategy& parallel_owner_;
 };

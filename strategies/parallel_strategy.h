@@ -63,7 +63,6 @@ class ParallelStrategy : public Strategy {
   Topology& build_topology(std::optional<int64_t> node_size = std::nullopt);
   // Throws InternalError before build_topology().
   Topology& node_topology() const;
-  bool has_topology() const { return topology_ != nullptr; }
 
   // Rank 0's buffers (e.g. BatchNorm statistics) into every rank's, one flat broadcast per dtype:
   // DDP's broadcast_buffers before each training forward. [collective]

@@ -88,9 +88,6 @@ class SlowMomentumAverager : public ModelAverager {
   bool slow_momentum_at(int64_t step) const;
 
   const SlowMomentumOptions& options() const { return options_; }
-  // The flat elements [begin, end) whose u and x_old this rank holds (empty when it holds none).
-  int64_t shard_begin() const { return begin_; }
-  int64_t shard_end() const { return end_; }
   // Bytes of u and x_old held now (live tensors).
   int64_t buffer_bytes() const;
 

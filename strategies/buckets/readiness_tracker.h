@@ -20,7 +20,6 @@ class ReadinessTracker {
   bool is_ready(size_t index) const { return ready_.at(index); }
   // The buckets that may be reduced now, in order; each is returned once per iteration.
   std::vector<size_t> take_launchable();
-  bool all_launched() const { return next_launch_ == pending_.size(); }
   // Parameters not ready yet, by index.
   std::vector<size_t> not_ready() const;
   // The parameters in the order they became ready this iteration.

@@ -29,7 +29,6 @@ class StaticGraphRecord {
   void finish_recording();
   // The parameters the record says are unused (valid once recorded()).
   const std::vector<size_t>& unused() const { return unused_; }
-  int64_t expected_gradients(size_t index) const { return expected_.at(index); }
   int64_t seen_gradients(size_t index) const { return seen_.at(index); }
 
  private:

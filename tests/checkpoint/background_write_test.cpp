@@ -67,7 +67,8 @@ struct Run {
 
 // 2 epochs of 6 steps (momentum SGD: optimizer state of its own), a checkpoint after every step.
 Run fit_saving_every_step(const fs::path& root, bool async, std::shared_ptr<CheckpointIO> io = nullptr,
-                          std::shared_ptr<StepCounter> counter = nullptr, int64_t save_top_k = -1) {
+                          std::shared_ptr<StepCounter> counter = nullptr, int64_t save_top_k = -1,
+                          bool save_last = false) {
   auto options = quiet_options(root.string());
   options.max_epochs = 2;
   auto strategy = std::make_shared<SingleDeviceStrategy>();
@@ -82,6 +83,7 @@ Run fit_saving_every_step(const fs::path& root, bool async, std::shared_ptr<Chec
   checkpoint_options.every_n_train_steps = 1;
   checkpoint_options.save_top_k = save_top_k;
   checkpoint_options.async_write = async;
+  checkpoint_options.save_last = save_last;
   auto checkpoint = std::make_shared<ModelCheckpoint>(checkpoint_options);
   trainer.add_callback(checkpoint);
   trainer.fit(module, std::make_shared<RegressionData>(48, 8));
@@ -143,6 +145,24 @@ TEST(BackgroundCheckpointWrite, SaveTopKRemovesTheOlderFileOnlyOnceTheNewOneIsWr
   const auto run = fit_saving_every_step(dir.path(), true, slow, counter, /*save_top_k=*/1);
   EXPECT_EQ(directory_entries(run.dirpath), std::vector<std::string>{"epoch=1-step=12.ckpt"});
   EXPECT_EQ(read_checkpoint_file(run.checkpoint->best_model_path()).get_int("global_step"), 12);
+}
+
+// save_last beside save_top_k: two files per save, both in the background, the second waiting for
+// the first (never two writes at once), and last.ckpt holds the last step's state like the best.
+TEST(BackgroundCheckpointWrite, SaveLastWritesItsFileAfterTheOtherOneAtATime) {
+  TemporaryDirectory dir;
+  auto counter = std::make_shared<StepCounter>();
+  auto slow = std::make_shared<SlowCheckpointIO>(std::chrono::milliseconds(20), counter);
+  const auto run = fit_saving_every_step(dir.path(), true, slow, counter, /*save_top_k=*/1, /*save_last=*/true);
+  EXPECT_EQ(directory_entries(run.dirpath), (std::vector<std::string>{"epoch=1-step=12.ckpt", "last.ckpt"}));
+  EXPECT_EQ(slow->calls, 24) << "two writes per save";
+  EXPECT_EQ(slow->max_in_flight, 1);
+  const auto last = read_checkpoint_file(run.dirpath / "last.ckpt");
+  const auto best = read_checkpoint_file(run.dirpath / "epoch=1-step=12.ckpt");
+  EXPECT_EQ(last.get_int("global_step"), 12);
+  for (const char* key : {"state_dict", "optimizer_states", "loops"}) {
+    EXPECT_EQ(checkpoint_difference(last.at(key), best.at(key), key), "");
+  }
 }
 
 }  // namespace

@@ -23,6 +23,7 @@ struct Scenario {
   int64_t epoch = 0, batch = 0;    // where the checkpoint is written
   std::optional<GradScalerOptions> scaler;  // set: bf16-mixed with this GradScaler
   std::string accumulation_schedule;        // set: a GradientAccumulationScheduler from the command line
+  int64_t limit_train_batches = 0;          // > 0: that many training batches per epoch
 };
 
 struct Outcome {
@@ -51,6 +52,7 @@ Outcome fit(const Scenario& s, const std::string& root, uint64_t init_seed, std:
                                                              s.accumulation_schedule}).callbacks;
   }
   if (s.val_check_interval > 0) options.val_check_interval = BatchLimit::count(s.val_check_interval);
+  if (s.limit_train_batches > 0) options.limit_train_batches = BatchLimit::count(s.limit_train_batches);
   torch::manual_seed(init_seed);
   auto model = std::make_shared<RecordingRegression>(s.model);
   model->epoch_scheduler = s.epoch_scheduler;
@@ -132,6 +134,54 @@ INSTANTIATE_TEST_SUITE_P(
         Scenario{.name = "LastBatchOfTheFit", .model = {.adam = true}, .epoch_scheduler = true,
                  .point = SavePoint::TrainBatchEnd, .epoch = 2, .batch = 11}),
     [](const ::testing::TestParamInfo<Scenario>& info) { return info.param.name; });
+
+// A mid-epoch resume whose run differs from the one that wrote the checkpoint says what changed
+// and what the rest of the epoch sees, once; the same run resumes silently.
+TEST(ResumeMidEpoch, WarnsWhenTheAccumulationDataOrLimitsChanged) {
+  TemporaryDirectory dir;
+  const Scenario saved{.accumulate = 2, .point = SavePoint::TrainBatchEnd, .epoch = 1, .batch = 5};
+  const auto path = dir.file("mid_epoch.ckpt");
+  auto saver = std::make_shared<SaveAndInterrupt>(path, saved.point, saved.epoch, saved.batch);
+  fit(saved, dir.path(), 1, saver, "");
+  ASSERT_TRUE(saver->fired);
+  Scenario limited = saved;
+  limited.limit_train_batches = 10;
+  const auto limited_path = dir.file("limited.ckpt");
+  auto limited_saver = std::make_shared<SaveAndInterrupt>(limited_path, saved.point, saved.epoch, saved.batch);
+  fit(limited, dir.path(), 1, limited_saver, "");
+  ASSERT_TRUE(limited_saver->fired);
+
+  const auto warnings_of = [&](const Scenario& resumed, const std::string& checkpoint) {
+    ::testing::internal::CaptureStderr();
+    fit(resumed, dir.path(), 2, nullptr, checkpoint);
+    return ::testing::internal::GetCapturedStderr();
+  };
+  const std::string accumulation = "by a run with accumulate_grad_batches 2, this one has 3: the rest of epoch 1 "
+                                   "keeps the 2 micro-batches per step in use when it was written";
+  const std::string other_batches = "the rest of this epoch will not see exactly the batches the original run would have";
+
+  EXPECT_EQ(warnings_of(saved, path), "") << "the same run resumes without a warning";
+  EXPECT_EQ(warnings_of(limited, limited_path), "") << "the same limits resume at the batch index, without a warning";
+
+  Scenario more_accumulation = saved;
+  more_accumulation.accumulate = 3;
+  auto text = warnings_of(more_accumulation, path);
+  EXPECT_NE(text.find(accumulation), std::string::npos) << text;
+  EXPECT_EQ(text.find(other_batches), std::string::npos) << "the data order is the same:\n" << text;
+
+  Scenario shuffled = saved;
+  shuffled.shuffle = true;
+  text = warnings_of(shuffled, path);
+  EXPECT_NE(text.find("whose data or accumulation differs from this one (shuffle"), std::string::npos) << text;
+  EXPECT_NE(text.find(other_batches), std::string::npos) << text;
+
+  Scenario fewer = limited;
+  fewer.limit_train_batches = 8;
+  text = warnings_of(fewer, limited_path);
+  EXPECT_NE(text.find("training batches per epoch: 10 -> 8"), std::string::npos) << text;
+  EXPECT_NE(text.find(other_batches), std::string::npos) << text;
+  EXPECT_EQ(text.find(other_batches, text.find(other_batches) + 1), std::string::npos) << "once:\n" << text;
+}
 
 // bf16-mixed (autocast on the CPU) resumes bit for bit too: the precision's state is part of the
 // checkpoint.

@@ -118,6 +118,18 @@ TEST(LauncherTest, ChildThatExitsIsNamedAndTheOthersStop) {
   for (const auto& line : worker_lines(result.output)) EXPECT_FALSE(process_exists(line.pid)) << line.rank;
 }
 
+// A rank that leaves early (returns from main with status 0, closing its communicator) while the
+// others still reduce: they fail in seconds, naming it, and the run ends non-zero.
+TEST(LauncherTest, ChildThatLeavesEarlyFailsTheOthersNamingIt) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto result = run_command(worker() + " --mode fail --fail-rank 2 --how leave --devices 3 --timeout 300", 280);
+  EXPECT_LT(seconds(start), 60.0) << "a peer that left must end the run in seconds, not at the 300 s timeout";
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("rank 2 left the group (its communicator was closed)"), std::string::npos)
+      << result.output;
+  for (const auto& line : worker_lines(result.output)) EXPECT_FALSE(process_exists(line.pid)) << line.rank;
+}
+
 // Errors of several ranks: one line each, prefixed by the rank; the rank that failed first is the
 // cause that the others' lines start with.
 TEST(LauncherTest, EachRanksErrorIsOneLineAndTheFirstCauseComesFirst) {

@@ -98,7 +98,35 @@ TEST_F(VoltCkpt, ConvertShardsAFullCheckpointForNRanks) {
   const auto inspected = run_command(volt_ckpt("inspect " + out.string()), 60);
   EXPECT_NE(inspected.output.find("layout: sharded, 3 shards"), std::string::npos) << inspected.output;
 
+  // The full file holds the random states of 2 ranks.
+  EXPECT_NE(result.output.find("note: the random states of the 2 ranks that wrote it do not fit 3 ranks: every "
+                               "shard holds rank 0's"),
+            std::string::npos)
+      << result.output;
+
   CheckpointIO io;
+  // Adam's state is partitioned by bytes: each parameter's state goes to the shard with the fewest
+  // bytes so far, so no two shards differ by more than the largest parameter's state.
+  std::vector<int64_t> state_bytes;
+  int64_t largest = 0;
+  for (int64_t r = 0; r < 3; ++r) {
+    const auto shard = io.load(shard_file(out, r));
+    const auto optimizer = StateDict::from_ivalue(shard.at("optimizer_states").toListRef().at(0), "optimizer");
+    int64_t bytes = 0;
+    for (const auto& entry : optimizer.at("state").toGenericDict()) {
+      int64_t size = 0;
+      for (const auto& value : entry.value().toGenericDict()) {
+        if (value.value().isTensor()) size += static_cast<int64_t>(value.value().toTensor().nbytes());
+      }
+      bytes += size;
+      largest = std::max(largest, size);
+    }
+    state_bytes.push_back(bytes);
+  }
+  const auto [least, most] = std::minmax_element(state_bytes.begin(), state_bytes.end());
+  EXPECT_GT(*least, 0) << "every shard holds some of the optimizer's state";
+  EXPECT_LE(*most - *least, largest) << state_bytes[0] << ", " << state_bytes[1] << ", " << state_bytes[2];
+
   const auto assembled = assemble_full_checkpoint(io, out);
   const auto expected = io.load(full_);
   for (const char* key : {"state_dict", "optimizer_states", "epoch", "global_step"}) {
@@ -130,6 +158,28 @@ TEST_F(VoltCkpt, ConvertShardsAFullCheckpointForNRanks) {
   const auto zero = run_command(volt_ckpt("convert " + full_.string() + " " + out.string() + "_0 --ranks 0"), 60);
   EXPECT_EQ(zero.exit_code, 2) << zero.output;
   EXPECT_FALSE(fs::exists(out.string() + "_0"));
+}
+
+// What a sharded checkpoint cannot hold, each named in a note: a strategy's own state (PowerSGD's)
+// and the gradients of an open accumulation window (a checkpoint written inside one).
+TEST_F(VoltCkpt, ConvertNotesWhatItLeavesOut) {
+  const auto window = fs::path(dir_->path()) / "powersgd_window.ckpt";
+  const auto trained = run_command(
+      testing::adam_train_command(dir_->path() + "/powersgd",
+                                  "--batch-size 2 --model mlp --devices 2 --max-epochs 1 --accumulate-grad-batches 2 "
+                                  "--strategy ddp:comm_hook=powersgd,start_powersgd_iter=2 --save-after-batch 4 "
+                                  "--save-after-batch-path " + window.string()),
+      240);
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  const auto out = fs::path(dir_->path()) / "powersgd_window_for_2";
+  const auto result = run_command(volt_ckpt("convert " + window.string() + " " + out.string() + " --ranks 2"), 60);
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  for (const char* note : {"note: the own state of strategy 'ddp' is left out (it restarts)",
+                           "note: the gradients accumulated in the open accumulation window are left out"}) {
+    EXPECT_NE(result.output.find(note), std::string::npos) << note << " in:\n" << result.output;
+  }
+  EXPECT_EQ(result.output.find("random states"), std::string::npos) << "2 ranks' random states fit 2:\n" << result.output;
+  EXPECT_EQ(run_command(volt_ckpt("verify " + out.string()), 60).exit_code, 0);
 }
 
 TEST_F(VoltCkpt, ExportWritesTheWeightsPyTorchLoads) {

@@ -26,7 +26,6 @@ class FabricModuleBase : public torch::nn::Module {
  public:
   // The user's module, as set up by the strategy.
   torch::nn::Module& inner() const { return *inner_; }
-  const std::shared_ptr<torch::nn::Module>& inner_ptr() const { return inner_; }
 
  protected:
   FabricModuleBase(std::shared_ptr<torch::nn::Module> inner, std::shared_ptr<Strategy> strategy)
@@ -57,7 +56,6 @@ class FabricModule : public FabricModuleBase {
   }
 
   M& module() const { return *module_; }
-  const std::shared_ptr<M>& module_ptr() const { return module_; }
 
  private:
   std::shared_ptr<M> module_;

@@ -60,7 +60,6 @@ class PostLocalSGDHook : public CommHook {
   void load_state_dict(const StateDict& state) override;
 
   int64_t iteration() const { return iteration_; }
-  bool local_phase() const { return iteration_ >= start_; }
 
  private:
   AllReduceHook world_mean_, subgroup_mean_;

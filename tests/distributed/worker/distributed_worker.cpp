@@ -3,7 +3,8 @@
 //   --mode collectives  join the group, check collectives against closed forms, print one
 //                       "WORKER rank=.. world=.. local=../.. node=../.. env=.. sum=.." line
 //   --mode fail         like collectives, then --fail-rank misbehaves (--how throw | exit |
-//                       kill | stall) while the others keep reducing; they must fail fast
+//                       kill | stall | leave: returns, exit status 0) while the others keep
+//                       reducing; they must fail fast
 //   --mode train        Trainer.fit of a linear regression with the Trainer's own flags
 //                       (--strategy test_grad_avg registers a plain gradient-averaging
 //                       ParallelStrategy here, as a user would); prints "TRAINED rank=..
@@ -454,12 +455,13 @@ void misbehave(const std::string& how) {
   std::cout << "WORKER failing rank misbehaves: " << how << std::endl;
   if (how == "throw") throw Error("worker: deliberate failure (--how throw)");
   if (how == "exit") _exit(3);
+  if (how == "leave") return;  // the caller returns: the process ends normally, status 0
   if (how == "kill") raise(SIGKILL);
   if (how == "stall") {
     std::this_thread::sleep_for(std::chrono::seconds(600));
     return;
   }
-  throw ConfigurationError("worker: --how expects throw, exit, kill or stall, got '" + how + "'");
+  throw ConfigurationError("worker: --how expects throw, exit, kill, stall or leave, got '" + how + "'");
 }
 
 }  // namespace
@@ -473,7 +475,7 @@ int main(int argc, char** argv) {
     own.add_options()("mode", po::value<std::string>()->default_value("collectives"),
                       "collectives | fail | train | sampler | gan")
         ("fail-rank", po::value<int64_t>()->default_value(-1), "rank that misbehaves in --mode fail")
-        ("how", po::value<std::string>()->default_value("throw"), "throw | exit | kill | stall")
+        ("how", po::value<std::string>()->default_value("throw"), "throw | exit | kill | stall | leave")
         ("batch-size", po::value<int64_t>()->default_value(8), "training batch size (--mode train)")
         ("samples", po::value<int64_t>()->default_value(10), "dataset size (--mode sampler)")
         ("save-at-end", po::value<std::string>()->default_value(""), "checkpoint written after fit (--mode sampler)")
@@ -535,6 +537,7 @@ int main(int argc, char** argv) {
         communicator->report_failure(e.what());  // what ParallelStrategy::on_exception does
         throw;
       }
+      if (vm["how"].as<std::string>() == "leave") return;  // closes its communicator, exits 0
     }
     auto t = torch::ones({1024});
     for (int step = 0; step < 1000000; ++step) {
