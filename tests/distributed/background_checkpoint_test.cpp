@@ -75,5 +75,52 @@ TEST(BackgroundCheckpointKill, AKillDuringTheSecondWriteLeavesTheFirstLoadableAn
   expect_same_end(resumed, uninterrupted, 1, "resumed from the first checkpoint");
 }
 
+// A write in the background that fails on one rank of several (its disk full): every rank learns
+// it at the next save or the end of fit and the run stops there, the failing rank with its own
+// error, the others naming where it failed; no rank trains on past it.
+struct FailedWriteCase {
+  std::string name, strategy;
+  int64_t failing_rank;
+  std::string others_say;  // what the ranks whose write did not fail report
+};
+
+class AFailedBackgroundWrite : public ::testing::TestWithParam<FailedWriteCase> {};
+
+TEST_P(AFailedBackgroundWrite, StopsEveryRankWithTheFailingRanksErrorFirst) {
+  const auto& c = GetParam();
+  testing::TemporaryDirectory dir;
+  const auto result = testing::run_command(
+      testing::adam_train_command(dir.path(), "--batch-size 2 --model mlp --devices 3 --max-epochs 3 "
+                                              "--checkpoint-every-epoch --checkpoint-async --print-steps --strategy \"" +
+                                                  c.strategy + "\" --fail-write-rank " + std::to_string(c.failing_rank)) +
+          " 2>&1",
+      240);
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  const std::string cause = "worker: no space left on rank " + std::to_string(c.failing_rank) + "'s disk";
+  EXPECT_NE(result.output.find("[rank " + std::to_string(c.failing_rank) + "] error: " + cause), std::string::npos)
+      << result.output;
+  for (int64_t rank = 0; rank < 3; ++rank) {
+    if (rank == c.failing_rank) continue;
+    const auto line = result.output.find("[rank " + std::to_string(rank) + "] error: ");
+    ASSERT_NE(line, std::string::npos) << "rank " << rank << " stopped too:\n" << result.output;
+    const auto end = result.output.find('\n', line);
+    EXPECT_NE(result.output.substr(line, end - line).find(c.others_say), std::string::npos)
+        << "rank " << rank << ":\n" << result.output;
+  }
+  // The first epoch's write failed; its failure is found at the second epoch's save, so no rank
+  // trains into the third epoch (11 steps an epoch at batch 2 on 3 ranks: 64 samples padded to 66).
+  for (const auto& [rank, steps] : testing::step_lines(result.output)) {
+    ASSERT_FALSE(steps.empty());
+    EXPECT_LE(steps.rbegin()->first, 2 * 11) << "rank " << rank << " trained past the save that found the failure";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, AFailedBackgroundWrite,
+    ::testing::Values(FailedWriteCase{"FullOnRank0", "ddp", 0, "failed on global rank 0"},
+                      FailedWriteCase{"ShardedOnRank2", "fsdp:min_num_params=20,state_dict_type=sharded", 2,
+                                      "failed on another rank"}),
+    [](const auto& info) { return info.param.name; });
+
 }  // namespace
 }  // namespace volt::background_checkpoint_tests

@@ -23,7 +23,8 @@
 //                       --checkpoint-every-epoch saves last.ckpt at every epoch end (in the
 //                       background with --checkpoint-async); --save-after-batch K
 //                       --save-after-batch-path P saves P after training batch K of epoch 0
-//                       (inside an accumulation window when K ends none); with
+//                       (inside an accumulation window when K ends none); --fail-write-rank R
+//                       makes every checkpoint write of global rank R fail; with
 //                       --crash-rank R --crash-epoch E rank R throws at the start of epoch E on
 //                       the first attempt (TORCHELASTIC_RESTART_COUNT unset or 0), so that
 //                       torchrun --max_restarts 1 ... --ckpt-path last resumes the group
@@ -287,11 +288,35 @@ testing::RegressionOptions regression_options(const std::string& optimizer, int6
   return options;
 }
 
+// --fail-write-rank R: a CheckpointIO whose writes fail on global rank R (a full disk there).
+class FailingOnOneRankIO : public CheckpointIO {
+ public:
+  explicit FailingOnOneRankIO(int64_t failing_rank) : failing_rank_(failing_rank) {}
+  void save(const StateDict& checkpoint, const std::filesystem::path& path) override {
+    // Rank 0 is the process the launcher runs in, without RANK; the ranks it starts have it.
+    const auto rank = current_environment()["RANK"];
+    if ((rank.empty() ? 0 : std::stoll(rank)) == failing_rank_) {
+      throw CheckpointError("worker: no space left on rank " + std::to_string(failing_rank_) + "'s disk");
+    }
+    CheckpointIO::save(checkpoint, path);
+  }
+
+ private:
+  int64_t failing_rank_;
+};
+
 void train(const TrainerOptions& options, ProcessLauncher& launcher, int64_t batch_size, std::shared_ptr<Callback> extra,
            const testing::RegressionOptions& model_options, bool print_steps, bool print_buffers,
-           int64_t manual_accumulate, bool module_no_sync, int64_t stray_decision_rank, bool print_initial) {
+           int64_t manual_accumulate, bool module_no_sync, int64_t stray_decision_rank, bool print_initial,
+           int64_t fail_write_rank) {
   register_test_strategy([&] { return std::make_shared<WorkerModule>(model_options, false, manual_accumulate); });
-  Trainer trainer(options, launcher);  // run_main's launcher: the children's exit statuses count
+  TrainerComponents components;
+  components.launcher = &launcher;  // run_main's launcher: the children's exit statuses count
+  if (fail_write_rank >= 0) {
+    components.strategy = create_strategy(options.strategy, options.devices * options.num_nodes, "worker");
+    components.strategy->set_checkpoint_io(std::make_shared<FailingOnOneRankIO>(fail_write_rank));
+  }
+  Trainer trainer(options, components);
   trainer.add_callback(std::move(extra));
   if (stray_decision_rank >= 0) trainer.add_callback(std::make_shared<StrayDecision>(stray_decision_rank));
   if (print_steps) trainer.add_callback(std::make_shared<StepPrinter>());
@@ -485,6 +510,8 @@ int main(int argc, char** argv) {
         ("save-after-batch", po::value<int64_t>()->default_value(-1),
          "K >= 0: save a checkpoint to --save-after-batch-path after training batch K of epoch 0 (--mode train)")
         ("save-after-batch-path", po::value<std::string>()->default_value(""), "where --save-after-batch saves")
+        ("fail-write-rank", po::value<int64_t>()->default_value(-1),
+         "R >= 0: every checkpoint write on global rank R fails (--mode train)")
         ("crash-rank", po::value<int64_t>()->default_value(-1), "rank that throws once (--mode train)")
         ("crash-epoch", po::value<int64_t>()->default_value(-1), "epoch at whose start it throws")
         ("stray-decision-rank", po::value<int64_t>()->default_value(-1),
@@ -518,7 +545,7 @@ int main(int argc, char** argv) {
                    vm["print-steps"].as<bool>(), vm["print-buffers"].as<bool>(),
                    vm["manual-accumulate"].as<int64_t>(), vm["manual-no-sync"].as<bool>(),
                    vm["stray-decision-rank"].as<int64_t>(),
-                   vm["print-initial"].as<bool>());
+                   vm["print-initial"].as<bool>(), vm["fail-write-rank"].as<int64_t>());
     }
     if (mode == "sampler") {
       return record_sampler(options, vm["samples"].as<int64_t>(), vm["save-at-end"].as<std::string>(),
