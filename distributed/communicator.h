@@ -182,6 +182,9 @@ class Communicator {
   // Whether all_reduce and reduce of CPU tensors go through shared memory in this group
   // (CommunicatorOptions::shared_memory, every rank on this host).
   virtual bool reduces_through_shared_memory() const { return false; }
+  // Whether volt's ring collectives and the collectives through shared memory run on a thread of
+  // the communicator's own (CommunicatorOptions::ring_thread).
+  virtual bool runs_on_a_ring_thread() const { return false; }
   // Zeroed flat buffers (numels[i] elements of dtypes[i], on the CPU) for tensors this group will
   // all_reduce: where all_reduce goes through shared memory, in a segment every rank has mapped,
   // so that it reduces them in place, without a copy in or out (Note [all_reduce in place

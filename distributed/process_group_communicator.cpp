@@ -3,6 +3,7 @@
 #include "distributed/process_group_communicator.h"
 
 #include "core/error.h"
+#include "core/warning.h"
 #include "distributed/c10d_entry.h"
 #include "distributed/c10d_process_group.h"
 #include "distributed/collective_arguments.h"
@@ -62,14 +63,20 @@ class ProcessGroupCommunicator : public Communicator {
       if (setup_.backend == "gloo" && size > 1 && setup_.shared_memory) {
         const auto exchange = shared_memory_exchange();
         const auto hosts = exchange(setup_.host_id.empty() ? SharedMemoryGroup::host_id() : setup_.host_id);
+        std::string why_not;
         if (std::all_of(hosts.begin(), hosts.end(), [&](const std::string& host) { return host == hosts[0]; })) {
           // Null when /dev/shm cannot hold the segment: Gloo then.
           shm_ = SharedMemoryGroup::join(exchange, rank, size, timeout(), describe(),
-                                         SharedMemoryGroup::kDefaultSlotBytes, nullptr, hosts[0]);
+                                         SharedMemoryGroup::kDefaultSlotBytes, &why_not, hosts[0]);
         } else if (HierarchicalAllReduce::applies(hosts)) {
           // Null when a host cannot map its segment: Gloo then.
           hierarchy_ = HierarchicalAllReduce::join(c10::make_intrusive<c10d::PrefixStore>("hierarchy", setup_.store),
-                                                   setup_.device, rank, hosts, timeout(), describe(), exchange);
+                                                   setup_.device, rank, hosts, timeout(), describe(), exchange,
+                                                   &why_not);
+        }
+        // A fallback the user should hear of (every rank agrees on it; rank 0 says it).
+        if (!why_not.empty() && rank == 0) {
+          warn(describe() + ": collectives go through Gloo, not through shared memory: " + why_not);
         }
       }
     } catch (const std::exception& e) {
@@ -92,13 +99,19 @@ class ProcessGroupCommunicator : public Communicator {
   }
 
   bool reduces_through_shared_memory() const override { return shm_ != nullptr || hierarchy_ != nullptr; }
+  bool runs_on_a_ring_thread() const override { return rings_ != nullptr; }
 
   std::vector<torch::Tensor> allocate_buffers(const std::vector<int64_t>& numels,
                                               const std::vector<c10::ScalarType>& dtypes) override {
     if (shm_) {
       // Empty on every rank when /dev/shm cannot hold them: plain tensors, reduced through the slots.
-      auto buffers = shm_->allocate_buffers(shared_memory_exchange(), numels, dtypes);
+      std::string why_not;
+      auto buffers = shm_->allocate_buffers(shared_memory_exchange(), numels, dtypes, &why_not);
       if (!buffers.empty()) return buffers;
+      if (rank() == 0) {
+        warn(describe() + ": buffers for reducing in place in shared memory could not be had (" + why_not +
+             "): plain tensors, reduced through the shared-memory slots (a copy in and out)");
+      }
     }
     return Communicator::allocate_buffers(numels, dtypes);
   }

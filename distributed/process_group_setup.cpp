@@ -17,6 +17,12 @@ std::shared_ptr<Communicator> start_process_group(const ClusterEnvironment& clus
   // benchmark that puts a simulated link between network namespaces of one host, which shared
   // memory would bypass); VOLT_SHM=1 cannot turn on what the options turned off. Checked before
   // any rank is started.
+  // VOLT_RING_THREAD=0|1 overrides the core count's choice of a ring thread (Note [Ring collectives
+  // off the calling thread]): a run on a small machine can try it, and the tests run both paths.
+  const char* ring = std::getenv("VOLT_RING_THREAD");
+  check<ConfigurationError>(ring == nullptr || std::string(ring) == "0" || std::string(ring) == "1",
+                            "VOLT_RING_THREAD: expected 0 (rings on the calling thread) or 1 (on a thread of "
+                            "their own), got '", ring == nullptr ? "" : ring, "'");
   const char* shm = std::getenv("VOLT_SHM");
   check<ConfigurationError>(shm == nullptr || std::string(shm) == "0" || std::string(shm) == "1",
                             "VOLT_SHM: expected 0 (collectives over Gloo's sockets) or 1, got '",
@@ -49,7 +55,8 @@ std::shared_ptr<Communicator> start_process_group(const ClusterEnvironment& clus
   options.timeout = timeout;
   options.device = device;
   const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
-  options.ring_thread = cores / std::max<int64_t>(1, topology.local_world_size) >= 2;
+  options.ring_thread = ring != nullptr ? std::string(ring) == "1"
+                                        : cores / std::max<int64_t>(1, topology.local_world_size) >= 2;
   options.shared_memory = shared_memory;
   // Ranks with different VOLT_HOST_IDs are on different hosts as far as shared memory goes
   // (CommunicatorOptions::host_id): containers that share a kernel, or several "nodes" on one.

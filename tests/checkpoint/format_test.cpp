@@ -5,6 +5,9 @@
 
 #include <fstream>
 #include <iterator>
+#include <sstream>
+
+#include <caffe2/serialize/inline_container.h>
 
 #include "tests/support/test_support.h"
 #include "checkpoint/checkpoint_format.h"
@@ -127,6 +130,55 @@ TEST(CheckpointFormat, EveryFlippedByteIsAnErrorOrChangesNothing) {
   bad[marker + 10] ^= 0x01;
   write_bytes(dir.file("bad.ckpt"), bad);
   EXPECT_NE(checkpoint_error([&] { io.load(dir.file("bad.ckpt")); }).find("checksum mismatch"), std::string::npos);
+}
+
+// The file of an older volt (Note [Reading parts of a checkpoint]): the same archive whose
+// integrity record has no per-block CRCs (no pickle_crc32c, block_bytes or block_crc32c_ lines).
+void write_without_block_crcs(const std::string& from, const std::string& to) {
+  caffe2::serialize::PyTorchStreamReader reader(from);
+  std::ofstream out(to, std::ios::binary | std::ios::trunc);
+  caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t size) {
+    out.write(static_cast<const char*>(data), static_cast<std::streamsize>(size));
+    return size;
+  });
+  for (const auto& name : reader.getAllRecords()) {
+    // What the writer writes itself.
+    if (name == "version" || name == ".data/version" || name == "byteorder" || name == ".data/serialization_id") continue;
+    auto [data, size] = reader.getRecord(name);
+    std::string bytes(static_cast<const char*>(data.get()), size);
+    if (name == kIntegrityRecord) {
+      std::istringstream lines(bytes);
+      std::string kept;
+      for (std::string line; std::getline(lines, line);) {
+        if (line.rfind("pickle_crc32c", 0) == 0 || line.rfind("block_", 0) == 0) continue;
+        kept += line + "\n";
+      }
+      EXPECT_NE(kept, bytes) << "the record had block CRCs to remove";
+      bytes = kept;
+    }
+    writer.writeRecord(name, bytes.data(), bytes.size());
+  }
+  writer.writeEndOfFile();
+}
+
+TEST(CheckpointFormat, AFileOfAnOlderVoltWithoutBlockCrcsIsCheckedWhole) {
+  TemporaryDirectory dir;
+  CheckpointIO io;
+  const auto state = sample_state();
+  io.save(state, dir.file("new.ckpt"));
+  write_without_block_crcs(dir.file("new.ckpt"), dir.file("old.ckpt"));
+  EXPECT_TRUE(same(state.to_ivalue(), io.load(dir.file("old.ckpt")).to_ivalue()));
+  const auto lazy = io.load_lazily(dir.file("old.ckpt"), {"floats"});
+  EXPECT_TRUE(same(state.at("marker"), lazy.content.at("marker")));
+  // A flipped byte inside a tensor: the whole file's checksum notices, on both paths.
+  std::string bad = read_bytes(dir.file("old.ckpt"));
+  const auto marker = bad.find(std::string(64, static_cast<char>(0xA7)));
+  ASSERT_NE(marker, std::string::npos);
+  bad[marker + 10] ^= 0x01;
+  write_bytes(dir.file("old_bad.ckpt"), bad);
+  EXPECT_NE(checkpoint_error([&] { io.load(dir.file("old_bad.ckpt")); }).find("checksum mismatch"), std::string::npos);
+  EXPECT_NE(checkpoint_error([&] { io.load_lazily(dir.file("old_bad.ckpt"), {"floats"}); }).find("checksum mismatch"),
+            std::string::npos);
 }
 
 TEST(CheckpointFormat, ATruncatedFileIsAnError) {

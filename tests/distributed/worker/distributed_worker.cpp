@@ -237,7 +237,8 @@ class CheckpointAndCrash : public Callback {
 };
 
 // --print-steps: "STEP rank=.. step=.. params=.." after every optimizer step, for tests that compare
-// strategies step by step; under a ParallelStrategy "TRANSPORT rank=.. all_reduce=.." before the first.
+// strategies step by step; under a ParallelStrategy "TRANSPORT rank=.. all_reduce=.. ring_thread=0|1"
+// before the first.
 class StepPrinter : public Callback {
  public:
   void on_train_batch_end(Trainer& trainer, Module& module, const torch::Tensor&, const Batch&, int64_t) override {
@@ -248,7 +249,8 @@ class StepPrinter : public Callback {
     const auto* parallel = dynamic_cast<const ParallelStrategy*>(&trainer.strategy());
     if (last_step_ == 1 && parallel != nullptr) {  // how the world group reduces (Note [Collectives through shared memory])
       line << "TRANSPORT rank=" << trainer.strategy().topology().global_rank << " all_reduce="
-           << (parallel->communicator().reduces_through_shared_memory() ? "shared_memory" : "process_group") << "\n";
+           << (parallel->communicator().reduces_through_shared_memory() ? "shared_memory" : "process_group")
+           << " ring_thread=" << (parallel->communicator().runs_on_a_ring_thread() ? 1 : 0) << "\n";
     }
     line << std::setprecision(17) << "STEP rank=" << trainer.strategy().topology().global_rank
          << " step=" << last_step_ << " params=";
