@@ -108,7 +108,8 @@ class ProcessGroupCommunicator : public Communicator {
       std::string why_not;
       auto buffers = shm_->allocate_buffers(shared_memory_exchange(), numels, dtypes, &why_not);
       if (!buffers.empty()) return buffers;
-      if (rank() == 0) {
+      if (rank() == 0 && !said_buffers_fall_back_) {  // once: DDP asks again when it rebuilds its buckets
+        said_buffers_fall_back_ = true;
         warn(describe() + ": buffers for reducing in place in shared memory could not be had (" + why_not +
              "): plain tensors, reduced through the shared-memory slots (a copy in and out)");
       }
@@ -577,6 +578,7 @@ class ProcessGroupCommunicator : public Communicator {
   std::unique_ptr<InlineGlooAllReduce> inline_;  // null: every collective on the process group
   std::unique_ptr<SharedMemoryGroup> shm_;       // null: no reduction through shared memory
   std::unique_ptr<HierarchicalAllReduce> hierarchy_;  // null: no hierarchical all_reduce
+  bool said_buffers_fall_back_ = false;          // rank 0 warned that allocate_buffers fell back
   std::unique_ptr<RingWorker> rings_;            // null: volt's rings run on the calling thread (after shm_:
                                                  // destroyed first, so no job of it outlives the segment)
   int64_t next_group_ = 0;

@@ -69,6 +69,26 @@ TEST(SharedMemoryFallback, AHostThatCannotMapItsSegmentLeavesTheHierarchyOnGloo)
   EXPECT_NE(result.output.find("host 1: "), std::string::npos) << "names the host:\n" << result.output;
 }
 
+// /dev/shm that holds the group's slots (3 of 4 MiB for 2 ranks, and a header) but not DDP's
+// buffers for the 1 MiB model: the buckets are plain tensors reduced through the slots, trained to
+// the end, and rank 0 says so once.
+TEST(SharedMemoryFallback, DdpBuffersThatDoNotFitWarnOnceAndTrainThroughTheSlots) {
+  TemporaryDirectory dir;
+  auto command = with_small_dev_shm(adam_train_command(
+      dir.path(), "--batch-size 2 --model wide_mlp --strategy ddp --devices 2 --max-epochs 1"));
+  if (command.empty()) GTEST_SKIP() << "no mount namespace here (unshare -m needs root)";
+  command.replace(command.find("size=1M"), 7, "size=12352K");  // 12 MiB + 64 KiB
+  const auto result = run_command(command + " 2>&1", 240);
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_EQ(result.output.find(kGlooWarning), std::string::npos) << "the slots fit:\n" << result.output;
+  const std::string warning = "buffers for reducing in place in shared memory could not be had (";
+  const auto at = result.output.find(warning);
+  ASSERT_NE(at, std::string::npos) << result.output;
+  EXPECT_EQ(result.output.find(warning, at + 1), std::string::npos) << "once, by rank 0:\n" << result.output;
+  EXPECT_NE(result.output.find("posix_fallocate", at), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("TRAINED rank=1"), std::string::npos) << result.output;
+}
+
 // Buffers that /dev/shm cannot hold: empty on every rank, with the reason, and no segment left.
 TEST(SharedMemoryFallback, BuffersThatDoNotFitAreRefusedOnEveryRank) {
   with_communicators(2, [&](Communicator& c) {
