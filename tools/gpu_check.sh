@@ -16,8 +16,8 @@
 #
 # Results: one file, $OUT/gpu_check.txt (./build-gpu/gpu_check.txt without OUT): the device and
 # versions, then a PASS/FAIL/SKIP line per check with its figures; the full output goes to
-# gpu_check.log beside it. With the configuration, the main jobs and the benchmark's tables, eight
-# files at most land in $OUT: all that a device call brings back. Exit status 0 only when every check passed. Without a CUDA device
+# gpu_check.log beside it. With the configuration, the main jobs (one file), the benchmarks' tables and
+# the image example's log, seven files at most land in $OUT, within the eight a device call brings back. Exit status 0 only when every check passed. Without a CUDA device
 # (a rehearsal on a CPU machine) the device checks are skipped, saying so, and the rest runs.
 # Options: --only a,b,...  runs only the named checks (see `checks` below); --jobs N (default:
 # the machine's cores); --deadline S: the script ends within S seconds of its start (the device
@@ -204,10 +204,15 @@ check cuda_tests cuda_tests
 # ---- 2. the main job on cuda:0 in each precision, as docs/main_job.md states its goal (the defaults: 5
 # epochs of batch 128, seed 42): test accuracy >= 0.91, time, memory
 main_job() {
-  local precision=$1 log=$out/main_job_$1.txt
+  # Each precision's output is appended to one file in $OUT (main_jobs.txt): fewer files than a
+  # device call brings back.
+  local precision=$1 log=$build/main_job_$1.txt
   ((has_gpu)) || { skip "no CUDA device visible"; return; }
   timeout 300 "$build/examples/fashion_mnist" --accelerator cuda --precision "$precision" --max-epochs 5 --data-dir "$data_dir" \
-    --default-root-dir "$build/main_job_$precision" --enable-progress-bar false >"$log" 2>&1 || { tail -20 "$log"; return 1; }
+    --default-root-dir "$build/main_job_$precision" --enable-progress-bar false >"$log" 2>&1
+  local status=$?
+  { echo "==== main job, $precision"; cat "$log"; } >>"$out/main_jobs.txt"
+  ((status == 0)) || { tail -20 "$log"; return 1; }
   local accuracy
   accuracy=$(grep -o 'test_acc=[0-9.]*' "$log" | cut -d= -f2)
   record "  main job $precision: test_acc=$accuracy; $(grep '^Fit time' "$log"); $(grep '^Peak GPU memory' "$log")"
@@ -223,7 +228,7 @@ done
 # read, not a failed check; a run that cannot compare (an error, different initial weights) fails.
 versus_lightning() {
   ((has_gpu)) || { skip "no CUDA device visible"; return; }
-  local table=$out/trainer_vs_lightning.txt partial=$out/trainer_vs_lightning_partial.txt limit=420
+  local table=$out/trainer_vs_lightning.txt partial=$build/trainer_vs_lightning_partial.txt limit=420
   ((deadline > 0)) && limit=$((deadline - SECONDS - 10))
   ((limit > 60)) || { echo "versus_lightning: only ${limit} s left before the deadline"; return 1; }
   echo "versus_lightning: time limit ${limit} s"
