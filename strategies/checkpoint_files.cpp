@@ -129,11 +129,7 @@ void prepare_directory(StrategyCollectives& collectives, const fs::path& tempora
 void check_one_save(StrategyCollectives& collectives, const StateDict& shard, const fs::path& file,
                     const fs::path& directory) {
   const int64_t mine = save_id_of(shard);
-  int64_t root = mine;
-  if (collectives.topology().world_size > 1) {
-    const auto value = torch::tensor({mine}, torch::kLong).to(collectives.root_device());
-    root = collectives.broadcast(value, 0).cpu().item<int64_t>();
-  }
+  const int64_t root = collectives.broadcast_int(mine);
   const bool same = collectives.topology().world_size == 1 || collectives.reduce_boolean_decision(mine == root, true);
   check<CheckpointError>(mine == root, file.string(), " belongs to save ", mine, ", ",
                          shard_file(directory, 0).filename().string(), " to save ", root,

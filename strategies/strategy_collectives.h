@@ -30,6 +30,11 @@ class StrategyCollectives {
   virtual torch::Tensor all_reduce(const torch::Tensor& value, ReduceOp op) { return value; }  // [collective]
   // `root`'s value, on every rank. [collective]
   virtual torch::Tensor broadcast(const torch::Tensor& value, int64_t root = 0) { return value; }
+  // `root`'s number, on every rank (a logger's version, a save's id). [collective]
+  int64_t broadcast_int(int64_t value, int64_t root = 0) {
+    if (topology().world_size == 1) return value;
+    return broadcast(torch::tensor({value}, torch::kLong).to(root_device()), root).cpu().item<int64_t>();
+  }
   // Rank 0's decision, on every rank (stopping, checkpointing). `site`: where it is taken; ranks
   // at different decisions fail (Note [Which decision], decision_site.h). [collective]
   virtual bool broadcast_decision(bool decision, std::source_location site = std::source_location::current()) {

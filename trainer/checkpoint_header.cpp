@@ -22,10 +22,7 @@ int64_t agreed_save_id(const Strategy& strategy) {
     std::random_device device;
     id = static_cast<int64_t>(((static_cast<uint64_t>(device()) << 32) | device()) >> 1);  // >= 0
   }
-  if (strategy.topology().world_size == 1) return id;
-  auto& collectives = strategy.collectives();
-  const auto value = torch::tensor({id}, torch::kLong).to(collectives.root_device());
-  return collectives.broadcast(value, 0).cpu().item<int64_t>();
+  return strategy.collectives().broadcast_int(id);
 }
 
 }  // namespace

@@ -312,7 +312,7 @@ void Trainer::agree_on_logger_versions() {
   if (strategy_->topology().world_size == 1) return;
   for (auto& logger : loggers_) {
     const int64_t mine = strategy_->is_global_zero() ? logger->version() : 0;
-    const int64_t chosen = strategy_->collectives().broadcast(torch::tensor({mine}, torch::kLong), 0).item<int64_t>();
+    const int64_t chosen = strategy_->collectives().broadcast_int(mine);
     if (!strategy_->is_global_zero()) logger->set_version(chosen);
   }
 }

@@ -18,11 +18,13 @@
 namespace volt::testing {
 namespace {
 
-// `command` run with /dev/shm a tmpfs of 1 MiB; empty when no mount namespace can be had here.
-std::string with_small_dev_shm(const std::string& command) {
-  const auto probe = run_command("unshare -m sh -c 'mount -t tmpfs -o size=1M tmpfs /dev/shm' 2>&1", 30);
+// `command` run with /dev/shm a tmpfs of `size` (mount's size=); empty when no mount namespace
+// can be had here.
+std::string with_small_dev_shm(const std::string& command, const std::string& size = "1M") {
+  const std::string mount = "mount -t tmpfs -o size=" + size + " tmpfs /dev/shm";
+  const auto probe = run_command("unshare -m sh -c '" + mount + "' 2>&1", 30);
   if (probe.exit_code != 0) return "";
-  return "unshare -m sh -c 'mount -t tmpfs -o size=1M tmpfs /dev/shm && exec " + command + "'";
+  return "unshare -m sh -c '" + mount + " && exec " + command + "'";
 }
 
 const std::string kGlooWarning = "collectives go through Gloo, not through shared memory: ";
@@ -74,10 +76,10 @@ TEST(SharedMemoryFallback, AHostThatCannotMapItsSegmentLeavesTheHierarchyOnGloo)
 // the end, and rank 0 says so once.
 TEST(SharedMemoryFallback, DdpBuffersThatDoNotFitWarnOnceAndTrainThroughTheSlots) {
   TemporaryDirectory dir;
-  auto command = with_small_dev_shm(adam_train_command(
-      dir.path(), "--batch-size 2 --model wide_mlp --strategy ddp --devices 2 --max-epochs 1"));
+  const auto command = with_small_dev_shm(
+      adam_train_command(dir.path(), "--batch-size 2 --model wide_mlp --strategy ddp --devices 2 --max-epochs 1"),
+      "12352K");  // 12 MiB + 64 KiB
   if (command.empty()) GTEST_SKIP() << "no mount namespace here (unshare -m needs root)";
-  command.replace(command.find("size=1M"), 7, "size=12352K");  // 12 MiB + 64 KiB
   const auto result = run_command(command + " 2>&1", 240);
   ASSERT_EQ(result.exit_code, 0) << result.output;
   EXPECT_EQ(result.output.find(kGlooWarning), std::string::npos) << "the slots fit:\n" << result.output;

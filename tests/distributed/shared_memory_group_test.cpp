@@ -369,6 +369,22 @@ double monotonic_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// Forks a process per rank of 2 that runs `body(rank)` with one intra-op thread (no pool after
+// fork) and exits with what it returns; their pids, in rank order.
+std::vector<pid_t> fork_two_ranks(const std::function<int(int64_t rank)>& body) {
+  std::vector<pid_t> children;
+  for (int64_t rank = 0; rank < 2; ++rank) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      torch::set_num_threads(1);
+      ::_exit(body(rank));
+    }
+    EXPECT_GE(pid, 0) << "fork";
+    children.push_back(pid);
+  }
+  return children;
+}
+
 TEST(SharedMemoryGroupKill, AKilledRankFailsTheOthersQuicklyAndLeavesNoSegment) {
   constexpr size_t kSlot = size_t{1} << 20;
   const auto big = [] { return torch::ones({int64_t{4} << 20}); };  // 16 MB: 16 chunks of 1 MiB
@@ -415,18 +431,10 @@ TEST(SharedMemoryGroupKill, AKilledRankFailsTheOthersQuicklyAndLeavesNoSegment) 
     int report[2], ready[2];
     ASSERT_EQ(::pipe(report), 0);
     ASSERT_EQ(::pipe(ready), 0);
-    std::vector<pid_t> children;
-    for (int64_t rank = 0; rank < 2; ++rank) {
-      const pid_t pid = ::fork();
-      ASSERT_GE(pid, 0);
-      if (pid != 0) {
-        children.push_back(pid);
-        continue;
-      }
-      // The child: one intra-op thread (no pool after fork); exits with its verdict.
+    const auto children = fork_two_ranks([&](int64_t rank) {
+      // The child exits with its verdict.
       ::close(report[0]);
       ::close(ready[0]);
-      torch::set_num_threads(1);
       int code = 1;
       try {
         auto c = Communicator::connect(loopback_options(rank, 2, port, std::chrono::seconds(30)));
@@ -461,8 +469,8 @@ TEST(SharedMemoryGroupKill, AKilledRankFailsTheOthersQuicklyAndLeavesNoSegment) 
         (void)!::write(report[1], message.data(), message.size());
         code = 3;
       }
-      ::_exit(code);
-    }
+      return code;
+    });
     ::close(report[1]);
     ::close(ready[1]);
     double killed_at = 0;
@@ -500,15 +508,7 @@ TEST(SharedMemoryGroupKill, AKilledRankFailsTheOthersQuicklyAndLeavesNoSegment) 
 // map it): rank 0 fails, and its segment is gone with the failure, not left for the next group.
 TEST(SharedMemoryGroupKill, APeerDyingDuringTheJoinLeavesNoSegment) {
   const int64_t port = find_free_port();
-  std::vector<pid_t> children;
-  for (int64_t rank = 0; rank < 2; ++rank) {
-    const pid_t pid = ::fork();
-    ASSERT_GE(pid, 0);
-    if (pid != 0) {
-      children.push_back(pid);
-      continue;
-    }
-    torch::set_num_threads(1);
+  const auto children = fork_two_ranks([&](int64_t rank) {
     int code = 1;
     try {
       auto c = Communicator::connect(loopback_options(rank, 2, port, std::chrono::seconds(30)));
@@ -526,8 +526,8 @@ TEST(SharedMemoryGroupKill, APeerDyingDuringTheJoinLeavesNoSegment) {
     } catch (const DistributedError&) {
       code = 0;
     }
-    ::_exit(code);
-  }
+    return code;
+  });
   int status0 = 0, status1 = 0;
   ::waitpid(children[0], &status0, 0);
   ::waitpid(children[1], &status1, 0);
