@@ -7,6 +7,7 @@
 #include "callbacks/model_checkpoint.h"
 #include "callbacks/model_summary.h"
 #include "callbacks/progress_bar.h"
+#include "callbacks/throughput_monitor.h"
 #include "callbacks/timer.h"
 
 namespace volt {
@@ -34,6 +35,8 @@ void register_builtin_callbacks(Registry<Callback>& registry) {
   add_callback<GradientAccumulationScheduler, GradientAccumulationSchedulerOptions>(
       registry, "gradient_accumulation_scheduler", "change accumulate_grad_batches by epoch");
   add_callback<EMA, EMAOptions>(registry, "ema", "an exponential moving average of the weights, used for validation");
+  add_callback<ThroughputMonitor, ThroughputMonitorOptions>(
+      registry, "throughput_monitor", "batches, samples, items and FLOPs per second and MFU, without a device sync");
 }
 
 }  // namespace

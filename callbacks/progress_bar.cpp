@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/named_scope.h"
 #include "trainer/trainer.h"
 
 namespace volt {
@@ -74,6 +75,7 @@ void ProgressBar::update(const Trainer& trainer, const std::string& label, int64
                          bool final) {
   if (!trainer.is_global_zero()) return;
   if (!final && done % refresh_rate_ != 0) return;
+  NamedScope scope("volt::progress_bar_refresh");
   const std::string line = render(trainer, label, done, total);
   if (interactive_) {
     std::cout << "\r\033[K" << line << std::flush;

@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "strategies/gradient_norm.h"
 #include "strategies/sharded_optimizer.h"
 #include "strategies/strategy.h"
 
@@ -28,12 +29,12 @@ void GradientSynchronization::zero_grad(torch::optim::Optimizer& optimizer) {
   }
 }
 
-double GradientSynchronization::clip_norm(torch::optim::Optimizer& optimizer, double max_norm, double norm_type) {
+torch::Tensor GradientSynchronization::clip_norm(torch::optim::Optimizer& optimizer, double max_norm, double norm_type) {
   // Over every rank's shard, each parameter counted once.
   if (owner().shards_optimizer_state()) {
     return as_sharded_optimizer(optimizer, owner().name()).clip_grad_norm(max_norm, norm_type);
   }
-  return torch::nn::utils::clip_grad_norm_(parameters_with_grad(optimizer), max_norm, norm_type);
+  return clip_grad_norm(parameters_with_grad(optimizer), max_norm, norm_type);
 }
 
 void GradientSynchronization::clip_value(torch::optim::Optimizer& optimizer, double clip_value) {

@@ -34,10 +34,11 @@ class GradientSynchronization {
   // in place instead.
   virtual void zero_grad(torch::optim::Optimizer& optimizer);
   // Clips the gradients of `optimizer`'s parameters, already at their true scale (the Strategy
-  // unscales first), to a total `norm_type`-norm of `max_norm`; returns the norm before clipping.
-  // The norm is over every rank's shard, each parameter once, when the strategy shards the
-  // optimizer (Strategy::shards_optimizer_state) or the parameters. [collective when sharded]
-  virtual double clip_norm(torch::optim::Optimizer& optimizer, double max_norm, double norm_type);
+  // unscales first), to a total `norm_type`-norm of `max_norm`; returns the norm before clipping,
+  // a 0-dim tensor on the gradients' device, not read on the host (Note [Metrics read when
+  // asked]). The norm is over every rank's shard, each parameter once, when the strategy shards
+  // the optimizer (Strategy::shards_optimizer_state) or the parameters. [collective when sharded]
+  virtual torch::Tensor clip_norm(torch::optim::Optimizer& optimizer, double max_norm, double norm_type);
   virtual void clip_value(torch::optim::Optimizer& optimizer, double clip_value);
 
  protected:

@@ -14,9 +14,10 @@ namespace volt {
 
 // Norms the gradients of `counted` (this rank's part; parameters without a gradient are skipped),
 // then scales the gradients of `scaled` by max_norm / (norm + 1e-6) when that is below 1, as
-// torch.nn.utils.clip_grad_norm_ does. Returns the total norm before clipping. Throws
+// torch.nn.utils.clip_grad_norm_ does. Returns the total norm before clipping, a 0-dim float64
+// tensor that is not read on the host (the clipping happens on the device). Throws
 // ConfigurationError for max_norm or norm_type <= 0, naming `owner`. [collective]
-double clip_sharded_grad_norm(const std::vector<torch::Tensor>& counted, const std::vector<torch::Tensor>& scaled,
+torch::Tensor clip_sharded_grad_norm(const std::vector<torch::Tensor>& counted, const std::vector<torch::Tensor>& scaled,
                               double max_norm, double norm_type, Communicator& communicator, const std::string& owner);
 
 }  // namespace volt

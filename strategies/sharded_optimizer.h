@@ -29,8 +29,8 @@ class ShardedOptimizer {
                                                        const ParameterNamer& name_of) = 0;
   // Clips the gradients of the parameters this optimizer steps to a total `norm_type`-norm of
   // `max_norm` over every rank's shard (each parameter counted once); returns the norm before
-  // clipping. [collective]
-  virtual double clip_grad_norm(double max_norm, double norm_type) = 0;
+  // clipping (a 0-dim tensor, not read on the host). [collective]
+  virtual torch::Tensor clip_grad_norm(double max_norm, double norm_type) = 0;
 };
 
 // `optimizer` as the ShardedOptimizer a strategy that shards optimizer state wrapped it in

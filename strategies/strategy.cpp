@@ -92,7 +92,7 @@ bool Strategy::optimizer_step(torch::optim::Optimizer& optimizer,
 
 void Strategy::after_optimizer_steps(int64_t global_step) { precision().update(); }
 
-double Strategy::clip_gradients_norm(torch::optim::Optimizer& optimizer, double max_norm, double norm_type) {
+torch::Tensor Strategy::clip_gradients_norm(torch::optim::Optimizer& optimizer, double max_norm, double norm_type) {
   precision().unscale_gradients(optimizer);  // once per step: inside optimizer_step it already ran
   return gradients_->clip_norm(optimizer, max_norm, norm_type);
 }

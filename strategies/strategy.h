@@ -144,7 +144,8 @@ class Strategy {
   // update, then whatever the strategy does per step (model averaging). [collective for such]
   virtual void after_optimizer_steps(int64_t global_step);
   // Clipping at the gradients' true scale: unscales first (once per step), then gradients().
-  double clip_gradients_norm(torch::optim::Optimizer& optimizer, double max_norm, double norm_type = 2.0);
+  // Returns the norm before clipping, a 0-dim tensor not read on the host.
+  torch::Tensor clip_gradients_norm(torch::optim::Optimizer& optimizer, double max_norm, double norm_type = 2.0);
   void clip_gradients_value(torch::optim::Optimizer& optimizer, double clip_value);
 
   // ---- checkpoint files, in checkpointing().layout() (checkpoint_files.h); `in_background`:

@@ -119,7 +119,7 @@ StateDict CheckpointConnector::dump_fit_loop() {
   // What has been logged: the open epoch's aggregates, and the values callbacks monitor.
   if (state_.train_collector.stage() == RunningStage::Training) fit_loop.set("train_metrics", state_.train_collector.state_dict());
   StateDict callback_metrics;
-  for (const auto& [name, value] : state_.callback_metrics) callback_metrics.set(name, value);
+  for (const auto& [name, value] : state_.callback_metrics.values()) callback_metrics.set(name, value);
   fit_loop.set("callback_metrics", callback_metrics);
   // Inside an accumulation window the gradients accumulated so far are part of the state: the
   // step at the window's end needs them. The strategy knows where they live.
@@ -309,7 +309,7 @@ void CheckpointConnector::restore_fit_loop(const StateDict& fit_loop, const std:
   if (mid_epoch && fit_loop.contains("train_metrics")) state_.train_collector.load_state_dict(fit_loop.child("train_metrics"));
   if (fit_loop.contains("callback_metrics")) {
     const auto metrics = fit_loop.child("callback_metrics");
-    for (const auto& name : metrics.keys()) state_.callback_metrics[name] = metrics.get_double(name);
+    for (const auto& name : metrics.keys()) state_.callback_metrics.set(name, metrics.get_double(name));
   }
   // The gradients of an open accumulation window (none: the window is empty).
   TrainerInternals::strategy(t).checkpointing().load_accumulated_gradients(*state_.module, fit_loop, source);

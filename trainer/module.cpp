@@ -59,8 +59,7 @@ std::vector<std::shared_ptr<LRScheduler>> Module::lr_schedulers() const {
   return schedulers;
 }
 
-std::optional<double> Module::clip_gradients(ManualOptimizer& optimizer, double clip_val,
-                                             GradientClipAlgorithm algorithm) {
+torch::Tensor Module::clip_gradients(ManualOptimizer& optimizer, double clip_val, GradientClipAlgorithm algorithm) {
   require_manual_optimization(loop_state_, *this, "clip_gradients");
   check<ConfigurationError>(clip_val > 0, "clip_gradients: expected clip_val > 0, got ", clip_val);
   return volt::clip_gradients(TrainerInternals::strategy(*trainer_), optimizer.optimizer(), clip_val, algorithm);

@@ -76,8 +76,9 @@ class Module : public torch::nn::Module {
   std::vector<std::shared_ptr<LRScheduler>> lr_schedulers() const;
   // Clips `optimizer`'s gradients at their true scale (mixed precision unscales them first, once
   // per step) the way the strategy computes norms (a sharded one over all shards). Returns the
-  // total norm before clipping (Norm) or nothing (Value).
-  std::optional<double> clip_gradients(ManualOptimizer& optimizer, double clip_val,
+  // total norm before clipping as a 0-dim tensor on the gradients' device (Norm; read it with
+  // .item() when needed, which waits for the device) or an undefined tensor (Value).
+  torch::Tensor clip_gradients(ManualOptimizer& optimizer, double clip_val,
                                        GradientClipAlgorithm algorithm = GradientClipAlgorithm::Norm);
   // Backward passes inside this scope do not synchronize gradients (DDP's no_sync).
   ScopeGuard no_sync();

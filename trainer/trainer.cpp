@@ -319,6 +319,10 @@ void Trainer::agree_on_logger_versions() {
 
 void Trainer::log_metrics(const std::map<std::string, double>& metrics) { log_to_loggers(*this, state_, metrics); }
 
+void Trainer::show_on_progress_bar(const std::map<std::string, double>& metrics) {
+  for (const auto& [name, value] : metrics) state_.progress_bar_metrics.set(name, value);
+}
+
 void Trainer::set_accumulate_grad_batches(int64_t micro_batches) {
   check<ConfigurationError>(micro_batches >= 1, "Trainer: expected accumulate_grad_batches >= 1, got ",
                             micro_batches);

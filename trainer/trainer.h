@@ -112,9 +112,9 @@ class Trainer {
   // Optimizer steps the whole fit will take given its limits (-1 when unbounded).
   int64_t estimated_stepping_batches() const;
 
-  const std::map<std::string, double>& callback_metrics() const { return state_.callback_metrics; }
-  const std::map<std::string, double>& logged_metrics() const { return state_.logged_metrics; }
-  const std::map<std::string, double>& progress_bar_metrics() const { return state_.progress_bar_metrics; }
+  const std::map<std::string, double>& callback_metrics() const { return state_.callback_metrics.values(); }
+  const std::map<std::string, double>& logged_metrics() const { return state_.logged_metrics.values(); }
+  const std::map<std::string, double>& progress_bar_metrics() const { return state_.progress_bar_metrics.values(); }
 
   const std::vector<std::shared_ptr<Callback>>& callbacks() const { return callbacks_; }
   const std::vector<std::shared_ptr<Logger>>& loggers() const { return loggers_; }
@@ -149,6 +149,9 @@ class Trainer {
   // Sends `metrics` to the loggers (on global rank 0) at the current global step, with the
   // epoch added, as values the module logs are sent; for callbacks such as LearningRateMonitor.
   void log_metrics(const std::map<std::string, double>& metrics);
+  // Adds `metrics` to progress_bar_metrics(), shown at the bar's next refresh; for callbacks such
+  // as ThroughputMonitor.
+  void show_on_progress_bar(const std::map<std::string, double>& metrics);
 
  private:
   friend struct TrainerInternals;

@@ -38,7 +38,7 @@ void FsdpGradients::synchronize_accumulated_gradients(torch::nn::Module&) {
   }
 }
 
-double FsdpGradients::clip_norm(torch::optim::Optimizer& optimizer, double max_norm, double norm_type) {
+torch::Tensor FsdpGradients::clip_norm(torch::optim::Optimizer& optimizer, double max_norm, double norm_type) {
   std::vector<torch::Tensor> parameters;
   for (auto& group : optimizer.param_groups()) {
     for (auto& p : group.params()) parameters.push_back(p);

@@ -19,7 +19,7 @@ class FsdpGradients : public AveragingGradientSynchronization {
   // The units reduce the gradients they held back under no_sync. [collective]
   void synchronize_accumulated_gradients(torch::nn::Module& module) override;
   // Needs every parameter of `optimizer` inside a unit (NotSupportedError otherwise). [collective]
-  double clip_norm(torch::optim::Optimizer& optimizer, double max_norm, double norm_type) override;
+  torch::Tensor clip_norm(torch::optim::Optimizer& optimizer, double max_norm, double norm_type) override;
 
  private:
   FSDPStrategy& fsdp_;

@@ -111,7 +111,7 @@ torch::Tensor OSS::step(LossClosure closure) {
   return loss;
 }
 
-double OSS::clip_grad_norm(double max_norm, double norm_type) {
+torch::Tensor OSS::clip_grad_norm(double max_norm, double norm_type) {
   std::vector<torch::Tensor> owned_parameters, all_parameters;
   const auto& owned = partition_.owned[static_cast<size_t>(communicator_.rank())];
   for (size_t g = 0; g < owned.size(); ++g) {

@@ -74,7 +74,7 @@ class OSS : public torch::optim::Optimizer, public ShardedOptimizer {
   StateDict shard_state_dict() const override;
   void load_sharded_or_consolidated_state_dict(const StateDict& state, const std::string& what,
                                                const ParameterNamer& name_of) override;
-  double clip_grad_norm(double max_norm, double norm_type) override;  // [collective]
+  torch::Tensor clip_grad_norm(double max_norm, double norm_type) override;  // [collective]
 
  private:
   std::vector<std::vector<torch::Tensor>> group_parameters() const;

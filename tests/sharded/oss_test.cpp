@@ -139,7 +139,7 @@ TEST(OSS, ClippingByNormOverShardsEqualsUnshardedClipping) {
       auto mine = make_params();
       auto oss = OSS::wrap(make_optimizer("momentum", mine), comm);
       set_grads(mine, 0);
-      const double norm = oss->clip_grad_norm(0.5, norm_type);
+      const double norm = oss->clip_grad_norm(0.5, norm_type).item<double>();
       EXPECT_NEAR(norm, expected_norm, 1e-6 * expected_norm) << "norm type " << norm_type;
       for (size_t i = 0; i < mine.size(); ++i) {
         EXPECT_TRUE(torch::allclose(mine[i].grad(), params[i].grad(), 1e-6, 1e-8)) << "norm type " << norm_type << ", " << i;

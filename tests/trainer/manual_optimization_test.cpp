@@ -149,7 +149,7 @@ class ManualRegression : public RegressionModule {
     auto loss = RegressionModule::training_step(batch, batch_idx);
     auto& opt = optimizer();
     manual_backward(loss);
-    if (clip_) norms.push_back(*clip_gradients(opt, *clip_));
+    if (clip_) norms.push_back(clip_gradients(opt, *clip_).item<double>());
     stepped_all &= opt.step();
     opt.zero_grad();
     return loss;

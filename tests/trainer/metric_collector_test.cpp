@@ -5,9 +5,18 @@
 #include "tests/support/regression_problem.h"
 #include "tests/support/test_support.h"
 #include "trainer/metrics/metric_collector.h"
+#include "trainer/metrics/metric_map.h"
 
 namespace volt::testing {
 namespace {
+
+// The values as numbers (the collector leaves them on their device until read).
+struct ReadValues {
+  std::map<std::string, double> logger, prog_bar, callback;
+};
+ReadValues read(const MetricValues& values) {
+  return {read_metrics(values.logger), read_metrics(values.prog_bar), read_metrics(values.callback)};
+}
 
 MetricCollector::SyncFn identity() {
   return [](const torch::Tensor& t, ReduceOp) { return t; };
@@ -24,9 +33,9 @@ TEST(MetricCollector, ValidationLogsOnEpochAsABatchSizeWeightedMean) {
     collector.begin_batch();
     collector.set_in_step(true, size);
     collector.log("val_loss", scalar(value), {});
-    EXPECT_TRUE(collector.step_values().logger.empty()) << "validation must not log per step by default";
+    EXPECT_TRUE(read(collector.step_values()).logger.empty()) << "validation must not log per step by default";
   }
-  const auto epoch = collector.epoch_values();
+  const auto epoch = read(collector.epoch_values());
   EXPECT_DOUBLE_EQ(epoch.callback.at("val_loss"), (4 * 1.0 + 4 * 2.0 + 2 * 10.0) / 10.0);
   EXPECT_DOUBLE_EQ(epoch.logger.at("val_loss"), epoch.callback.at("val_loss"));
 }
@@ -37,10 +46,10 @@ TEST(MetricCollector, TrainingLogsOnStepByDefault) {
   collector.begin_batch();
   collector.set_in_step(true, 8);
   collector.log("train_loss", scalar(0.5), {.prog_bar = true});
-  const auto step = collector.step_values();
+  const auto step = read(collector.step_values());
   EXPECT_DOUBLE_EQ(step.logger.at("train_loss"), 0.5);
   EXPECT_DOUBLE_EQ(step.prog_bar.at("train_loss"), 0.5);
-  EXPECT_TRUE(collector.epoch_values().logger.empty());
+  EXPECT_TRUE(read(collector.epoch_values()).logger.empty());
 }
 
 TEST(MetricCollector, OnStepAndOnEpochSplitIntoStepAndEpochNames) {
@@ -51,8 +60,8 @@ TEST(MetricCollector, OnStepAndOnEpochSplitIntoStepAndEpochNames) {
     collector.set_in_step(true, 1);
     collector.log("loss", scalar(v), {.on_step = true, .on_epoch = true});
   }
-  EXPECT_DOUBLE_EQ(collector.step_values().logger.at("loss_step"), 3.0);
-  const auto epoch = collector.epoch_values();
+  EXPECT_DOUBLE_EQ(read(collector.step_values()).logger.at("loss_step"), 3.0);
+  const auto epoch = read(collector.epoch_values());
   EXPECT_DOUBLE_EQ(epoch.logger.at("loss_epoch"), 2.0);
   EXPECT_DOUBLE_EQ(epoch.callback.at("loss"), 2.0);
 }
@@ -69,7 +78,7 @@ TEST(MetricCollector, ReductionsAndExplicitBatchSize) {
     collector.log("min", scalar(v), {.reduce_fx = ReduceFx::Min});
     collector.log("weighted", scalar(v), {.batch_size = v > 0 ? 3 : 1});
   }
-  const auto epoch = collector.epoch_values().callback;
+  const auto epoch = read(collector.epoch_values()).callback;
   EXPECT_DOUBLE_EQ(epoch.at("sum"), 7.0);
   EXPECT_DOUBLE_EQ(epoch.at("max"), 5.0);
   EXPECT_DOUBLE_EQ(epoch.at("min"), -1.0);
@@ -88,7 +97,7 @@ TEST(MetricCollector, SyncDistGoesThroughTheReduction) {
   collector.set_in_step(true, 1);
   collector.log("acc", scalar(0.5), {.sync_dist = true});
   collector.log("local", scalar(0.5), {});
-  const auto epoch = collector.epoch_values().callback;
+  const auto epoch = read(collector.epoch_values()).callback;
   EXPECT_GT(calls, 0);
   EXPECT_NE(epoch.at("acc"), 0.5) << "a sync_dist value must be reduced across ranks";
   EXPECT_DOUBLE_EQ(epoch.at("local"), 0.5);

@@ -172,7 +172,7 @@ torch::optim::Optimizer& Fabric::stepped_optimizer(torch::optim::Optimizer& opti
                            "fabric.setup(model, optimizer) and use the one it returns");
 }
 
-double Fabric::clip_gradients(torch::optim::Optimizer& optimizer, double max_norm, double norm_type) {
+torch::Tensor Fabric::clip_gradients(torch::optim::Optimizer& optimizer, double max_norm, double norm_type) {
   auto& stepped = stepped_optimizer(optimizer, "clip_gradients");
   check<ConfigurationError>(max_norm > 0, "Fabric::clip_gradients: expected max_norm > 0, got ", max_norm);
   return strategy_->clip_gradients_norm(stepped, max_norm, norm_type);

@@ -140,9 +140,10 @@ class Fabric {
   // decides what a micro-batch's loss is. [collective outside no_sync for distributed strategies]
   void backward(const torch::Tensor& loss);
   // Unscales `optimizer`'s gradients (the precision) and clips them to a total norm of `max_norm`
-  // (a sharded optimizer over every rank's shard); returns the norm before clipping. Call it after
-  // the window's last backward and before step. [collective for sharded optimizers and 16-mixed]
-  double clip_gradients(torch::optim::Optimizer& optimizer, double max_norm, double norm_type = 2.0);
+  // (a sharded optimizer over every rank's shard); returns the norm before clipping, a 0-dim tensor
+  // on the gradients' device (read it with .item() when needed: that waits for the device). Call it
+  // after the window's last backward and before step. [collective for sharded optimizers and 16-mixed]
+  torch::Tensor clip_gradients(torch::optim::Optimizer& optimizer, double max_norm, double norm_type = 2.0);
   void clip_gradients_value(torch::optim::Optimizer& optimizer, double clip_value);
   // Strategy::optimizer_step (unscale, the precision's step, which a GradScaler skips on inf/NaN
   // gradients); once every set-up optimizer stepped in this step, counts a global step and runs

@@ -93,7 +93,7 @@ std::map<std::string, double> EvaluationLoop::run() {
   const MetricValues values = state_.eval_collector.epoch_values();
   if (!sanity) {
     publish_metrics(t, state_, values, true);
-    metrics = values.callback;
+    metrics = read_metrics(values.callback);
   }
   call_callbacks(t, module, testing ? &Callback::on_test_end : &Callback::on_validation_end);
   if (sanity) call_callbacks(t, module, &Callback::on_sanity_check_end);

@@ -1,6 +1,7 @@
 #include "trainer/loops/fit_loop.h"
 
 #include "checkpoint/rng_state.h"
+#include "core/named_scope.h"
 #include "trainer/loops/accumulation_window.h"
 #include "trainer/loops/evaluation_loop.h"
 #include "trainer/loops/loop_hooks.h"
@@ -214,6 +215,7 @@ DeviceFeed FitLoop::open_feed(int64_t first, int64_t end) {
 }
 
 void FitLoop::run_batch(int64_t batch_idx, DeviceFeed& feed) {
+  NamedScope scope("volt::train_batch");
   Trainer& t = trainer_;
   Strategy& strategy = TrainerInternals::strategy(t);
   Module& module = *state_.module;
@@ -243,6 +245,7 @@ void FitLoop::run_batch(int64_t batch_idx, DeviceFeed& feed) {
     ScopeGuard no_sync = window.closes() ? ScopeGuard{} : strategy.gradients().no_sync();
     loss = strategy.run_step(RunningStage::Training, module, batch,
                              [&](torch::nn::Module& given, const Batch& b) {
+                               NamedScope step("volt::training_step");
                                return TrainerInternals::step_module(given, module).training_step(b, batch_idx);
                              });
     state_.train_collector.set_in_step(false);
@@ -287,16 +290,18 @@ void FitLoop::run_batch(int64_t batch_idx, DeviceFeed& feed) {
 
   // Metrics first, so that on_train_batch_end callbacks see this batch's values. Logging
   // cadence counts optimizer steps.
-  const MetricValues step_values = state_.train_collector.step_values();
+  const MetricValues step_values = state_.train_collector.step_values();  // not read yet
   publish_metrics(t, state_, step_values, false);
   // A manual training_step may take several steps (one per optimizer): log when a multiple of
   // log_every_n_steps was reached.
   const int64_t every = t.options().log_every_n_steps;
   if (stepped && p.global_step / every != steps_before / every) {
-    auto metrics = step_values.logger;
+    NamedScope logging("volt::loggers");
+    auto metrics = read_metrics(step_values.logger);
     for (const auto& [name, value] : strategy.metrics()) metrics[name] = value;
     if (!metrics.empty()) log_to_loggers(t, state_, metrics);
   }
+  NamedScope callbacks("volt::on_train_batch_end");
   call_callbacks(t, module, &Callback::on_train_batch_end, loss, batch, batch_idx);
 }
 
@@ -310,7 +315,10 @@ void FitLoop::step_optimizers() {
         step_optimizer_with_hooks(t, module, *optimizer, [&](torch::optim::Optimizer& o) { clip_gradients(o); }));
   }
   ++state_.progress.global_step;
-  strategy.after_optimizer_steps(state_.progress.global_step);
+  {
+    NamedScope scope("volt::after_optimizer_steps");
+    strategy.after_optimizer_steps(state_.progress.global_step);
+  }
   step_schedulers(/*epoch_interval=*/false, stepped);
   for (auto& optimizer : state_.optimizers) {
     call_callbacks(t, module, &Callback::on_before_zero_grad, *optimizer);
@@ -328,6 +336,7 @@ void FitLoop::clip_gradients(torch::optim::Optimizer& optimizer) {
 void FitLoop::step_schedulers(bool epoch_interval, const std::vector<bool>& stepped) {
   // In manual optimization the module steps its schedulers itself (Module::lr_schedulers()).
   if (!state_.module->automatic_optimization()) return;
+  NamedScope scope("volt::lr_schedulers");
   const int64_t count = epoch_interval ? state_.progress.epoch + 1 : state_.progress.global_step;
   for (auto& config : state_.schedulers) {
     if ((config.interval == SchedulerInterval::Epoch) != epoch_interval) continue;

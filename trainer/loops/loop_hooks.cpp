@@ -1,11 +1,13 @@
 #include "trainer/loops/loop_hooks.h"
 
+#include "core/named_scope.h"
 #include "trainer/module.h"
 #include "trainer/trainer_internals.h"
 
 namespace volt {
 
 void backward_with_hooks(Trainer& trainer, Module& module, const torch::Tensor& loss) {
+  NamedScope scope("volt::backward");
   call_callbacks(trainer, module, &Callback::on_before_backward, loss);
   module.on_before_backward(loss);
   TrainerInternals::strategy(trainer).backward(loss);
@@ -15,6 +17,7 @@ void backward_with_hooks(Trainer& trainer, Module& module, const torch::Tensor& 
 
 bool step_optimizer_with_hooks(Trainer& trainer, Module& module, torch::optim::Optimizer& optimizer,
                                const std::function<void(torch::optim::Optimizer&)>& clip) {
+  NamedScope scope("volt::optimizer_step");
   return TrainerInternals::strategy(trainer).optimizer_step(optimizer, [&](torch::optim::Optimizer& o) {
     call_callbacks(trainer, module, &Callback::on_before_optimizer_step, o);
     module.on_before_optimizer_step(o);
@@ -22,11 +25,12 @@ bool step_optimizer_with_hooks(Trainer& trainer, Module& module, torch::optim::O
   });
 }
 
-std::optional<double> clip_gradients(Strategy& strategy, torch::optim::Optimizer& optimizer, double value,
+torch::Tensor clip_gradients(Strategy& strategy, torch::optim::Optimizer& optimizer, double value,
                                      GradientClipAlgorithm algorithm) {
+  NamedScope scope("volt::clip_gradients");
   if (algorithm == GradientClipAlgorithm::Value) {
     strategy.clip_gradients_value(optimizer, value);
-    return std::nullopt;
+    return {};
   }
   return strategy.clip_gradients_norm(optimizer, value);
 }
@@ -34,14 +38,15 @@ std::optional<double> clip_gradients(Strategy& strategy, torch::optim::Optimizer
 bool loggers_active(const Trainer& trainer) { return !trainer.loggers().empty() && trainer.is_global_zero(); }
 
 void publish_metrics(const Trainer& trainer, LoopState& state, const MetricValues& values, bool to_loggers) {
-  for (const auto& [name, value] : values.callback) state.callback_metrics[name] = value;
-  for (const auto& [name, value] : values.prog_bar) state.progress_bar_metrics[name] = value;
-  if (to_loggers && !values.logger.empty()) log_to_loggers(trainer, state, values.logger);
+  for (const auto& [name, value] : values.callback) state.callback_metrics.set(name, value);
+  for (const auto& [name, value] : values.prog_bar) state.progress_bar_metrics.set(name, value);
+  if (to_loggers && !values.logger.empty()) log_to_loggers(trainer, state, read_metrics(values.logger));
 }
 
 void log_to_loggers(const Trainer& trainer, LoopState& state, std::map<std::string, double> metrics) {
+  NamedScope scope("volt::loggers");
   metrics["epoch"] = static_cast<double>(state.progress.epoch);
-  for (const auto& [name, value] : metrics) state.logged_metrics[name] = value;
+  for (const auto& [name, value] : metrics) state.logged_metrics.set(name, value);
   if (!loggers_active(trainer)) return;
   for (const auto& logger : trainer.loggers()) logger->log_metrics(metrics, state.progress.global_step);
 }

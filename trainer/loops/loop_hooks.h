@@ -32,9 +32,9 @@ bool step_optimizer_with_hooks(Trainer& trainer, Module& module, torch::optim::O
                                const std::function<void(torch::optim::Optimizer&)>& clip);
 
 // Clips `optimizer`'s gradients to `value` by `algorithm` through the strategy (at their true scale);
-// returns the total norm before clipping (Norm) or nothing (Value). --gradient-clip-val and
-// Module::clip_gradients both clip this way.
-std::optional<double> clip_gradients(Strategy& strategy, torch::optim::Optimizer& optimizer, double value,
+// returns the total norm before clipping (Norm, a 0-dim tensor not read on the host) or an undefined
+// tensor (Value). --gradient-clip-val and Module::clip_gradients both clip this way.
+torch::Tensor clip_gradients(Strategy& strategy, torch::optim::Optimizer& optimizer, double value,
                                      GradientClipAlgorithm algorithm);
 
 // Whether this process writes to the loggers: it has some, and it is global rank 0.

@@ -19,6 +19,7 @@
 #include "data/data_module.h"
 #include "trainer/loops/epoch_remainder.h"
 #include "trainer/metrics/metric_collector.h"
+#include "trainer/metrics/metric_map.h"
 #include "trainer/optim/manual_optimizer.h"
 #include "trainer/optim/optimizer_config.h"
 
@@ -87,9 +88,10 @@ struct LoopState {
   // not disturb the training epoch's aggregates), and what they published.
   MetricCollector train_collector;
   MetricCollector eval_collector;
-  std::map<std::string, double> callback_metrics;
-  std::map<std::string, double> logged_metrics;
-  std::map<std::string, double> progress_bar_metrics;
+  // Read on the host only when asked (Note [Metrics read when asked]).
+  MetricMap callback_metrics;
+  MetricMap logged_metrics;
+  MetricMap progress_bar_metrics;
 
   // Where Module::log goes now: the evaluation collector while an evaluation loop runs.
   MetricCollector& active_collector() {

@@ -10,7 +10,7 @@ bool same_options(const LogOptions& a, const LogOptions& b) {
          a.sync_dist == b.sync_dist;
 }
 
-void emit(MetricValues& out, const std::string& name, double value, const LogOptions& options) {
+void emit(MetricValues& out, const std::string& name, const torch::Tensor& value, const LogOptions& options) {
   out.callback[name] = value;
   if (options.logger) out.logger[name] = value;
   if (options.prog_bar) out.prog_bar[name] = value;
@@ -18,40 +18,18 @@ void emit(MetricValues& out, const std::string& name, double value, const LogOpt
 
 }  // namespace
 
-torch::Tensor MetricCollector::Value::tensor() const {
-  return device.defined() ? device : torch::scalar_tensor(host, torch::kDouble);
-}
-
-double MetricCollector::Value::read() const { return device.defined() ? device.item<double>() : host; }
-
-MetricCollector::Value MetricCollector::accumulate(const Value& total, const Value& v, double weight,
-                                                   ReduceFx reduce_fx) {
-  if (!v.device.defined() && !total.device.defined()) {
-    Value out{.host = v.host * (reduce_fx == ReduceFx::Mean ? weight : 1.0), .defined = true};
-    if (!total.defined) return out;
-    switch (reduce_fx) {
-      case ReduceFx::Mean:
-      case ReduceFx::Sum: out.host += total.host; break;
-      case ReduceFx::Max: out.host = std::max(total.host, v.host); break;
-      case ReduceFx::Min: out.host = std::min(total.host, v.host); break;
-    }
-    return out;
+torch::Tensor MetricCollector::accumulate(const torch::Tensor& total, const torch::Tensor& v, double weight,
+                                          ReduceFx reduce_fx) {
+  if (!total.defined()) return reduce_fx == ReduceFx::Mean ? v * weight : v;
+  const auto t = total.to(v.device());
+  switch (reduce_fx) {
+    case ReduceFx::Mean: return t + v * weight;
+    case ReduceFx::Sum: return t + v;
+    case ReduceFx::Max: return torch::maximum(t, v);
+    case ReduceFx::Min: return torch::minimum(t, v);
   }
-  const auto device = v.device.defined() ? v.device.device() : total.device.device();
-  const auto x = v.tensor().to(device);
-  torch::Tensor sum;
-  if (!total.defined) {
-    sum = reduce_fx == ReduceFx::Mean ? x * weight : x;
-  } else {
-    const auto t = total.tensor().to(device);
-    switch (reduce_fx) {
-      case ReduceFx::Mean: sum = t + x * weight; break;
-      case ReduceFx::Sum: sum = t + x; break;
-      case ReduceFx::Max: sum = torch::maximum(t, x); break;
-      case ReduceFx::Min: sum = torch::minimum(t, x); break;
-    }
-  }
-  return {.device = sum, .defined = true};
+  VOLT_INTERNAL_ASSERT(false, "reduce_fx ", static_cast<int>(reduce_fx));
+  return {};
 }
 
 MetricCollector::MetricCollector(SyncFn sync) : sync_(std::move(sync)) {}
@@ -100,9 +78,7 @@ void MetricCollector::log(const std::string& name, const torch::Tensor& value,
     entry.options.logger = options.logger;
   }
 
-  const Value v = value.device().is_cpu()
-                      ? Value{.host = value.item<double>(), .defined = true}
-                      : Value{.device = value.detach().reshape({}).to(torch::kDouble), .defined = true};
+  const auto v = value.detach().reshape({}).to(torch::kDouble);
   entry.last = v;
   entry.fresh = true;
   if (!*options.on_epoch) return;
@@ -115,8 +91,7 @@ MetricValues MetricCollector::step_values() const {
   MetricValues out;
   for (const auto& [name, entry] : entries_) {
     if (!*entry.options.on_step || !entry.fresh) continue;
-    const double value = entry.options.sync_dist ? sync_(entry.last.tensor(), ReduceOp::Mean).item<double>()
-                                                 : entry.last.read();
+    const auto value = entry.options.sync_dist ? sync_(entry.last, ReduceOp::Mean) : entry.last;
     emit(out, *entry.options.on_epoch ? name + "_step" : name, value, entry.options);
   }
   return out;
@@ -125,22 +100,22 @@ MetricValues MetricCollector::step_values() const {
 MetricValues MetricCollector::epoch_values() const {
   MetricValues out;
   for (const auto& [name, entry] : entries_) {
-    if (!*entry.options.on_epoch || !entry.total.defined) continue;
-    double value = 0;
+    if (!*entry.options.on_epoch || !entry.total.defined()) continue;
+    torch::Tensor value;
     if (entry.options.reduce_fx == ReduceFx::Mean) {
       if (entry.options.sync_dist) {
-        const auto total = entry.total.tensor();
+        const auto& total = entry.total;
         auto pair = sync_(torch::stack({total, torch::full({}, entry.weight, total.options())}), ReduceOp::Sum);
-        value = (pair[0] / pair[1]).item<double>();
+        value = pair[0] / pair[1];
       } else {
-        value = entry.total.read() / entry.weight;
+        value = entry.total / entry.weight;
       }
     } else if (entry.options.sync_dist) {
       static const std::map<ReduceFx, ReduceOp> ops{
           {ReduceFx::Sum, ReduceOp::Sum}, {ReduceFx::Max, ReduceOp::Max}, {ReduceFx::Min, ReduceOp::Min}};
-      value = sync_(entry.total.tensor(), ops.at(entry.options.reduce_fx)).item<double>();
+      value = sync_(entry.total, ops.at(entry.options.reduce_fx));
     } else {
-      value = entry.total.read();
+      value = entry.total;
     }
     if (*entry.options.on_step) {
       emit(out, name + "_epoch", value, entry.options);
@@ -164,7 +139,7 @@ StateDict MetricCollector::state_dict() const {
     e.set("on_epoch", *entry.options.on_epoch);
     e.set("reduce_fx", static_cast<int64_t>(entry.options.reduce_fx));
     e.set("sync_dist", entry.options.sync_dist);
-    if (entry.total.defined) e.set("total", entry.total.tensor().cpu());
+    if (entry.total.defined()) e.set("total", entry.total.cpu());
     e.set("weight", entry.weight);
     entries.set(name, e);
   }
@@ -190,7 +165,7 @@ void MetricCollector::load_state_dict(const StateDict& state) {
                            "' has reduce_fx ", reduce, "; the checkpoint is damaged");
     entry.options.reduce_fx = static_cast<ReduceFx>(reduce);
     entry.options.sync_dist = e.get_bool("sync_dist");
-    if (e.contains("total")) entry.total = {.host = e.get_tensor("total").to(torch::kDouble).item<double>(), .defined = true};
+    if (e.contains("total")) entry.total = e.get_tensor("total").to(torch::kDouble).reshape({});
     entry.weight = e.get_double("weight");
     entries.emplace(name, std::move(entry));
   }

@@ -2,10 +2,9 @@
 // Collects what a Module logs during one loop (a training epoch, a validation or test run) and
 // turns it into step values and epoch aggregates with Lightning's naming: a name logged only per
 // step or only per epoch keeps its name; one logged both ways becomes <name>_step and
-// <name>_epoch (and <name> holds the epoch value for callbacks). Tensors on an accelerator stay on
-// their device until a value is asked for, so logging never forces a device synchronization by
-// itself; values logged from CPU tensors are read once and aggregated as doubles, which keeps
-// logging to one tensor operation per call (the per-step cost of a small model's loop).
+// <name>_epoch (and <name> holds the epoch value for callbacks). Every value stays a float64
+// tensor on the device it was logged from, and the aggregates are computed there: logging never
+// reads a value on the host (Note [Metrics read when asked] in trainer/metrics/metric_map.h).
 #include <torch/torch.h>
 
 #include <functional>
@@ -20,11 +19,12 @@
 namespace volt {
 
 // Metrics by destination: what goes to the loggers, to the progress bar, and to callbacks
-// (ModelCheckpoint / EarlyStopping monitors read `callback`, which holds everything).
+// (ModelCheckpoint / EarlyStopping monitors read `callback`, which holds everything). Each value
+// is a 0-dim float64 tensor, not yet read.
 struct MetricValues {
-  std::map<std::string, double> logger;
-  std::map<std::string, double> prog_bar;
-  std::map<std::string, double> callback;
+  std::map<std::string, torch::Tensor> logger;
+  std::map<std::string, torch::Tensor> prog_bar;
+  std::map<std::string, torch::Tensor> callback;
 };
 
 class MetricCollector {
@@ -59,23 +59,15 @@ class MetricCollector {
   void load_state_dict(const StateDict& state);
 
  private:
-  // A logged number: a double for values read from CPU tensors, a float64 tensor on its device
-  // otherwise. Arithmetic between a double and a device value happens on the device.
-  struct Value {
-    torch::Tensor device;  // defined: the value lives here
-    double host = 0;
-    bool defined = false;
-    torch::Tensor tensor() const;  // for collectives and checkpoints (float64)
-    double read() const;           // synchronizes for a device value
-  };
   struct Entry {
-    LogOptions options;  // on_step / on_epoch resolved
-    Value last;          // latest value, detached
-    bool fresh = false;  // logged during the current batch
-    Value total;         // Σ value·weight (Mean), Σ value (Sum), running Max/Min
-    double weight = 0;   // Σ weight, for Mean
+    LogOptions options;   // on_step / on_epoch resolved
+    torch::Tensor last;   // latest value, detached, float64, 0-dim
+    bool fresh = false;   // logged during the current batch
+    torch::Tensor total;  // Σ value·weight (Mean), Σ value (Sum), running Max/Min; undefined: none yet
+    double weight = 0;    // Σ weight, for Mean
   };
-  static Value accumulate(const Value& total, const Value& v, double weight, ReduceFx reduce_fx);
+  static torch::Tensor accumulate(const torch::Tensor& total, const torch::Tensor& v, double weight,
+                                  ReduceFx reduce_fx);
 
   SyncFn sync_;
   RunningStage stage_ = RunningStage::None;

@@ -1,0 +1,118 @@
+#include "callbacks/throughput_monitor.h"
+
+#include "core/device_peak_flops.h"
+#include "core/error.h"
+#include "trainer/trainer.h"
+
+namespace volt {
+namespace {
+
+// The dtype matrix multiplications run in under a precision setting ("bf16-mixed" -> bf16).
+torch::ScalarType compute_dtype(const std::string& precision) {
+  if (precision.rfind("bf16", 0) == 0) return torch::kBFloat16;
+  if (precision.rfind("16", 0) == 0) return torch::kHalf;
+  if (precision.rfind("64", 0) == 0) return torch::kDouble;
+  return torch::kFloat;
+}
+
+}  // namespace
+
+const OptionSchema<ThroughputMonitorOptions>& ThroughputMonitorOptions::schema() {
+  static const auto schema =
+      OptionSchema<ThroughputMonitorOptions>("ThroughputMonitor")
+          .option("window", &ThroughputMonitorOptions::window, "batches the rates are averaged over", at_least(2))
+          .option("flops_per_sample", &ThroughputMonitorOptions::flops_per_sample,
+                  "the model's FLOPs (forward + backward) per sample; 0: FLOPs not counted", at_least(0.0))
+          .option("peak_flops", &ThroughputMonitorOptions::peak_flops,
+                  "the device's peak FLOP/s for MFU; 0: the known peak of the device, if any", at_least(0.0))
+          .option("items_per_sample", &ThroughputMonitorOptions::items_per_sample,
+                  "items (tokens) per sample; 0: items not counted", at_least(int64_t{0}));
+  return schema;
+}
+
+ThroughputMonitor::ThroughputMonitor(ThroughputMonitorOptions options) : options_(std::move(options)) {
+  options_.validate();
+}
+
+void ThroughputMonitor::on_train_start(Trainer& trainer, Module&) {
+  peak_flops_ = options_.peak_flops;
+  if (peak_flops_ == 0) {
+    if (auto name = device_name(trainer.root_device())) {
+      peak_flops_ = known_peak_flops(*name, compute_dtype(trainer.options().precision)).value_or(0.0);
+    }
+  }
+  started_ = Clock::now();
+  paused_ = {};
+  pause_started_.reset();
+  window_.clear();
+  batches_ = samples_ = items_ = 0;
+  last_logged_step_ = -1;
+}
+
+double ThroughputMonitor::training_seconds() const {
+  return std::chrono::duration<double>(Clock::now() - started_ - paused_).count();
+}
+
+void ThroughputMonitor::on_train_batch_end(Trainer& trainer, Module&, const torch::Tensor&, const Batch& batch,
+                                           int64_t) {
+  ++batches_;
+  samples_ += batch.size();
+  if (options_.items) {
+    items_ += options_.items(batch);
+  } else {
+    items_ += options_.items_per_sample * batch.size();
+  }
+  window_.push_back({training_seconds(), batches_, samples_, items_});
+  if (static_cast<int64_t>(window_.size()) > options_.window) window_.pop_front();
+
+  const auto values = current_values(trainer);
+  if (values.empty()) return;
+  std::map<std::string, double> bar;
+  const bool counts_items = options_.items || options_.items_per_sample > 0;
+  const std::string rate = counts_items ? "train/items_per_sec" : "train/samples_per_sec";
+  bar[rate] = values.at(rate);
+  if (values.count("train/device/mfu")) bar["train/device/mfu"] = values.at("train/device/mfu");
+  trainer.show_on_progress_bar(bar);
+  // Every log_every_n_steps optimizer steps, once, after the step that reached it.
+  const int64_t step = trainer.global_step();
+  if (step > 0 && step % trainer.options().log_every_n_steps == 0 && step != last_logged_step_) {
+    last_logged_step_ = step;
+    trainer.log_metrics(values);
+  }
+}
+
+void ThroughputMonitor::on_validation_start(Trainer& trainer, Module&) {
+  if (trainer.stage() != RunningStage::SanityChecking) pause_started_ = Clock::now();
+}
+
+void ThroughputMonitor::on_validation_end(Trainer&, Module&) {
+  if (pause_started_) paused_ += Clock::now() - *pause_started_;
+  pause_started_.reset();
+}
+
+std::map<std::string, double> ThroughputMonitor::current_values(const Trainer& trainer) const {
+  std::map<std::string, double> out;
+  if (window_.size() < 2) return out;
+  const Mark& first = window_.front();
+  const Mark& last = window_.back();
+  const double seconds = last.seconds - first.seconds;
+  if (seconds <= 0) return out;
+  const auto world = static_cast<double>(trainer.world_size());
+  const auto per_second = [&](int64_t later, int64_t earlier) { return static_cast<double>(later - earlier) / seconds; };
+  const auto put = [&](const std::string& name, double per_device) {
+    out["train/device/" + name] = per_device;
+    out["train/" + name] = per_device * world;
+  };
+  put("batches_per_sec", per_second(last.batches, first.batches));
+  const double samples = per_second(last.samples, first.samples);
+  put("samples_per_sec", samples);
+  if (options_.items || options_.items_per_sample > 0) put("items_per_sec", per_second(last.items, first.items));
+  if (options_.flops_per_sample > 0) {
+    const double flops = samples * options_.flops_per_sample;
+    put("flops_per_sec", flops);
+    if (peak_flops_ > 0) out["train/device/mfu"] = flops / peak_flops_;
+  }
+  return out;
+}
+
+}  // namespace volt
