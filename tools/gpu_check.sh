@@ -3,7 +3,8 @@
 # H100/H200, 16 cores, PyTorch 2.x with CUDA in its python3, CMake, ninja and nvcc, no network.
 #
 #   tools/gpu_check.sh --prepare   here, with network: fetches the Debian packages that machine
-#                                  lacks into .gpu/debs (ignored by git; the device call carries .gpu)
+#                                  lacks into .gpu/debs and the GPT example's text into .gpu/gpt_text
+#                                  (ignored by git; the device call carries .gpu)
 #   tools/gpu_check.sh             there: unpacks them, configures volt against that machine's
 #                                  LibTorch (torch.utils.cmake_prefix_path), builds with ninja -j16
 #                                  and runs every check, each under its own time limit
@@ -38,7 +39,8 @@ packages=(
 )
 
 prebuilt_programs=(tests/cuda_tests tests/core_tests tests/distributed_worker bench/trainer_vs_lightning
-                   bench/data_loader examples/fashion_mnist examples/make_image_folder examples/image_folder)
+                   bench/data_loader examples/fashion_mnist examples/make_image_folder examples/image_folder
+                   examples/gpt_prepare examples/gpt)
 if [[ ${1:-} == --pack ]]; then
   rm -rf "$gpu/prebuilt" && mkdir -p "$gpu/prebuilt"
   for program in "${prebuilt_programs[@]}"; do
@@ -52,7 +54,8 @@ fi
 if [[ ${1:-} == --prepare ]]; then
   rm -rf "$gpu/debs" && mkdir -p "$gpu/debs"
   (cd "$gpu/debs" && apt-get download "${packages[@]}") || exit 1
-  du -sh "$gpu/debs"
+  mkdir -p "$gpu/gpt_text" && cp "$(tools/setup_gpt_text.sh | tail -1)" "$gpu/gpt_text/kjv.txt" || exit 1
+  du -sh "$gpu/debs" "$gpu/gpt_text"
   exit 0
 fi
 
@@ -145,7 +148,7 @@ configure() {
   ((!has_gpu)) || grep -q 'CUDA and NCCL code paths compiled in' "$out/configure.txt"
 }
 targets=(cuda_tests core_tests fashion_mnist distributed_worker trainer_vs_lightning data_loader make_image_folder
-         image_folder)
+         image_folder gpt_prepare gpt)
 build_targets() { timeout 900 ninja -C "$build" -j "$jobs" "${targets[@]}"; }
 
 # Programs built elsewhere against the same wheel: the machine's torch/lib stands in for the
@@ -270,6 +273,28 @@ image_folder_job() {
   awk -v w="$wait" 'BEGIN { exit !(w <= 2.0) }'
 }
 check image_folder image_folder_job
+
+# ---- 5. the GPT example (docs/gpt.md) at the 124M shape, batch 16 x 1024 tokens, bf16-mixed, on cuda:0
+# under single_device, ddp and fsdp (one process each): it trains (the validation loss falls from
+# ln(50304) = 10.8 below 5) and its tokens per
+# second and MFU go into the results (the goal, 463K tokens/s, is a figure to read, not a failed check).
+gpt_job() {
+  local strategy=$1 log=$build/gpt_$1.txt
+  ((has_gpu)) || { skip "no CUDA device visible"; return; }
+  [[ -f $build/gpt_tokens/train.bin ]] || timeout 60 "$build/examples/gpt_prepare" --text "$gpu/gpt_text/kjv.txt" \
+    --out "$build/gpt_tokens" >"$build/gpt_prepare.txt" 2>&1 || { cat "$build/gpt_prepare.txt"; return 1; }
+  timeout 300 "$build/examples/gpt" --data-dir "$build/gpt_tokens" --accelerator cuda --strategy "$strategy" \
+    --max-steps 60 --warmup-steps 10 --batch-size 16 --num-workers 4 --pin-memory true --limit-val-batches 4 \
+    --enable-progress-bar false --enable-checkpointing false \
+    --default-root-dir "$build/gpt_run_$strategy" >"$log" 2>&1 || { tail -20 "$log"; return 1; }
+  record "  gpt $strategy: $(grep '^Final metrics' "$log"); $(grep '^Throughput' "$log")"
+  local loss
+  loss=$(grep -o 'val_loss=[0-9.]*' "$log" | tail -1 | cut -d= -f2)
+  awk -v l="$loss" 'BEGIN { exit !(l != "" && l < 5.0) }'
+}
+for strategy in single_device ddp fsdp; do
+  check "gpt_$strategy" gpt_job "$strategy"
+done
 
 record "failures: $failures"
 exit $((failures > 0))

@@ -21,6 +21,7 @@ phase() { echo "test.sh: $1 at ${SECONDS} s"; }
 phase "setup"
 tools/setup.sh
 tools/setup_fairscale.sh  # the oracle of the fairscale-style strategies, in both trees' suites
+tools/setup_gpt_text.sh >/dev/null  # the GPT example's text (tests/e2e/gpt_cli_test.cpp)
 # PyTorch 2.x (~4 GB of wheels) downloads while the first tree compiles: the network and the
 # cores work at once.
 mkdir -p build-test
