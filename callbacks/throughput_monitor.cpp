@@ -2,20 +2,10 @@
 
 #include "core/device_peak_flops.h"
 #include "core/error.h"
+#include "precision/precision.h"
 #include "trainer/trainer.h"
 
 namespace volt {
-namespace {
-
-// The dtype matrix multiplications run in under a precision setting ("bf16-mixed" -> bf16).
-torch::ScalarType compute_dtype(const std::string& precision) {
-  if (precision.rfind("bf16", 0) == 0) return torch::kBFloat16;
-  if (precision.rfind("16", 0) == 0) return torch::kHalf;
-  if (precision.rfind("64", 0) == 0) return torch::kDouble;
-  return torch::kFloat;
-}
-
-}  // namespace
 
 const OptionSchema<ThroughputMonitorOptions>& ThroughputMonitorOptions::schema() {
   static const auto schema =
@@ -38,7 +28,7 @@ void ThroughputMonitor::on_train_start(Trainer& trainer, Module&) {
   peak_flops_ = options_.peak_flops;
   if (peak_flops_ == 0) {
     if (auto name = device_name(trainer.root_device())) {
-      peak_flops_ = known_peak_flops(*name, compute_dtype(trainer.options().precision)).value_or(0.0);
+      peak_flops_ = known_peak_flops(*name, trainer.strategy().precision().compute_dtype()).value_or(0.0);
     }
   }
   started_ = Clock::now();
@@ -65,20 +55,37 @@ void ThroughputMonitor::on_train_batch_end(Trainer& trainer, Module&, const torc
   window_.push_back({training_seconds(), batches_, samples_, items_});
   if (static_cast<int64_t>(window_.size()) > options_.window) window_.pop_front();
 
-  const auto values = current_values(trainer);
-  if (values.empty()) return;
+  const auto rates = window_rates();
+  if (!rates) return;
+  // The bar's two numbers every batch (host arithmetic only); the whole table at the loggers' cadence.
+  const double world = static_cast<double>(trainer.world_size());
   std::map<std::string, double> bar;
-  const bool counts_items = options_.items || options_.items_per_sample > 0;
-  const std::string rate = counts_items ? "train/items_per_sec" : "train/samples_per_sec";
-  bar[rate] = values.at(rate);
-  if (values.count("train/device/mfu")) bar["train/device/mfu"] = values.at("train/device/mfu");
+  if (counts_items()) {
+    bar["train/items_per_sec"] = rates->items * world;
+  } else {
+    bar["train/samples_per_sec"] = rates->samples * world;
+  }
+  if (options_.flops_per_sample > 0 && peak_flops_ > 0) bar["train/device/mfu"] = rates->flops() / peak_flops_;
   trainer.show_on_progress_bar(bar);
   // Every log_every_n_steps optimizer steps, once, after the step that reached it.
   const int64_t step = trainer.global_step();
   if (step > 0 && step % trainer.options().log_every_n_steps == 0 && step != last_logged_step_) {
     last_logged_step_ = step;
-    trainer.log_metrics(values);
+    trainer.log_metrics(current_values(trainer));
   }
+}
+
+bool ThroughputMonitor::counts_items() const { return options_.items || options_.items_per_sample > 0; }
+
+std::optional<ThroughputMonitor::Rates> ThroughputMonitor::window_rates() const {
+  if (window_.size() < 2) return std::nullopt;
+  const Mark& first = window_.front();
+  const Mark& last = window_.back();
+  const double seconds = last.seconds - first.seconds;
+  if (seconds <= 0) return std::nullopt;
+  const auto per_second = [&](int64_t later, int64_t earlier) { return static_cast<double>(later - earlier) / seconds; };
+  return Rates{per_second(last.batches, first.batches), per_second(last.samples, first.samples),
+               per_second(last.items, first.items), options_.flops_per_sample};
 }
 
 void ThroughputMonitor::on_validation_start(Trainer& trainer, Module&) {
@@ -92,25 +99,19 @@ void ThroughputMonitor::on_validation_end(Trainer&, Module&) {
 
 std::map<std::string, double> ThroughputMonitor::current_values(const Trainer& trainer) const {
   std::map<std::string, double> out;
-  if (window_.size() < 2) return out;
-  const Mark& first = window_.front();
-  const Mark& last = window_.back();
-  const double seconds = last.seconds - first.seconds;
-  if (seconds <= 0) return out;
+  const auto rates = window_rates();
+  if (!rates) return out;
   const auto world = static_cast<double>(trainer.world_size());
-  const auto per_second = [&](int64_t later, int64_t earlier) { return static_cast<double>(later - earlier) / seconds; };
   const auto put = [&](const std::string& name, double per_device) {
     out["train/device/" + name] = per_device;
     out["train/" + name] = per_device * world;
   };
-  put("batches_per_sec", per_second(last.batches, first.batches));
-  const double samples = per_second(last.samples, first.samples);
-  put("samples_per_sec", samples);
-  if (options_.items || options_.items_per_sample > 0) put("items_per_sec", per_second(last.items, first.items));
+  put("batches_per_sec", rates->batches);
+  put("samples_per_sec", rates->samples);
+  if (counts_items()) put("items_per_sec", rates->items);
   if (options_.flops_per_sample > 0) {
-    const double flops = samples * options_.flops_per_sample;
-    put("flops_per_sec", flops);
-    if (peak_flops_ > 0) out["train/device/mfu"] = flops / peak_flops_;
+    put("flops_per_sec", rates->flops());
+    if (peak_flops_ > 0) out["train/device/mfu"] = rates->flops() / peak_flops_;
   }
   return out;
 }

@@ -4,6 +4,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "callbacks/callback.h"
@@ -56,8 +57,15 @@ class ThroughputMonitor : public Callback {
     double seconds;  // training time (validation left out) at the batch's end
     int64_t batches, samples, items;
   };
+  // Per second over the window, on this process.
+  struct Rates {
+    double batches, samples, items, flops_per_sample;
+    double flops() const { return samples * flops_per_sample; }
+  };
   using Clock = std::chrono::steady_clock;
   double training_seconds() const;
+  bool counts_items() const;
+  std::optional<Rates> window_rates() const;  // nullopt before two batches ended
 
   ThroughputMonitorOptions options_;
   double peak_flops_ = 0;

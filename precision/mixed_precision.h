@@ -36,6 +36,7 @@ class MixedPrecision : public Precision {
   void set_found_inf_reducer(FoundInfReducer reducer) override;
 
   torch::Dtype dtype() const { return dtype_; }
+  torch::Dtype compute_dtype() const override { return dtype_; }
   // Null without a scaler.
   GradScaler* scaler() const { return scaler_.get(); }
 

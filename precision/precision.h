@@ -25,6 +25,9 @@ class Precision {
   virtual void convert_module(torch::nn::Module& module) {}
   // The dtype of floating-point parameters, and so of their gradients, once convert_module ran.
   virtual torch::Dtype parameter_dtype() const { return torch::kFloat; }
+  // The dtype a step's matrix products run in (autocast's for *-mixed): what a device's peak
+  // FLOP/s is looked up by (ThroughputMonitor's MFU).
+  virtual torch::Dtype compute_dtype() const { return parameter_dtype(); }
   // Casts the floating-point tensors of a batch to match the module.
   virtual Batch convert_input(const Batch& batch) { return batch; }
   // The region in which a step's forward runs (autocast for *-mixed).

@@ -41,6 +41,10 @@ TEST(MakePrecision, EachNameSelectsItsPrecisionOnCpu) {
   auto f64 = std::dynamic_pointer_cast<TruePrecision>(make_precision("64-true", cpu));
   ASSERT_NE(f64, nullptr);
   EXPECT_EQ(f64->dtype(), torch::kDouble);
+  // The dtype matrix products run in (a device's peak FLOP/s is looked up by it).
+  EXPECT_EQ(make_precision("bf16-mixed", cpu)->compute_dtype(), torch::kBFloat16);
+  EXPECT_EQ(make_precision("bf16-true", cpu)->compute_dtype(), torch::kBFloat16);
+  EXPECT_EQ(make_precision("32-true", cpu)->compute_dtype(), torch::kFloat);
 }
 
 TEST(MakePrecision, Float16MixedWithoutCudaSuggestsBf16Mixed) {

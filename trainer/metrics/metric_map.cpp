@@ -11,11 +11,6 @@ void MetricMap::set(const std::string& name, double value) {
   read_[name] = value;
 }
 
-void MetricMap::clear() {
-  read_.clear();
-  pending_.clear();
-}
-
 const std::map<std::string, double>& MetricMap::values() const {
   if (!pending_.empty()) {
     for (auto& [name, value] : read_metrics(pending_)) read_[name] = value;

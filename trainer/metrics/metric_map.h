@@ -18,8 +18,6 @@ class MetricMap {
  public:
   void set(const std::string& name, const torch::Tensor& value);  // a 0-dim tensor on any device
   void set(const std::string& name, double value);
-  void clear();
-  bool empty() const { return read_.empty() && pending_.empty(); }
   // Every value as a number; the values still on a device are read now (inside the scope
   // "volt::read_metrics").
   const std::map<std::string, double>& values() const;
