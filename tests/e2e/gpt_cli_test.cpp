@@ -9,6 +9,7 @@
 #include <regex>
 
 #include "gpt/byte_tokens.h"
+#include "gpt/gpt_module.h"
 #include "tests/support/test_support.h"
 
 namespace volt::testing {
@@ -63,6 +64,31 @@ TEST(GptCli, Utf8Validation) {
   EXPECT_EQ(gpt::first_invalid_utf8("x\xf4\x90\x80\x80"), 1);  // past U+10FFFF
   EXPECT_EQ(gpt::first_invalid_utf8("xy\xe2\x82"), 2);         // cut short
   EXPECT_EQ(gpt::first_invalid_utf8("\x80"), 0);               // a lone continuation byte
+}
+
+TEST(GptCli, TheLearningRateWarmsUpThenDecaysToItsFloor) {
+  const gpt::TrainingOptions options{.lr = 1e-3, .min_lr = 1e-4, .warmup_steps = 10};
+  EXPECT_DOUBLE_EQ(gpt::lr_factor(options, 110, 0), 0.1);  // the first step: 1/10 of the way up
+  EXPECT_DOUBLE_EQ(gpt::lr_factor(options, 110, 9), 1.0);
+  EXPECT_DOUBLE_EQ(gpt::lr_factor(options, 110, 10), 1.0);  // the cosine's start
+  EXPECT_NEAR(gpt::lr_factor(options, 110, 60), 0.1 + 0.5 * 0.9, 1e-12);  // half way down
+  EXPECT_DOUBLE_EQ(gpt::lr_factor(options, 110, 110), 0.1);
+  EXPECT_DOUBLE_EQ(gpt::lr_factor(options, 110, 500), 0.1);
+}
+
+TEST(GptCli, WeightDecayOnlyOnTheMatrices) {
+  gpt::GPTModule module(gpt::GPTConfig::preset("cpu"), {.decay_steps = 100, .weight_decay = 0.2});
+  const auto config = module.configure_optimizers();
+  const auto& groups = config.optimizers.at(0)->param_groups();
+  ASSERT_EQ(groups.size(), 2u);
+  const auto decay = [](const torch::optim::OptimizerParamGroup& g) {
+    return static_cast<const torch::optim::AdamWOptions&>(g.options()).weight_decay();
+  };
+  EXPECT_EQ(decay(groups[0]), 0.2);
+  EXPECT_EQ(decay(groups[1]), 0.0);
+  for (const auto& p : groups[0].params()) EXPECT_GE(p.dim(), 2);
+  for (const auto& p : groups[1].params()) EXPECT_LT(p.dim(), 2);
+  EXPECT_EQ(groups[0].params().size() + groups[1].params().size(), module.parameters().size());
 }
 
 }  // namespace
