@@ -7,9 +7,11 @@
 #       --model {cnn,mlp,gpt} --device {cuda,cpu} --rows ROW[,ROW...] --steps N --warmup W \
 #       --round R --root DIR [--batch B]
 #
-# ROW is lightning_barebones, lightning_default, raw_pytorch, raw_pytorch_fused, lightning_ddp or
-# lightning_fsdp (raw_pytorch_fused: the plain loop with AdamW(fused=True); every other row uses
-# AdamW's default, the foreach implementation on a GPU). The rows
+# ROW is lightning_barebones, lightning_default, raw_pytorch, raw_pytorch_fused, raw_pytorch_compiled,
+# raw_pytorch_autotuned, lightning_ddp or lightning_fsdp (raw_pytorch_fused: the plain loop with
+# AdamW(fused=True); raw_pytorch_compiled and raw_pytorch_autotuned: that loop with the model under
+# torch.compile, mode "reduce-overhead" (CUDA graphs) and "max-autotune", compiled during the
+# warm-up steps; every other row uses AdamW's default, the foreach implementation on a GPU). The rows
 # run one after another in this process, in the given order rotated by R, each with its own model,
 # optimizer, data and Trainer (default_root_dir DIR/<row>). Each prints exactly one line to stdout:
 #
@@ -37,8 +39,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-ROWS = ("lightning_barebones", "lightning_default", "raw_pytorch", "raw_pytorch_fused", "lightning_ddp",
-        "lightning_fsdp")
+ROWS = ("lightning_barebones", "lightning_default", "raw_pytorch", "raw_pytorch_fused", "raw_pytorch_compiled",
+        "raw_pytorch_autotuned", "lightning_ddp", "lightning_fsdp")
+COMPILE_MODES = {"raw_pytorch_compiled": "reduce-overhead", "raw_pytorch_autotuned": "max-autotune"}
 DEFAULT_BATCH = {"cnn": 256, "mlp": 512, "gpt": 8}
 GPT_VOCAB, GPT_SEQ, GPT_DIM, GPT_HEADS, GPT_LAYERS = 50304, 512, 768, 12, 6
 
@@ -316,8 +319,10 @@ def run_row(args, row):
     count = args.warmup + args.steps
     batches = make_batches(args.model, args.batch, count, args.device)
     window = Window(args.device, args.warmup, count - 1)
-    if row in ("raw_pytorch", "raw_pytorch_fused"):
-        final_loss = run_raw(args, net, batches, window, fused=row == "raw_pytorch_fused")
+    if row in ("raw_pytorch", "raw_pytorch_fused") or row in COMPILE_MODES:
+        if row in COMPILE_MODES:
+            net = torch.compile(net, mode=COMPILE_MODES[row])
+        final_loss = run_raw(args, net, batches, window, fused=row != "raw_pytorch")
     else:
         final_loss = run_lightning(args, row, net, batches, window)
     elapsed = window.elapsed()

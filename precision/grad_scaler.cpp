@@ -33,6 +33,7 @@ torch::Tensor GradScaler::scale(const torch::Tensor& outputs) {
     const auto on = torch::TensorOptions().device(outputs.device());
     scale_ = torch::full({1}, options_.init_scale, on.dtype(torch::kFloat));
     growth_tracker_ = torch::full({1}, init_growth_tracker_, on.dtype(torch::kInt));
+    skipped_steps_ = torch::full({1}, init_skipped_steps_, on.dtype(torch::kLong));
   }
   return outputs * scale_.to(outputs.device(), /*non_blocking=*/true);
 }
@@ -104,6 +105,11 @@ bool GradScaler::step(torch::optim::Optimizer& optimizer) {
                             "update(); call update() once per iteration after the steps");
   if (state.stage == Stage::Ready) unscale_(optimizer);
   VOLT_INTERNAL_ASSERT(state.found_inf.defined(), "unscale_ records a found-inf flag");
+  if (device_step_) {
+    device_step_(optimizer, state.found_inf);
+    state.stage = Stage::Stepped;
+    return true;
+  }
   const bool finite = state.found_inf.item<float>() == 0.0f;
   if (finite) optimizer.step();
   state.stage = Stage::Stepped;
@@ -121,7 +127,8 @@ void GradScaler::update() {
   check<ConfigurationError>(found_inf.defined(),
                             "GradScaler::update: no optimizer was unscaled or stepped since the last "
                             "update(); call step(optimizer) before update()");
-  if (found_inf.item<float>() != 0.0f) ++skipped_steps_;
+  skipped_steps_.add_(found_inf.to(skipped_steps_.device()).gt(0));
+  last_found_inf_ = found_inf;
   update_scale_(scale_, growth_tracker_, found_inf.to(scale_.device()), options_.growth_factor,
                 options_.backoff_factor, options_.growth_interval);
   per_optimizer_.clear();
@@ -141,6 +148,10 @@ double GradScaler::get_scale() const {
   return scale_.defined() ? scale_.item<float>() : options_.init_scale;
 }
 
+int64_t GradScaler::skipped_steps() const {
+  return skipped_steps_.defined() ? skipped_steps_.item<int64_t>() : init_skipped_steps_;
+}
+
 int64_t GradScaler::growth_tracker() const {
   return growth_tracker_.defined() ? growth_tracker_.item<int32_t>() : init_growth_tracker_;
 }
@@ -153,7 +164,7 @@ StateDict GradScaler::state_dict() const {
   state.set("backoff_factor", options_.backoff_factor);
   state.set("growth_interval", options_.growth_interval);
   state.set("_growth_tracker", growth_tracker());
-  state.set("_skipped_steps", skipped_steps_);
+  state.set("_skipped_steps", skipped_steps());
   return state;
 }
 
@@ -198,10 +209,11 @@ void GradScaler::load_state_dict(const StateDict& state) {
                          loaded.growth_interval, "), got ", tracker);
   options_ = loaded;
   init_growth_tracker_ = tracker;
-  skipped_steps_ = skipped;
+  init_skipped_steps_ = skipped;
   if (scale_.defined()) {
     scale_.fill_(loaded.init_scale);
     growth_tracker_.fill_(tracker);
+    skipped_steps_.fill_(skipped);
   }
 }
 

@@ -16,6 +16,13 @@
 // reducer set with set_found_inf_reducer (the Strategy installs a Max all-reduce there), which
 // makes unscale_, and step/update through it, a **collective** under a multi-process strategy.
 //
+// Note [Skipping a step on the device]: with set_device_step installed,
+// step() never reads the found-inf flag on the host. It hands the flag to the installed function,
+// which steps the optimizer unless the flag is set (volt::FusedAdamW::step_unless), and returns
+// true; last_found_inf() then holds the decision for whoever needs it later. update() and
+// skipped_steps' count stay on the device in every mode. This is what a captured step
+// (--cuda-graph) needs: a graph cannot hold a read on the host.
+//
 // Not thread-safe; one scaler serves one training loop.
 #include <torch/torch.h>
 
@@ -39,6 +46,9 @@ struct GradScalerOptions {
 // Turns this rank's found-inf flag (a one-element float tensor, 1 = inf/NaN seen) into the flag
 // every rank agrees on. A collective when it talks to other ranks.
 using FoundInfReducer = std::function<torch::Tensor(const torch::Tensor&)>;
+// Steps `optimizer` unless `found_inf` (one float element on the device) is nonzero, deciding on
+// the device.
+using DeviceStep = std::function<void(torch::optim::Optimizer& optimizer, const torch::Tensor& found_inf)>;
 
 class GradScaler {
  public:
@@ -67,12 +77,18 @@ class GradScaler {
   double get_scale() const;
   int64_t growth_tracker() const;
   // update()s that found inf/NaN in some optimizer's gradients: iterations whose step was skipped.
-  int64_t skipped_steps() const { return skipped_steps_; }
+  // Reads the device's count.
+  int64_t skipped_steps() const;
   bool is_enabled() const { return options_.enabled; }
   const GradScalerOptions& options() const { return options_; }
 
   // Installs the cross-rank reduction of the found-inf flag; the identity when unset.
   void set_found_inf_reducer(FoundInfReducer reducer) { reducer_ = std::move(reducer); }
+  // Installs how step() skips on the device; an empty function restores the host decision.
+  void set_device_step(DeviceStep step) { device_step_ = std::move(step); }
+  // The found-inf flag the last update() combined (nonzero: that iteration's steps were skipped),
+  // on the device, not read; undefined before the first update().
+  const torch::Tensor& last_found_inf() const { return last_found_inf_; }
 
   // PyTorch's keys: scale, growth_factor, backoff_factor, growth_interval, _growth_tracker; plus
   // _skipped_steps. Empty when disabled (as in PyTorch).
@@ -93,10 +109,13 @@ class GradScaler {
   GradScalerOptions options_;
   torch::Tensor scale_;           // float32, shape [1]
   torch::Tensor growth_tracker_;  // int32, shape [1]: finite iterations since the last change
+  torch::Tensor skipped_steps_;   // int64, shape [1], beside the scale: counted on the device
+  torch::Tensor last_found_inf_;
   int64_t init_growth_tracker_ = 0;
-  int64_t skipped_steps_ = 0;
+  int64_t init_skipped_steps_ = 0;
   std::map<const torch::optim::Optimizer*, OptimizerState> per_optimizer_;
   FoundInfReducer reducer_;
+  DeviceStep device_step_;
 };
 
 }  // namespace volt

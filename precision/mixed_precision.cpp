@@ -60,4 +60,10 @@ void MixedPrecision::set_found_inf_reducer(FoundInfReducer reducer) {
   if (scaler_) scaler_->set_found_inf_reducer(std::move(reducer));
 }
 
+void MixedPrecision::set_device_step(DeviceStep step) {
+  if (scaler_) scaler_->set_device_step(std::move(step));
+}
+
+torch::Tensor MixedPrecision::last_found_inf() const { return scaler_ ? scaler_->last_found_inf() : torch::Tensor(); }
+
 }  // namespace volt

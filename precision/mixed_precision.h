@@ -34,6 +34,8 @@ class MixedPrecision : public Precision {
   StateDict state_dict() const override;
   void load_state_dict(const StateDict& state) override;
   void set_found_inf_reducer(FoundInfReducer reducer) override;
+  void set_device_step(DeviceStep step) override;
+  torch::Tensor last_found_inf() const override;
 
   torch::Dtype dtype() const { return dtype_; }
   torch::Dtype compute_dtype() const override { return dtype_; }

@@ -57,6 +57,14 @@ class Precision {
   // ranks (Note [Agreeing on inf] in grad_scaler.h). The Strategy installs its Max all-reduce
   // here; precisions that never skip a step have nothing to reduce and ignore it.
   virtual void set_found_inf_reducer(FoundInfReducer reducer) {}
+  // Where a precision that skips steps decides on the device instead of reading its flag on the
+  // host (Note [Skipping a step on the device] in grad_scaler.h): optimizer_step() then calls
+  // `step` and returns true, and last_found_inf() holds the decision. Precisions that never skip
+  // a step ignore it.
+  virtual void set_device_step(DeviceStep step) {}
+  // The flag of the last update() (nonzero: its steps were skipped), not read; undefined for
+  // precisions that never skip a step.
+  virtual torch::Tensor last_found_inf() const { return {}; }
 };
 
 // Whether `device` can multiply float16 matrices (LibTorch 1.13 has no CPU kernel for it): what

@@ -22,9 +22,15 @@ std::vector<torch::Tensor> parameters_with_grad(torch::optim::Optimizer& optimiz
 }  // namespace
 
 void GradientSynchronization::zero_grad(torch::optim::Optimizer& optimizer) {
+  torch::NoGradGuard no_grad;
   for (auto& group : optimizer.param_groups()) {
     for (auto& p : group.params()) {
-      if (p.grad().defined()) p.mutable_grad().reset();
+      if (!p.grad().defined()) continue;
+      if (zero_in_place_) {
+        p.mutable_grad().zero_();
+      } else {
+        p.mutable_grad().reset();
+      }
     }
   }
 }

@@ -31,8 +31,11 @@ class GradientSynchronization {
   virtual void synchronize_accumulated_gradients(torch::nn::Module& module) {}
   // Clears gradients after a step: set to undefined (frees memory, like PyTorch's
   // zero_grad(set_to_none=True)); gradients that are views into a strategy's buffers are zeroed
-  // in place instead.
+  // in place instead, and so is every gradient while zero_in_place(true) holds (a captured step's
+  // graphs read and write gradients at fixed addresses).
   virtual void zero_grad(torch::optim::Optimizer& optimizer);
+  void zero_in_place(bool on) { zero_in_place_ = on; }
+  bool zeroes_in_place() const { return zero_in_place_; }
   // Clips the gradients of `optimizer`'s parameters, already at their true scale (the Strategy
   // unscales first), to a total `norm_type`-norm of `max_norm`; returns the norm before clipping,
   // a 0-dim tensor on the gradients' device, not read on the host (Note [Metrics read when
@@ -46,6 +49,7 @@ class GradientSynchronization {
 
  private:
   Strategy& owner_;
+  bool zero_in_place_ = false;
 };
 
 }  // namespace volt

@@ -278,16 +278,18 @@ check image_folder image_folder_job
 # under single_device, ddp and fsdp (one process each): it trains (the validation loss falls from
 # ln(50304) = 10.8 below 5) and its tokens per
 # second and MFU go into the results (the goal, 463K tokens/s, is a figure to read, not a failed check).
+# A second argument passes --cuda-graph (docs/training_loop.md#captured-steps): gpt_captured is
+# single_device with its step captured, beside gpt_single_device's eager step in the same run.
 gpt_job() {
-  local strategy=$1 log=$build/gpt_$1.txt
+  local strategy=$1 graph=${2:-} log=$build/gpt_$1${2:+_captured}.txt
   ((has_gpu)) || { skip "no CUDA device visible"; return; }
   [[ -f $build/gpt_tokens/train.bin ]] || timeout 60 "$build/examples/gpt_prepare" --text "$gpu/gpt_text/kjv.txt" \
     --out "$build/gpt_tokens" >"$build/gpt_prepare.txt" 2>&1 || { cat "$build/gpt_prepare.txt"; return 1; }
   timeout 300 "$build/examples/gpt" --data-dir "$build/gpt_tokens" --accelerator cuda --strategy "$strategy" \
     --max-steps 60 --warmup-steps 10 --batch-size 16 --num-workers 4 --pin-memory true --limit-val-batches 4 \
-    --enable-progress-bar false --enable-checkpointing false \
-    --default-root-dir "$build/gpt_run_$strategy" >"$log" 2>&1 || { tail -20 "$log"; return 1; }
-  record "  gpt $strategy: $(grep '^Final metrics' "$log"); $(grep '^Throughput' "$log")"
+    --enable-progress-bar false --enable-checkpointing false ${graph:+--cuda-graph} \
+    --default-root-dir "$build/gpt_run_$strategy${graph:+_captured}" >"$log" 2>&1 || { tail -20 "$log"; return 1; }
+  record "  gpt $strategy${graph:+ --cuda-graph}: $(grep '^Final metrics' "$log"); $(grep '^Throughput' "$log")"
   local loss
   loss=$(grep -o 'val_loss=[0-9.]*' "$log" | tail -1 | cut -d= -f2)
   awk -v l="$loss" 'BEGIN { exit !(l != "" && l < 5.0) }'
@@ -295,6 +297,7 @@ gpt_job() {
 for strategy in single_device ddp fsdp; do
   check "gpt_$strategy" gpt_job "$strategy"
 done
+check gpt_captured gpt_job single_device captured
 
 record "failures: $failures"
 exit $((failures > 0))

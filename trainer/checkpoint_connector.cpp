@@ -1,5 +1,7 @@
 #include "trainer/checkpoint_connector.h"
 
+#include "trainer/optim/fused_adamw.h"
+
 #include <set>
 
 #include "checkpoint/checkpoint_format.h"
@@ -11,6 +13,7 @@
 #include "trainer/trainer.h"
 #include "trainer/training_state.h"
 #include "trainer/loops/epoch_remainder.h"
+#include "trainer/optim/fused_adamw.h"
 #include "trainer/trainer_internals.h"
 
 namespace volt {
@@ -57,6 +60,7 @@ StateDict CheckpointConnector::dump(bool weights_only) {
 
   if (!weights_only) {
     c10::impl::GenericList optimizers(c10::AnyType::get());
+    for (auto& optimizer : state_.optimizers) prepare_optimizer_state_for_save(*optimizer);
     for (auto& optimizer : state_.optimizers) optimizers.push_back(strategy.checkpointing().optimizer_state_dict(*optimizer, layout).to_ivalue());
     checkpoint.set("optimizer_states", optimizers);
     c10::impl::GenericList schedulers(c10::AnyType::get());

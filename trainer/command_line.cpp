@@ -77,6 +77,8 @@ po::options_description volt_flags(const TrainerOptions& d) {
       ("accumulate-grad-batches", po::value<int64_t>()->default_value(d.accumulate_grad_batches),
        "micro-batches per optimizer step")
       ("gradient-clip-val", po::value<double>(), "clip gradients at this value (default: no clipping)")
+      ("cuda-graph", po::value<bool>()->default_value(d.cuda_graph)->implicit_value(true),
+       "capture the training step in CUDA graphs and replay it (CUDA; single_device or ddp; volt::FusedAdamW)")
       ("gradient-clip-algorithm", po::value<std::string>()->default_value("norm"), "norm | value")
       ("val-check-interval", limit(d.val_check_interval), "fraction of an epoch, or batches, between validations")
       ("check-val-every-n-epoch", po::value<int64_t>()->default_value(d.check_val_every_n_epoch),
@@ -135,6 +137,7 @@ TrainerOptions options_from(const po::variables_map& vm) {
   o.max_time = vm["max-time"].as<std::string>();
   o.accumulate_grad_batches = vm["accumulate-grad-batches"].as<int64_t>();
   if (vm.count("gradient-clip-val")) o.gradient_clip_val = vm["gradient-clip-val"].as<double>();
+  o.cuda_graph = vm["cuda-graph"].as<bool>();
   const auto algorithm = vm["gradient-clip-algorithm"].as<std::string>();
   check<ConfigurationError>(algorithm == "norm" || algorithm == "value",
                             "--gradient-clip-algorithm: expected norm or value, got '", algorithm, "'");

@@ -57,6 +57,9 @@ struct TrainerOptions {
   int64_t accumulate_grad_batches = 1;             // micro-batches per optimizer step; >= 1
   std::optional<double> gradient_clip_val;         // unset: no clipping; > 0
   GradientClipAlgorithm gradient_clip_algorithm = GradientClipAlgorithm::Norm;
+  // Capture the training step in CUDA graphs and replay it (docs/training_loop.md#captured-steps):
+  // CUDA only, single_device or ddp, optimizers that are volt::FusedAdamW.
+  bool cuda_graph = false;
 
   // ---- evaluation
   BatchLimit val_check_interval = BatchLimit::fraction(1.0);  // fraction of an epoch or batches

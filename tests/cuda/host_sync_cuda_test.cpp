@@ -24,13 +24,12 @@ TEST(CudaHostSync, TheStepReadsNothingInFloat32AndBfloat16Mixed) {
 TEST(CudaHostSync, Float16MixedReadsOnlyTheGradScalersVerdict) {
   VOLT_REQUIRE_CUDA();
   const HostSyncRun run = train_observing_host_reads(false, "cuda", "16-mixed");
-  // Its step (skip or not) and its update (count a skipped step).
+  // Its step (skip or not); its update counts a skipped step on the device.
   for (const auto& site : run.unasked_reads_in_steps()) {
-    const bool scaler = site.find("volt::optimizer_step") != std::string::npos ||
-                        site.find("volt::after_optimizer_steps") != std::string::npos;
-    EXPECT_TRUE(scaler) << "a host read outside the GradScaler's step and update, at: " << site;
+    EXPECT_NE(site.find("volt::optimizer_step"), std::string::npos)
+        << "a host read outside the GradScaler's step, at: " << site;
   }
-  EXPECT_LE(static_cast<int64_t>(run.unasked_reads_in_steps().size()), 2 * run.global_step);
+  EXPECT_LE(static_cast<int64_t>(run.unasked_reads_in_steps().size()), run.global_step);
 }
 
 }  // namespace

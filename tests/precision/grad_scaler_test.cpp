@@ -196,6 +196,45 @@ TEST(GradScaler, TwoOptimizersSkipIndependentlyAndTheScaleBacksOffOnce) {
   EXPECT_EQ(scaler.skipped_steps(), 1);
 }
 
+// Note [Skipping a step on the device]: with a device step installed, step() hands the flag over
+// instead of reading it and returns true; the decision, the skipped count and the scale end as
+// with the host's decision.
+TEST(GradScaler, ADeviceStepDecidesTheSkipsAndTheScalerNeverReadsTheFlag) {
+  const auto data = make_data(6);
+  const int64_t skip_iteration = 2;
+  auto host = make_model(), device = make_model();
+  auto h = make_optimizer(host, true), d = make_optimizer(device, true);
+  GradScaler host_scaler({.init_scale = 256.0, .growth_interval = 2});
+  GradScaler device_scaler({.init_scale = 256.0, .growth_interval = 2});
+  std::vector<float> flags;
+  device_scaler.set_device_step([&](torch::optim::Optimizer& optimizer, const torch::Tensor& found_inf) {
+    flags.push_back(found_inf.item<float>());  // the test reads it; the scaler does not
+    if (flags.back() == 0.0f) optimizer.step();
+  });
+  for (int64_t i = 0; i < 6; ++i) {
+    h->zero_grad();
+    d->zero_grad();
+    host_scaler.scale(torch::mse_loss(host->forward(data.inputs[i]), data.targets[i])).backward();
+    device_scaler.scale(torch::mse_loss(device->forward(data.inputs[i]), data.targets[i])).backward();
+    if (i == skip_iteration) {
+      inject_non_finite(host, i);
+      inject_non_finite(device, i);
+    }
+    EXPECT_EQ(host_scaler.step(*h), i != skip_iteration) << "iteration " << i;
+    EXPECT_TRUE(device_scaler.step(*d)) << "iteration " << i << ": the device decides, step() returns true";
+    host_scaler.update();
+    device_scaler.update();
+    ASSERT_TRUE(device_scaler.last_found_inf().defined());
+    EXPECT_EQ(device_scaler.last_found_inf().item<float>() != 0.0f, i == skip_iteration) << "iteration " << i;
+  }
+  ASSERT_EQ(flags.size(), 6u);
+  EXPECT_EQ(flags[skip_iteration], 1.0f);
+  expect_same(*host, *device, "device-decided steps");
+  EXPECT_EQ(device_scaler.get_scale(), host_scaler.get_scale());
+  EXPECT_EQ(device_scaler.skipped_steps(), 1);
+  EXPECT_EQ(host_scaler.skipped_steps(), 1);
+}
+
 TEST(GradScaler, StateDictRoundTripContinuesExactlyLikeAnUninterruptedRun) {
   const auto data = make_data(10);
   const std::set<int64_t> skip{1, 7};

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "callbacks/throughput_monitor.h"
-#include "tests/support/host_sync_observer.h"
+#include "core/host_sync_observer.h"
 #include "tests/support/regression_problem.h"
 #include "tests/support/test_support.h"
 

@@ -63,7 +63,9 @@ torch::Tensor RegressionModule::predict_step(const Batch& batch, int64_t) { retu
 
 OptimizerConfig RegressionModule::configure_optimizers() {
   std::shared_ptr<torch::optim::Optimizer> optimizer;
-  if (options.adam) {
+  if (options.fused_adamw) {
+    optimizer = std::make_shared<FusedAdamW>(parameters(), torch::optim::AdamWOptions(options.lr));
+  } else if (options.adam) {
     optimizer = std::make_shared<torch::optim::Adam>(parameters(), torch::optim::AdamOptions(options.lr));
   } else {
     optimizer = std::make_shared<torch::optim::SGD>(parameters(),

@@ -17,6 +17,7 @@ namespace volt::testing {
 struct RegressionOptions {
   int64_t features = 8;
   bool adam = false;             // Adam instead of SGD
+  bool fused_adamw = false;      // volt::FusedAdamW (AdamW's defaults but lr) instead of SGD or Adam
   double lr = 0.05;
   double momentum = 0.0;         // SGD's momentum
   double dropout = 0.0;          // > 0 adds a dropout layer (randomness for determinism tests)

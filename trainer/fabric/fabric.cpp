@@ -8,6 +8,7 @@
 #include "core/reproducibility.h"
 #include "distributed/process_launcher.h"
 #include "trainer/checkpoint_header.h"
+#include "trainer/optim/fused_adamw.h"
 
 namespace volt {
 
@@ -209,6 +210,21 @@ bool Fabric::step(torch::optim::Optimizer& optimizer) {
   return took;
 }
 
+CapturedStep Fabric::captured_step(CapturedStep::Step step) {
+  require_set_up("captured_step");
+  check<ConfigurationError>(!optimizers_.empty(), "Fabric::captured_step: no optimizer was set up; call setup with the "
+                                                  "optimizers the step steps first");
+  std::shared_ptr<CapturableRun> run;
+  if (options_.cuda_graph) {
+    run = capturable_run_.lock();
+    if (!run) {
+      run = std::make_shared<CapturableRun>(*strategy_, /*automatic_optimization=*/true, optimizers_);
+      capturable_run_ = run;
+    }
+  }
+  return CapturedStep(*this, std::move(step), std::move(run));
+}
+
 void Fabric::zero_grad(torch::optim::Optimizer& optimizer) { strategy_->gradients().zero_grad(stepped_optimizer(optimizer, "zero_grad")); }
 
 torch::Tensor Fabric::all_reduce(const torch::Tensor& value, ReduceOp op) {
@@ -256,11 +272,14 @@ void Fabric::save(const std::filesystem::path& path, const CheckpointItems& item
         kinds.set(name, std::string("module"));
         state.set(name, strategy_->checkpointing().model_state_dict(unwrapped(*item.module()), layout));
         break;
-      case CheckpointItem::Kind::Optimizer:
+      case CheckpointItem::Kind::Optimizer: {
         check<ConfigurationError>(item.optimizer() != nullptr, "Fabric::save: item '", name, "' is a null optimizer");
         kinds.set(name, std::string("optimizer"));
-        state.set(name, strategy_->checkpointing().optimizer_state_dict(stepped_optimizer(*item.optimizer(), "save"), layout));
+        auto& optimizer = stepped_optimizer(*item.optimizer(), "save");
+        prepare_optimizer_state_for_save(optimizer);
+        state.set(name, strategy_->checkpointing().optimizer_state_dict(optimizer, layout));
         break;
+      }
       case CheckpointItem::Kind::Value:
         kinds.set(name, std::string("value"));
         state.set(name, item.value());

@@ -37,6 +37,7 @@
 #include "data/data_loader.h"
 #include "distributed/reduce_op.h"
 #include "strategies/strategy.h"
+#include "trainer/fabric/captured_step.h"
 #include "trainer/fabric/checkpoint_item.h"
 #include "trainer/fabric/fabric_data_loader.h"
 #include "trainer/fabric/fabric_module.h"
@@ -197,6 +198,10 @@ class Fabric {
     std::cout << line.str() << std::flush;
   }
 
+  // A step of the user's loop that options().cuda_graph captures and replays (captured_step.h):
+  // each call runs `step` on a batch. Throws NotSupportedError with cuda_graph for what cannot be
+  // captured (CapturableRun::check_supported), ConfigurationError before setup.
+  CapturedStep captured_step(CapturedStep::Step step);
   // ---- checkpoints: the Trainer's file format, atomic and checksummed, in the strategy's layout
   // (one full file written by rank 0, or a directory of per-rank shards). Besides the items it
   // holds the strategy's own section (comm-hook state, averager step), the precision's state (the
@@ -230,6 +235,9 @@ class Fabric {
   // The optimizer the strategy steps for `optimizer` (the given one or its wrapper); throws
   // ConfigurationError for one that was not set up.
   torch::optim::Optimizer& stepped_optimizer(torch::optim::Optimizer& optimizer, const char* call) const;
+  // A replayed CapturedStep's optimizer steps, which the host code that counts them did not run.
+  friend class CapturedStep;
+  void advance_global_step(int64_t by) { global_step_ += by; }
   // The user's module behind `module` (a FabricModule's inner module, or `module` itself).
   static torch::nn::Module& unwrapped(torch::nn::Module& module);
 
@@ -250,6 +258,7 @@ class Fabric {
   bool gradients_unsynchronized_ = false;
   int64_t global_step_ = 0;
   int64_t skipped_steps_ = 0;
+  std::weak_ptr<CapturableRun> capturable_run_;  // shared by the CapturedSteps alive
   bool last_step_skipped_ = false;
 };
 

@@ -19,6 +19,7 @@ void copy_run_settings(const From& from, To& to) {
   to.shared_memory_collectives = from.shared_memory_collectives;
   to.seed = from.seed;
   to.deterministic = from.deterministic;
+  to.cuda_graph = from.cuda_graph;
   to.malloc_tuning = from.malloc_tuning;
   to.threads = from.threads;
   to.blas_threads = from.blas_threads;

@@ -26,6 +26,7 @@ struct FabricOptions {
   bool shared_memory_collectives = true;  // as TrainerOptions::shared_memory_collectives
   std::optional<uint64_t> seed;       // seeds torch (at construction and launch) and unseeded loaders
   bool deterministic = false;         // deterministic algorithms only
+  bool cuda_graph = false;            // Fabric::captured_step captures its step (TrainerOptions::cuda_graph)
   bool malloc_tuning = true;          // keep freed memory in the heap (glibc); see malloc_tuning.h
   int64_t threads = 0;                // intra-op threads per process; 0: automatic (core/cpu_threads.h)
   int64_t blas_threads = 0;           // OpenBLAS threads per process; 0: automatic

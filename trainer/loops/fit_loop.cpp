@@ -62,6 +62,11 @@ void FitLoop::run() {
     for (auto& logger : t.loggers()) logger->log_hyperparams(module.hparams());
   }
 
+  // Refused before anything runs (Note [The Trainer's captured step]).
+  if (options.cuda_graph) {
+    captured_ = std::make_unique<CapturedTraining>(TrainerInternals::strategy(t), module.automatic_optimization(),
+                                                   state_.optimizers, state_.train_collector);
+  }
   call_callbacks(t, module, &Callback::on_fit_start);
   module.on_fit_start();
 
@@ -238,32 +243,39 @@ void FitLoop::run_batch(int64_t batch_idx, DeviceFeed& feed) {
   state_.train_collector.begin_batch();
   state_.train_collector.set_in_step(true, batch.size());
 
-  torch::Tensor loss;
-  bool backward_ran = false;
-  {
-    // Micro-batches that do not close their window accumulate without synchronizing.
-    ScopeGuard no_sync = window.closes() ? ScopeGuard{} : strategy.gradients().no_sync();
-    loss = strategy.run_step(RunningStage::Training, module, batch,
-                             [&](torch::nn::Module& given, const Batch& b) {
-                               NamedScope step("volt::training_step");
-                               return TrainerInternals::step_module(given, module).training_step(b, batch_idx);
-                             });
+  // The micro-step: training_step, then backward of its loss scaled to the window. Everything
+  // here is device work or runs at capture only under --cuda-graph (Note [The Trainer's captured
+  // step]); the loop's own bookkeeping follows outside it.
+  auto micro_step = [&](const Batch& input) {
+    auto step_loss = strategy.run_step(RunningStage::Training, module, input,
+                                       [&](torch::nn::Module& given, const Batch& b) {
+                                         NamedScope step("volt::training_step");
+                                         return TrainerInternals::step_module(given, module).training_step(b, batch_idx);
+                                       });
     state_.train_collector.set_in_step(false);
-    if (loss.defined() && !manual) {
-      check<ConfigurationError>(loss.numel() == 1, "training_step: expected a scalar loss, got shape ",
-                                loss.sizes());
-      check<ConfigurationError>(loss.requires_grad(),
+    if (step_loss.defined() && !manual) {
+      check<ConfigurationError>(step_loss.numel() == 1, "training_step: expected a scalar loss, got shape ",
+                                step_loss.sizes());
+      check<ConfigurationError>(step_loss.requires_grad(),
                                 "training_step: the returned loss does not require grad; return a loss "
                                 "computed from the module's parameters (or an undefined tensor to skip)");
       // Dividing by 1 changes no bit of the loss or its gradient, and would cost two kernels and
       // an autograd node per step.
-      const auto scaled = window.size == 1 ? loss : loss / static_cast<double>(window.size);
+      const auto scaled = window.size == 1 ? step_loss : step_loss / static_cast<double>(window.size);
       backward_with_hooks(t, module, scaled);
-      p.window_has_backward = true;
-      backward_ran = true;
     }
+    return step_loss;
+  };
+  torch::Tensor loss;
+  {
+    // Micro-batches that do not close their window accumulate without synchronizing.
+    ScopeGuard no_sync = window.closes() ? ScopeGuard{} : strategy.gradients().no_sync();
+    loss = captured_ ? captured_->micro_step(batch, window.closes(), window.size, micro_step) : micro_step(batch);
+    state_.train_collector.set_in_step(false);
     ++p.window_micro_batches;
   }
+  const bool backward_ran = loss.defined() && !manual;
+  if (backward_ran) p.window_has_backward = true;
 
   bool stepped = false;
   if (manual) {
@@ -306,6 +318,7 @@ void FitLoop::run_batch(int64_t batch_idx, DeviceFeed& feed) {
 }
 
 void FitLoop::step_optimizers() {
+  if (captured_) return step_optimizers_captured();
   Trainer& t = trainer_;
   Strategy& strategy = TrainerInternals::strategy(t);
   Module& module = *state_.module;
@@ -320,11 +333,48 @@ void FitLoop::step_optimizers() {
     strategy.after_optimizer_steps(state_.progress.global_step);
   }
   step_schedulers(/*epoch_interval=*/false, stepped);
+  zero_gradients();
+}
+
+// The same work in an order a graph can hold: the steps, the precision's update (the strategy's
+// after_optimizer_steps; check_supported admits only strategies that do nothing else there) and
+// zero_grad are one phase; the step count and the schedulers, host work, follow it.
+void FitLoop::step_optimizers_captured() {
+  Trainer& t = trainer_;
+  Strategy& strategy = TrainerInternals::strategy(t);
+  Module& module = *state_.module;
+  const int64_t next_step = state_.progress.global_step + 1;
+  const auto stepped = captured_->optimizer_step(
+      [&] {
+        for (auto& optimizer : state_.optimizers) {
+          step_optimizer_with_hooks(t, module, *optimizer, [&](torch::optim::Optimizer& o) { clip_gradients(o); });
+        }
+        {
+          NamedScope scope("volt::after_optimizer_steps");
+          strategy.after_optimizer_steps(next_step);
+        }
+        zero_gradients();
+      },
+      /*need_decision=*/steps_a_scheduler(next_step));
+  state_.progress.global_step = next_step;
+  step_schedulers(/*epoch_interval=*/false, stepped);
+}
+
+void FitLoop::zero_gradients() {
+  Trainer& t = trainer_;
+  Module& module = *state_.module;
   for (auto& optimizer : state_.optimizers) {
     call_callbacks(t, module, &Callback::on_before_zero_grad, *optimizer);
     module.on_before_zero_grad(*optimizer);
-    strategy.gradients().zero_grad(*optimizer);
+    TrainerInternals::strategy(t).gradients().zero_grad(*optimizer);
   }
+}
+
+bool FitLoop::steps_a_scheduler(int64_t global_step) const {
+  for (const auto& config : state_.schedulers) {
+    if (config.interval == SchedulerInterval::Step && global_step % config.frequency == 0) return true;
+  }
+  return false;
 }
 
 void FitLoop::clip_gradients(torch::optim::Optimizer& optimizer) {

@@ -3,6 +3,7 @@
 
 #include "data/data_loader.h"
 #include "strategies/device_feed.h"
+#include "trainer/graph/captured_training.h"
 #include "trainer/loops/loop_state.h"
 
 namespace volt {
@@ -31,6 +32,12 @@ class FitLoop {
   // The current epoch's batch count: num_training_batches, or where its remainder ends.
   int64_t epoch_batches() const;
   void step_optimizers();
+  // step_optimizers under --cuda-graph (Note [The Trainer's captured step]).
+  void step_optimizers_captured();
+  // The on_before_zero_grad hooks and zero_grad of every optimizer.
+  void zero_gradients();
+  // Whether a step-interval scheduler steps after optimizer step `global_step`.
+  bool steps_a_scheduler(int64_t global_step) const;
   void clip_gradients(torch::optim::Optimizer& optimizer);
   void step_schedulers(bool epoch_interval, const std::vector<bool>& stepped);
   void validate_if_due(int64_t batch_idx);
@@ -53,6 +60,8 @@ class FitLoop {
   int64_t val_check_batch_ = 0;  // validate after every this many training batches
   bool validation_enabled_ = false;
   bool time_up_ = false;  // max_time reached, as decided by global rank 0
+  // --cuda-graph: the captured step, from the start of training to the end of the fit.
+  std::unique_ptr<CapturedTraining> captured_;
 };
 
 }  // namespace volt

@@ -57,6 +57,10 @@ void MetricCollector::log(const std::string& name, const torch::Tensor& value,
   check<ConfigurationError>(value.defined() && value.numel() == 1, "log('", name,
                             "'): expected a scalar, got a tensor of shape ",
                             value.defined() ? value.sizes() : torch::IntArrayRef{});
+  if (recording_ != nullptr) {
+    recording_->push_back({name, value.detach(), given});
+    return;
+  }
   LogOptions options = given;
   const bool training_step = stage_ == RunningStage::Training && in_step_;
   if (!options.on_step) options.on_step = training_step;

@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "distributed/reduce_op.h"
 #include "trainer/metrics/log_options.h"
@@ -25,6 +26,13 @@ struct MetricValues {
   std::map<std::string, torch::Tensor> logger;
   std::map<std::string, torch::Tensor> prog_bar;
   std::map<std::string, torch::Tensor> callback;
+};
+
+// One log() call as a captured step recorded it (Note [The Trainer's captured step]).
+struct LoggedValue {
+  std::string name;
+  torch::Tensor value;  // the graph's output: rewritten by each replay
+  LogOptions options;   // as given
 };
 
 class MetricCollector {
@@ -43,6 +51,11 @@ class MetricCollector {
   // Throws ConfigurationError for an empty name, a tensor with more than one element, or a name
   // already logged in this loop with different on_step/on_epoch/reduce_fx/sync_dist.
   void log(const std::string& name, const torch::Tensor& value, const LogOptions& options);
+
+  // While `records` is set, log() checks its arguments and appends the call there instead of
+  // computing anything: a captured step's host code runs once, at capture, so the Trainer logs
+  // the recorded values again after every replay. nullptr ends the recording.
+  void record_into(std::vector<LoggedValue>* records) { recording_ = records; }
 
   // Values logged on_step during the current batch (synced per step where asked).
   MetricValues step_values() const;
@@ -74,6 +87,7 @@ class MetricCollector {
   bool in_step_ = false;
   int64_t batch_size_ = 1;
   std::map<std::string, Entry> entries_;
+  std::vector<LoggedValue>* recording_ = nullptr;
 };
 
 }  // namespace volt
