@@ -12,6 +12,7 @@
 
 #include "data/batch.h"
 #include "core/state_dict.h"
+#include "trainer/graph/in_step_hook_probe.h"
 
 namespace volt {
 
@@ -80,12 +81,18 @@ class Callback {
                                     const torch::Tensor& prediction, const Batch& batch,
                                     int64_t batch_idx) {}
 
-  virtual void on_before_backward(Trainer& trainer, Module& module, const torch::Tensor& loss) {}
-  virtual void on_after_backward(Trainer& trainer, Module& module) {}
-  virtual void on_before_optimizer_step(Trainer& trainer, Module& module,
-                                        torch::optim::Optimizer& optimizer) {}
-  virtual void on_before_zero_grad(Trainer& trainer, Module& module,
-                                   torch::optim::Optimizer& optimizer) {}
+  // The hooks inside a step: their default bodies say that they ran, so that --cuda-graph can
+  // tell an overridden one (Note [Hooks inside a captured phase]).
+  virtual void on_before_backward(Trainer& trainer, Module& module, const torch::Tensor& loss) {
+    InStepHookProbe::default_body_ran();
+  }
+  virtual void on_after_backward(Trainer& trainer, Module& module) { InStepHookProbe::default_body_ran(); }
+  virtual void on_before_optimizer_step(Trainer& trainer, Module& module, torch::optim::Optimizer& optimizer) {
+    InStepHookProbe::default_body_ran();
+  }
+  virtual void on_before_zero_grad(Trainer& trainer, Module& module, torch::optim::Optimizer& optimizer) {
+    InStepHookProbe::default_body_ran();
+  }
 
   // The checkpoint being written / read, to add to or read from beside this callback's state.
   virtual void on_save_checkpoint(Trainer& trainer, Module& module, StateDict& checkpoint) {}

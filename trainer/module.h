@@ -12,6 +12,7 @@
 #include "data/batch.h"
 #include "core/error.h"
 #include "core/hyperparameters.h"
+#include "trainer/graph/in_step_hook_probe.h"
 #include "trainer/metrics/log_options.h"
 #include "trainer/optim/manual_optimizer.h"
 #include "trainer/optim/optimizer_config.h"
@@ -43,10 +44,11 @@ class Module : public torch::nn::Module {
   // Hooks, in the order the loop calls them (every one a no-op by default).
   virtual void on_fit_start() {}
   virtual void on_train_epoch_start() {}
-  virtual void on_before_backward(const torch::Tensor& loss) {}
-  virtual void on_after_backward() {}
-  virtual void on_before_optimizer_step(torch::optim::Optimizer& optimizer) {}
-  virtual void on_before_zero_grad(torch::optim::Optimizer& optimizer) {}
+  // The hooks inside a step say that their default body ran (Note [Hooks inside a captured phase]).
+  virtual void on_before_backward(const torch::Tensor& loss) { InStepHookProbe::default_body_ran(); }
+  virtual void on_after_backward() { InStepHookProbe::default_body_ran(); }
+  virtual void on_before_optimizer_step(torch::optim::Optimizer& optimizer) { InStepHookProbe::default_body_ran(); }
+  virtual void on_before_zero_grad(torch::optim::Optimizer& optimizer) { InStepHookProbe::default_body_ran(); }
   virtual void on_train_epoch_end() {}
   virtual void on_validation_epoch_start() {}
   virtual void on_validation_epoch_end() {}

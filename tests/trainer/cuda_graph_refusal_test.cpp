@@ -4,9 +4,12 @@
 // need a GPU: tests/cuda/cuda_graph_test.cpp.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "tests/support/regression_problem.h"
 #include "tests/support/test_support.h"
 #include "trainer/fabric/fabric.h"
+#include "trainer/graph/in_step_hook_probe.h"
 
 namespace volt::testing {
 namespace {
@@ -73,6 +76,34 @@ TEST(CudaGraphRefusal, TheFlagAndTheConfigKeySetIt) {
   const char* off[] = {"prog"};
   EXPECT_FALSE(TrainerOptions::from_args(1, off).cuda_graph);
   EXPECT_TRUE(FabricOptions::from(TrainerOptions::from_args(2, argv)).cuda_graph);
+}
+
+// Note [Hooks inside a captured phase]: the loop calls every in-step hook through the probe, and
+// no built-in callback overrides one (else --cuda-graph would keep every step eager).
+class GradientWatcher : public Callback {
+ public:
+  std::string state_key() const override { return "GradientWatcher"; }
+  void on_after_backward(Trainer&, Module&) override { ++calls; }
+  int64_t calls = 0;
+};
+
+TEST(CudaGraphRefusal, TheLoopNamesTheOverriddenHooksInsideAStep) {
+  TemporaryDirectory dir;
+  auto options = quiet_options(dir.path());
+  options.enable_progress_bar = true;  // the built-ins, which must override none
+  options.enable_checkpointing = true;
+  options.loggers = {"csv"};
+  options.max_steps = 3;
+  Trainer trainer(options);
+  auto watcher = std::make_shared<GradientWatcher>();
+  trainer.add_callback(watcher);
+  InStepHookProbe probe;
+  // RegressionModule overrides on_before_optimizer_step (it counts the steps).
+  trainer.fit(std::make_shared<RegressionModule>(), std::make_shared<RegressionData>(64, 8));
+  std::set<std::string> names(probe.overridden().begin(), probe.overridden().end());
+  EXPECT_EQ(names, (std::set<std::string>{"callback GradientWatcher::on_after_backward",
+                                          "the module::on_before_optimizer_step"}));
+  EXPECT_EQ(watcher->calls, 3);
 }
 
 // A Fabric with one process on the CPU, set up with a FusedAdamW.

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/named_scope.h"
+#include "trainer/graph/in_step_hook_probe.h"
 #include "trainer/graph/step_capture.h"
 
 namespace volt::testing {
@@ -131,6 +132,45 @@ TEST(StepCapture, AHostReadInTheWarmUpKeepsThePhaseEagerAndSaysWhere) {
             std::string::npos)
       << err;
   EXPECT_EQ(err.find("volt: warning"), err.rfind("volt: warning")) << "said once: " << err;
+}
+
+// A hook with a default body that says it ran, as Callback's and Module's in-step hooks have.
+struct Hooked {
+  virtual ~Hooked() = default;
+  virtual void on_after_backward() { InStepHookProbe::default_body_ran(); }
+};
+struct Overriding : Hooked {
+  void on_after_backward() override { ++calls; }
+  int64_t calls = 0;
+};
+
+TEST(StepCapture, AnOverriddenHookInsideThePhaseKeepsItEagerAndNamesIt) {
+  for (const bool overridden : {false, true}) {
+    Counted c;
+    auto capture = c.make(2);
+    int64_t input = 1;
+    Hooked plain;
+    Overriding custom;
+    Hooked& hooks = overridden ? static_cast<Hooked&>(custom) : plain;
+    const auto body = [&](bool capturing) {
+      c.adding(&input)(capturing);
+      probe_in_step_hook([] { return std::string("callback Grads"); }, "on_after_backward",
+                         [&] { hooks.on_after_backward(); });
+    };
+    ::testing::internal::CaptureStderr();
+    for (int i = 0; i < 5; ++i) capture.run("micro-step", "A", body);
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(c.total, 5) << "overridden " << overridden;
+    EXPECT_EQ(capture.captured("micro-step"), !overridden);
+    if (overridden) {
+      ASSERT_TRUE(capture.eager_reason("micro-step").has_value());
+      EXPECT_NE(err.find("calls hooks that are overridden (callback Grads::on_after_backward)"), std::string::npos)
+          << err;
+      EXPECT_EQ(custom.calls, 5) << "eager: the hook runs at every step";
+    } else {
+      EXPECT_EQ(err, "") << "a default hook keeps nothing eager";
+    }
+  }
 }
 
 TEST(StepCapture, AFailedCaptureEndsTheRunNamingThePhaseAndTheCause) {

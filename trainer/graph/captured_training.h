@@ -11,10 +11,12 @@
 // recorded at capture and logged again after every replay; dropout's generator is registered
 // with each graph (CapturedGraph); whether a step was skipped (16-mixed) is read on the host only
 // when a step-interval LR scheduler must decide whether to advance.
-// Host code inside a phase (training_step's own C++, the on_before_backward, on_after_backward,
-// on_before_optimizer_step and on_before_zero_grad hooks) runs at the warm-up steps and at
-// capture, not at replays. Everything else (batch-level hooks, logging, validation, checkpoints,
-// schedulers, stop conditions) runs on the host at every step, as without --cuda-graph.
+// training_step's own C++ runs at the warm-up steps and at capture, not at replays. The hooks
+// inside a phase (on_before_backward, on_after_backward, on_before_optimizer_step,
+// on_before_zero_grad) would too, so a phase in which a callback or the module overrides one
+// stays eager (Note [Hooks inside a captured phase]). Everything else (batch-level hooks,
+// logging, validation, checkpoints, schedulers, stop conditions) runs on the host at every step,
+// as without --cuda-graph.
 #include <torch/torch.h>
 
 #include <functional>

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/host_sync_observer.h"
 #include "core/warning.h"
+#include "trainer/graph/in_step_hook_probe.h"
 
 namespace volt {
 
@@ -21,9 +22,17 @@ StepCapture::Ran StepCapture::run_eagerly(Phase& phase, const std::string& name,
     return Ran::Eagerly;
   }
   HostSyncObserver observer(/*this_thread_only=*/true);
+  InStepHookProbe hooks;
   body(false);
   const auto sites = observer.sites();
-  if (!sites.empty()) {
+  if (!hooks.overridden().empty()) {
+    std::string names;
+    for (const auto& hook : hooks.overridden()) names += (names.empty() ? "" : ", ") + hook;
+    phase.eager_reason = "the " + name + " calls hooks that are overridden (" + names + ")";
+    warn(options_.flag + ": " + *phase.eager_reason +
+         "; a replay runs no C++, so they would run at capture only. The phase runs eagerly for the rest of "
+         "the run; move such work to on_train_batch_start/end, or drop the override, to capture it");
+  } else if (!sites.empty()) {
     const std::string site = sites.front().empty() ? "outside volt's scopes" : "in " + sites.front();
     phase.eager_reason = "the " + name + " read a value on the host (" + site + ")";
     warn(options_.flag + ": " + *phase.eager_reason +

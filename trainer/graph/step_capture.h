@@ -14,7 +14,8 @@
 // A call with another shape (the last, partial batch of an epoch; the last window of an epoch
 // when accumulation does not divide it) runs eagerly, with one warning per phase: it is never
 // captured, so a run keeps one graph per phase. A phase whose warm-up read a value on the host
-// runs eagerly for the rest of the run, with one warning that names where the read happened. A
+// runs eagerly for the rest of the run, with one warning that names where the read happened; so
+// does one whose warm-up called an overridden hook (Note [Hooks inside a captured phase]). A
 // capture that fails for another reason (an operation CUDA graphs cannot hold) ends the run with
 // NotSupportedError naming it: the host code of the failed capture has run, and running the step
 // again eagerly could apply part of it twice.

@@ -364,8 +364,8 @@ void FitLoop::zero_gradients() {
   Trainer& t = trainer_;
   Module& module = *state_.module;
   for (auto& optimizer : state_.optimizers) {
-    call_callbacks(t, module, &Callback::on_before_zero_grad, *optimizer);
-    module.on_before_zero_grad(*optimizer);
+    call_in_step_callbacks(t, module, "on_before_zero_grad", &Callback::on_before_zero_grad, *optimizer);
+    probe_in_step_hook(the_module, "on_before_zero_grad", [&] { module.on_before_zero_grad(*optimizer); });
     TrainerInternals::strategy(t).gradients().zero_grad(*optimizer);
   }
 }

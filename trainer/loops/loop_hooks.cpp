@@ -8,19 +8,19 @@ namespace volt {
 
 void backward_with_hooks(Trainer& trainer, Module& module, const torch::Tensor& loss) {
   NamedScope scope("volt::backward");
-  call_callbacks(trainer, module, &Callback::on_before_backward, loss);
-  module.on_before_backward(loss);
+  call_in_step_callbacks(trainer, module, "on_before_backward", &Callback::on_before_backward, loss);
+  probe_in_step_hook(the_module, "on_before_backward", [&] { module.on_before_backward(loss); });
   TrainerInternals::strategy(trainer).backward(loss);
-  call_callbacks(trainer, module, &Callback::on_after_backward);
-  module.on_after_backward();
+  call_in_step_callbacks(trainer, module, "on_after_backward", &Callback::on_after_backward);
+  probe_in_step_hook(the_module, "on_after_backward", [&] { module.on_after_backward(); });
 }
 
 bool step_optimizer_with_hooks(Trainer& trainer, Module& module, torch::optim::Optimizer& optimizer,
                                const std::function<void(torch::optim::Optimizer&)>& clip) {
   NamedScope scope("volt::optimizer_step");
   return TrainerInternals::strategy(trainer).optimizer_step(optimizer, [&](torch::optim::Optimizer& o) {
-    call_callbacks(trainer, module, &Callback::on_before_optimizer_step, o);
-    module.on_before_optimizer_step(o);
+    call_in_step_callbacks(trainer, module, "on_before_optimizer_step", &Callback::on_before_optimizer_step, o);
+    probe_in_step_hook(the_module, "on_before_optimizer_step", [&] { module.on_before_optimizer_step(o); });
     if (clip) clip(o);
   });
 }

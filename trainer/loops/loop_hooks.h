@@ -7,6 +7,7 @@
 #include <string>
 
 #include "callbacks/callback.h"
+#include "trainer/graph/in_step_hook_probe.h"
 #include "trainer/loops/loop_state.h"
 #include "trainer/metrics/metric_collector.h"
 #include "trainer/trainer.h"
@@ -18,6 +19,20 @@ template <typename... HookArgs, typename... Args>
 void call_callbacks(Trainer& trainer, Module& module, void (Callback::*hook)(Trainer&, Module&, HookArgs...),
                     Args&&... args) {
   for (const auto& callback : trainer.callbacks()) ((*callback).*hook)(trainer, module, args...);
+}
+
+// How a probe's notes name the module's own hooks.
+inline std::string the_module() { return "the module"; }
+
+// call_callbacks for a hook inside a step (`name`), each call watched by the InStepHookProbe
+// active on this thread, if any (Note [Hooks inside a captured phase]).
+template <typename... HookArgs, typename... Args>
+void call_in_step_callbacks(Trainer& trainer, Module& module, const char* name,
+                            void (Callback::*hook)(Trainer&, Module&, HookArgs...), Args&&... args) {
+  for (const auto& callback : trainer.callbacks()) {
+    probe_in_step_hook([&] { return "callback " + callback->state_key(); }, name,
+                       [&] { ((*callback).*hook)(trainer, module, args...); });
+  }
 }
 
 // The strategy's backward of `loss` (the precision's scaling, the gradient reduction) between the
