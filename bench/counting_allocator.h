@@ -22,12 +22,12 @@ namespace volt::bench {
 #define VOLT_BENCH_COPY_DATA 0
 #endif
 
-class CountingCpuAllocator final : public c10::Allocator {
+class CountingCPUAllocator final : public c10::Allocator {
  public:
   // Installs the counting allocator in front of the current CPU allocator (once per process).
-  static CountingCpuAllocator& install() {
-    static CountingCpuAllocator* counting = [] {
-      auto* allocator = new CountingCpuAllocator(c10::GetCPUAllocator());
+  static CountingCPUAllocator& install() {
+    static CountingCPUAllocator* counting = [] {
+      auto* allocator = new CountingCPUAllocator(c10::GetCPUAllocator());
       c10::SetCPUAllocator(allocator, /*priority=*/255);
       return allocator;
     }();
@@ -58,9 +58,9 @@ class CountingCpuAllocator final : public c10::Allocator {
   struct Held {
     c10::DataPtr inner;
     int64_t bytes;
-    const CountingCpuAllocator* owner;
+    const CountingCPUAllocator* owner;
   };
-  explicit CountingCpuAllocator(c10::Allocator* inner) : inner_(inner) {}
+  explicit CountingCPUAllocator(c10::Allocator* inner) : inner_(inner) {}
   static void release(void* context) {
     auto* held = static_cast<Held*>(context);
     held->owner->live_.fetch_sub(held->bytes);

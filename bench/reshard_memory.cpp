@@ -33,7 +33,7 @@
 
 namespace {
 
-using volt::bench::CountingCpuAllocator;
+using volt::bench::CountingCPUAllocator;
 using volt::bench::mib;
 using volt::bench::storage_bytes;
 
@@ -46,14 +46,16 @@ class BlockMlp : public volt::bench::BlockMlp {
  public:
   volt::OptimizerConfig configure_optimizers() override {
     // The last allocation before a resume's load: the peak is counted from here.
-    auto& counter = CountingCpuAllocator::install();
+    auto& counter = CountingCPUAllocator::install();
     counter.reset_peak();
     live_before_load = counter.live();
+    read_before_load = volt::CheckpointFileReader::bytes_read_in_process();
     load_start = std::chrono::steady_clock::now();
     return volt::bench::BlockMlp::configure_optimizers();
   }
   std::chrono::steady_clock::time_point load_start;
   int64_t live_before_load = 0;
+  uint64_t read_before_load = 0;
 };
 
 // The save workers write their checkpoint at the end of training and report what the save held
@@ -65,7 +67,7 @@ class SaveAtEnd : public volt::Callback {
  public:
   explicit SaveAtEnd(std::string path) : path_(std::move(path)) {}
   void on_train_end(volt::Trainer& trainer, volt::Module& module) override {
-    auto& counter = CountingCpuAllocator::install();
+    auto& counter = CountingCPUAllocator::install();
     counter.reset_peak();
     int64_t before = counter.live();
     trainer.save_checkpoint(path_);
@@ -96,7 +98,7 @@ class LoadOnlyCheckpointIO : public volt::CheckpointIO {
 class LoadProbe : public volt::Callback {
  public:
   void on_fit_start(volt::Trainer& trainer, volt::Module& module) override {
-    auto& counter = CountingCpuAllocator::install();
+    auto& counter = CountingCPUAllocator::install();
     const auto& mlp = static_cast<const BlockMlp&>(module);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - mlp.load_start).count();
     auto& optimizer = *trainer.optimizers().at(0);
@@ -106,14 +108,13 @@ class LoadProbe : public volt::Callback {
     }
     const int64_t params = storage_bytes(shards);
     const int64_t state = volt::bench::RankReporter::adam_state_bytes(optimizer);
-    const auto* slices = trainer.strategy().checkpointing().slices();
     // What was live before the load and is not the rank's parameter shards (data, buffers) does
     // not count against the load.
     const int64_t load_peak = counter.peak() - (mlp.live_before_load - params);
     std::printf("RANK %lld step_ms 0 held %lld load_peak %lld read %lld seconds %.3f\n",
                 static_cast<long long>(trainer.strategy().topology().global_rank),
                 static_cast<long long>(params + state), static_cast<long long>(load_peak),
-                static_cast<long long>(slices ? slices->bytes_read() : 0), seconds);
+                static_cast<long long>(volt::CheckpointFileReader::bytes_read_in_process() - mlp.read_before_load), seconds);
     std::fflush(stdout);
   }
 };
@@ -171,7 +172,7 @@ void run_worker(volt::ProcessLauncher& launcher, const Flags& flags) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CountingCpuAllocator::install();
+  CountingCPUAllocator::install();
   return volt::run_main([&](volt::ProcessLauncher& launcher) {
     namespace po = boost::program_options;
     Flags flags;
@@ -213,7 +214,7 @@ int main(int argc, char** argv) {
     }
 
     // The baseline's file, and what putting it together costs one process.
-    auto& counter = CountingCpuAllocator::install();
+    auto& counter = CountingCPUAllocator::install();
     counter.reset_peak();
     const int64_t before = counter.live();
     volt::CheckpointIO io;

@@ -27,7 +27,7 @@
 #include "bench/bench_support.h"
 #include "distributed/communicator.h"
 #include "distributed/network.h"
-#include "distributed/shared_memory_group.h"
+#include "distributed/transports/shared_memory_group.h"
 #include "trainer/run_main.h"
 
 namespace {

@@ -4,6 +4,7 @@
 #include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/csrc/jit/serialization/unpickler.h>
 
+#include <atomic>
 #include <cstring>
 #include <algorithm>
 #include <map>
@@ -15,6 +16,9 @@
 
 namespace volt {
 namespace {
+
+// Every CheckpointFileReader::read of this process (CheckpointFileReader::bytes_read_in_process).
+std::atomic<uint64_t> process_bytes_read{0};
 
 constexpr const char* kPickleRecord = "data.pkl";
 std::string tensor_record(size_t index) { return "data/" + std::to_string(index); }
@@ -290,6 +294,8 @@ CheckpointFileReader::CheckpointFileReader(std::shared_ptr<caffe2::serialize::Re
                                            std::string source, uint64_t block_bytes)
     : input_(std::move(input)), source_(std::move(source)), block_bytes_(block_bytes) {}
 
+uint64_t CheckpointFileReader::bytes_read_in_process() { return process_bytes_read.load(); }
+
 void CheckpointFileReader::read(int64_t record, uint64_t offset, uint64_t size, void* destination) const {
   if (size == 0) return;
   const auto found = records_.find(record);
@@ -300,6 +306,7 @@ void CheckpointFileReader::read(int64_t record, uint64_t offset, uint64_t size, 
   const auto read_exactly = [&](uint64_t at, uint64_t n, char* into) {
     const size_t got = input_->read(r.file_offset + at, into, n, "checkpoint range");
     bytes_read_ += got;
+    process_bytes_read += got;
     check<CheckpointError>(got == n, source_, ": ends inside record data/", record,
                            "; the file is truncated: use another checkpoint or restore this one from a copy");
   };

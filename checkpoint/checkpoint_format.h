@@ -63,6 +63,9 @@ class CheckpointFileReader {
   const std::string& source() const { return source_; }
   // Bytes read from the file so far for read(): what was asked plus the rest of the blocks.
   uint64_t bytes_read() const { return bytes_read_.load(); }
+  // The same, summed over every reader of this process since it started: what a load read, as
+  // the difference of two calls, after its readers are gone.
+  static uint64_t bytes_read_in_process();
 
  private:
   friend struct LazyArchiveParts;

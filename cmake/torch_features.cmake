@@ -11,7 +11,7 @@ endif()
 target_include_directories(volt PUBLIC $<BUILD_INTERFACE:${VOLT_GLOO_INCLUDE_DIR}>)
 target_compile_definitions(volt PUBLIC USE_C10D_GLOO)
 
-# Note [Inline all_reduce] (distributed/inline_gloo_all_reduce.h) calls Gloo itself.
+# Note [Inline all_reduce] (distributed/transports/inline_gloo_all_reduce.h) calls Gloo itself.
 # That is safe only when LibTorch links the shared libgloo (Debian's does: libtorch_cpu.so NEEDS
 # libgloo.so.0), so that there is one Gloo in the process. A LibTorch with Gloo linked in
 # statically (PyTorch's wheels: libtorch_cpu.so holds a newer Gloo and ships no headers for it)

@@ -42,14 +42,14 @@ bool environment_has(const char* name) {
 
 }  // namespace
 
-std::string CpuThreads::describe() const {
+std::string CPUThreads::describe() const {
   std::string text = "CPU threads per process: " + std::to_string(intra_op) + " intra-op (" + intra_op_source + ")";
   if (blas > 0) text += ", " + std::to_string(blas) + " OpenBLAS (" + blas_source + ")";
   return text;
 }
 
-CpuThreads configure_cpu_threads(const CpuThreadRequest& request) {
-  CpuThreads threads;
+CPUThreads configure_cpu_threads(const CPUThreadRequest& request) {
+  CPUThreads threads;
   if (request.threads > 0) {
     threads.intra_op = request.threads;
     threads.intra_op_source = "--threads";

@@ -14,14 +14,14 @@ namespace volt {
 // the same command on the same machine always computes with the same threads (a probe that timed
 // the first steps could pick differently run to run, and the thread count can change how
 // reductions are summed, so the weights with it).
-struct CpuThreadRequest {
+struct CPUThreadRequest {
   int64_t processes_per_node = 1;
   int64_t threads = 0;       // intra-op threads (--threads); 0: OMP_NUM_THREADS, else cores / processes
   int64_t blas_threads = 0;  // OpenBLAS threads (--blas-threads); 0: OPENBLAS_NUM_THREADS, else 1
 };
 
 // What a process computes with, and where each number came from.
-struct CpuThreads {
+struct CPUThreads {
   int64_t intra_op = 1;
   int64_t blas = 1;          // 0 when the BLAS is not OpenBLAS (its threads are its own)
   std::string intra_op_source;  // "--threads", "OMP_NUM_THREADS" or "cores / processes"
@@ -32,7 +32,7 @@ struct CpuThreads {
 };
 
 // Applies the policy above to this process (LibTorch's pool and OpenBLAS) and returns it.
-CpuThreads configure_cpu_threads(const CpuThreadRequest& request);
+CPUThreads configure_cpu_threads(const CPUThreadRequest& request);
 
 // Sets LibTorch's intra-op pool to `intra_op` and OpenBLAS to `blas` threads (benchmarks that
 // compare settings).

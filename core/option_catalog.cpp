@@ -63,7 +63,7 @@ void OptionCatalog::add_alias_entry(const std::string& alias, const std::string&
   entries_[alias].alias_of = canonical;
   try {
     std::string name, extension_name;
-    resolve(alias, {}, &name, &extension_name);  // presets must be declared keys with valid values
+    resolve(NamedSpec{.name = alias, .values = {}}, {}, &name, &extension_name);  // presets must be declared keys with valid values
   } catch (...) {
     entries_.erase(alias);
     order_.pop_back();
@@ -123,9 +123,8 @@ void OptionCatalog::check_key_of_other_entry(const std::string& owner, const Ext
 
 // Precedence, lowest first: the declared defaults, `context`, the extension entry's presets, the
 // alias's presets, the user's values.
-OptionValues OptionCatalog::resolve(const std::string& spec_text, const OptionContext& context, std::string* name,
+OptionValues OptionCatalog::resolve(const NamedSpec& spec, const OptionContext& context, std::string* name,
                                     std::string* extension_name) const {
-  const NamedSpec spec = parse_named_spec(spec_text, flag_);
   const Entry& named = entry(spec.name);
   const Entry& e = target(spec.name);
   *name = canonical_name(spec.name);
@@ -168,8 +167,17 @@ void OptionCatalog::run_check(const std::string& name, const OptionValues& value
 }
 
 OptionValues OptionCatalog::parse(const std::string& spec_text, const OptionContext& context) const {
+  return parse(parse_named_spec(spec_text, flag_), context);
+}
+
+OptionValues OptionCatalog::values_for_building(const NamedSpec& spec, const OptionContext& context) const {
   std::string name, extension_name;
-  OptionValues values = resolve(spec_text, context, &name, &extension_name);
+  return resolve(spec, context, &name, &extension_name);
+}
+
+OptionValues OptionCatalog::parse(const NamedSpec& spec, const OptionContext& context) const {
+  std::string name, extension_name;
+  OptionValues values = resolve(spec, context, &name, &extension_name);
   run_check(name, values);
   if (!extension_name.empty()) target(name).extension.other->run_check(extension_name, values);
   return values;

@@ -51,6 +51,10 @@ class OptionCatalog {
   // save_dir from the Trainer's default_root_dir) for declared keys the user did not write;
   // an alias's presets come next, the user's values last.
   OptionValues parse(const std::string& spec_text, const OptionContext& context = {}) const;
+  // The same for a spec already parsed (parse_named_spec with flag()).
+  OptionValues parse(const NamedSpec& spec, const OptionContext& context = {}) const;
+  // The flag that selects an entry ("--strategy"), as parse_named_spec's `what`.
+  const std::string& flag() const { return flag_; }
 
   // Every entry with its options, types, defaults and help (what `--list-strategies` prints).
   std::string describe() const;
@@ -58,6 +62,10 @@ class OptionCatalog {
  protected:
   // Checks values beyond their declared types (an OptionSchema's requirements); may be empty.
   using Check = std::function<void(const OptionValues&)>;
+  // What an entry is built from (Registry::create): `spec`'s values as parse() gives them but
+  // without the Check, which the factory's own reading runs (OptionSchema::for_building), so that
+  // a build validates its options once.
+  OptionValues values_for_building(const NamedSpec& spec, const OptionContext& context) const;
 
   // Throws ConfigurationError for a malformed or taken name.
   void add_entry(const std::string& name, std::string description, std::vector<OptionSpec> options, Check check_values);
@@ -86,7 +94,7 @@ class OptionCatalog {
   // The user's values for entry `name` merged over `context` and presets, checked against the
   // declared types (an extension's too); no Check runs. `extension_name` receives the canonical
   // name of the extension entry, if any.
-  OptionValues resolve(const std::string& spec_text, const OptionContext& context, std::string* name,
+  OptionValues resolve(const NamedSpec& spec, const OptionContext& context, std::string* name,
                        std::string* extension_name) const;
   // Fails naming the extension entry that declares `key`, when one does.
   void check_key_of_other_entry(const std::string& owner, const Extension& extension, const std::string& chosen,

@@ -261,17 +261,35 @@ class OptionSchema {
   }
 
   // The struct with every key the values hold set (the others keep their in-class defaults),
-  // validated: by Options::validate() where it exists (which may add checks across keys),
-  // otherwise by validate().
-  Options from(const OptionValues& values) const {
+  // not validated.
+  Options read(const OptionValues& values) const {
     Options options{};
     for (const auto& binding : bindings_) binding.read(values, options);
+    return options;
+  }
+
+  // The same, validated: by Options::validate() where it exists (which may add checks across
+  // keys), otherwise by validate().
+  Options from(const OptionValues& values) const {
+    Options options = read(values);
     if constexpr (requires(const Options& o) { o.validate(); }) {
       options.validate();
     } else {
       validate(options);
     }
     return options;
+  }
+
+  // Declares that what these options build validates them itself (a strategy's constructor calls
+  // Options::validate(), since users also build it from a struct): a registry then builds it from
+  // read(), so that they are validated once.
+  OptionSchema& validated_by_what_it_builds() {
+    validated_by_what_it_builds_ = true;
+    return *this;
+  }
+  // The options a registry builds its entry from: read() or from(), as declared above.
+  Options for_building(const OptionValues& values) const {
+    return validated_by_what_it_builds_ ? read(values) : from(values);
   }
 
  private:
@@ -339,6 +357,7 @@ class OptionSchema {
     };
   }
 
+  bool validated_by_what_it_builds_ = false;
   std::string owner_;
   std::vector<Binding> bindings_;
 };

@@ -48,9 +48,9 @@ class Registry : public OptionCatalog {
     factories_[name] = [schema, factory = std::move(factory)](const OptionValues& values,
                                                               Args... args) -> std::shared_ptr<T> {
       if constexpr (std::is_invocable_v<const F&, const Options&, const OptionValues&, Args...>) {
-        return factory(schema.from(values), values, args...);
+        return factory(schema.for_building(values), values, args...);
       } else {
-        return factory(schema.from(values), args...);
+        return factory(schema.for_building(values), args...);
       }
     };
   }
@@ -69,13 +69,18 @@ class Registry : public OptionCatalog {
 
   // Builds the entry that `spec_text` ("name" or "name:key=value,...") names, with its options.
   std::shared_ptr<T> create(const std::string& spec_text, Args... args) const {
-    return create(spec_text, OptionContext{}, args...);
+    return create(parse_named_spec(spec_text, flag()), OptionContext{}, args...);
   }
 
   // The same, with `context` supplying values for declared keys the user did not write (parse()).
   std::shared_ptr<T> create(const std::string& spec_text, const OptionContext& context, Args... args) const {
-    const OptionValues values = parse(spec_text, context);
-    return build(canonical_name(parse_named_spec(spec_text, "").name), values, args...);
+    return create(parse_named_spec(spec_text, flag()), context, args...);
+  }
+
+  // The same for a spec already parsed: the text is parsed once, and the options validated once,
+  // by the factory's reading of them (values_for_building).
+  std::shared_ptr<T> create(const NamedSpec& spec, const OptionContext& context, Args... args) const {
+    return build(canonical_name(spec.name), values_for_building(spec, context), args...);
   }
 
   // Builds entry `name` from values parsed for another entry that this registry extends (the

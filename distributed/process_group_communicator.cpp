@@ -4,18 +4,15 @@
 
 #include "core/error.h"
 #include "core/warning.h"
-#include "distributed/c10d_entry.h"
-#include "distributed/c10d_process_group.h"
+#include "distributed/transports/c10d_entry.h"
+#include "distributed/transports/c10d_process_group.h"
 #include "distributed/collective_arguments.h"
 #include "distributed/collective_handle_state.h"
-#include "distributed/hierarchical_all_reduce.h"
-#include "distributed/inline_gloo_all_reduce.h"
-#include "distributed/shared_memory_group.h"
-#include "distributed/padded_chunks.h"
-#include "distributed/ring_all_gather.h"
-#include "distributed/ring_chunks.h"
-#include "distributed/ring_reduce_scatter.h"
-#include "distributed/ring_worker.h"
+#include "distributed/transports/padded_chunks.h"
+#include "distributed/transports/ring_all_gather.h"
+#include "distributed/transports/ring_chunks.h"
+#include "distributed/transports/ring_reduce_scatter.h"
+#include "distributed/transports/transports.h"
 
 namespace volt {
 
@@ -53,32 +50,10 @@ class ProcessGroupCommunicator : public Communicator {
     try {
       process_group_ = make_process_group(setup_.backend, c10::make_intrusive<c10d::PrefixStore>("pg", setup_.store),
                                           rank, size, setup_.device, timeout(), setup_.compute_device);
-      if (setup_.backend == "gloo" && setup_.ring_thread) rings_ = std::make_unique<RingWorker>();
-      if (setup_.backend == "gloo" && size > 1 && setup_.inline_max_bytes > 0 && InlineGlooAllReduce::compiled_in()) {
-        inline_ = std::make_unique<InlineGlooAllReduce>(c10::make_intrusive<c10d::PrefixStore>("inline", setup_.store),
-                                                        rank, size, setup_.device, timeout(), setup_.inline_max_bytes);
-      }
+      transports_ = std::make_unique<Transports>(setup_, rank, size, timeout());
       // Joining a rendezvous: nobody returns before everyone has connected.
       if (setup_.backend == "gloo" && size > 1) wait_until_connected(*process_group_, entry_, timeout());
-      if (setup_.backend == "gloo" && size > 1 && setup_.shared_memory) {
-        const auto exchange = shared_memory_exchange();
-        const auto hosts = exchange(setup_.host_id.empty() ? SharedMemoryGroup::host_id() : setup_.host_id);
-        std::string why_not;
-        if (std::all_of(hosts.begin(), hosts.end(), [&](const std::string& host) { return host == hosts[0]; })) {
-          // Null when /dev/shm cannot hold the segment: Gloo then.
-          shm_ = SharedMemoryGroup::join(exchange, rank, size, timeout(), describe(),
-                                         SharedMemoryGroup::kDefaultSlotBytes, &why_not, hosts[0]);
-        } else if (HierarchicalAllReduce::applies(hosts)) {
-          // Null when a host cannot map its segment: Gloo then.
-          hierarchy_ = HierarchicalAllReduce::join(c10::make_intrusive<c10d::PrefixStore>("hierarchy", setup_.store),
-                                                   setup_.device, rank, hosts, timeout(), describe(), exchange,
-                                                   &why_not);
-        }
-        // A fallback the user should hear of (every rank agrees on it; rank 0 says it).
-        if (!why_not.empty() && rank == 0) {
-          warn(describe() + ": collectives go through Gloo, not through shared memory: " + why_not);
-        }
-      }
+      transports_->join_host_memory(setup_, shared_memory_exchange(), rank, size, timeout(), describe());
     } catch (const std::exception& e) {
       throw DistributedError(describe() + ": could not connect to the other " + std::to_string(size - 1) +
                              " rank(s) within the timeout of " + std::to_string(timeout().count()) +
@@ -95,18 +70,21 @@ class ProcessGroupCommunicator : public Communicator {
   }
 
   std::string bf16_reduction() const override {
-    return setup_.backend != "gloo" || inline_ || shm_ || compat::kGlooReducesBfloat16 ? "native" : "float32";
+    return setup_.backend != "gloo" || transports_->has_inline_all_reduce() || transports_->has_shared_memory() ||
+                   compat::kGlooReducesBfloat16
+               ? "native"
+               : "float32";
   }
 
-  bool reduces_through_shared_memory() const override { return shm_ != nullptr || hierarchy_ != nullptr; }
-  bool runs_on_a_ring_thread() const override { return rings_ != nullptr; }
+  bool reduces_through_shared_memory() const override { return transports_->reduces_through_shared_memory(); }
+  bool runs_on_a_ring_thread() const override { return transports_->rings() != nullptr; }
 
   std::vector<torch::Tensor> allocate_buffers(const std::vector<int64_t>& numels,
                                               const std::vector<c10::ScalarType>& dtypes) override {
-    if (shm_) {
+    if (transports_->has_shared_memory()) {
       // Empty on every rank when /dev/shm cannot hold them: plain tensors, reduced through the slots.
       std::string why_not;
-      auto buffers = shm_->allocate_buffers(shared_memory_exchange(), numels, dtypes, &why_not);
+      auto buffers = transports_->shared_memory().allocate_buffers(shared_memory_exchange(), numels, dtypes, &why_not);
       if (!buffers.empty()) return buffers;
       if (rank() == 0 && !said_buffers_fall_back_) {  // once: DDP asks again when it rebuilds its buckets
         said_buffers_fall_back_ = true;
@@ -121,15 +99,17 @@ class ProcessGroupCommunicator : public Communicator {
     arguments_.tensor(tensor, "all_reduce");
     arguments_.mean(tensor, op, "all_reduce");
     auto work_tensor = tensor.is_contiguous() ? tensor : tensor.contiguous();
-    if (hierarchy_ && SharedMemoryGroup::accepts(work_tensor, op)) {
+    const Transport transport = transports_->route(Collective::AllReduce, work_tensor, op);
+    if (transport == Transport::Hierarchical) {
       // Note [Hierarchical all_reduce]; on the ring thread where there is one, as through shared memory.
+      auto& hierarchy = transports_->hierarchy();
       return start_ring(CollectiveKind::AllReduce, work_tensor,
                         std::string("(") + op_name(op) + ") hierarchically: shared memory on each host, Gloo among " +
-                            std::to_string(hierarchy_->host_count()) + " hosts",
-                        [group = hierarchy_.get(), work_tensor, op]() mutable { group->all_reduce(work_tensor, op); },
+                            std::to_string(hierarchy.host_count()) + " hosts",
+                        [group = &hierarchy, work_tensor, op]() mutable { group->all_reduce(work_tensor, op); },
                         copied_back(tensor, work_tensor));
     }
-    return start_reduction(CollectiveKind::AllReduce, work_tensor, op, std::string("(") + op_name(op) + ")",
+    return start_reduction(transport, CollectiveKind::AllReduce, work_tensor, op, std::string("(") + op_name(op) + ")",
                            all_reduce_on_process_group(op), [](SharedMemoryGroup& group, torch::Tensor& buffer,
                                                                ReduceOp shm_op) { group.all_reduce(buffer, shm_op); },
                            [tensor, op, n = size()](torch::Tensor reduced, bool divided) mutable {
@@ -144,9 +124,11 @@ class ProcessGroupCommunicator : public Communicator {
     arguments_.root(root, "broadcast");
     auto work_tensor = tensor.is_contiguous() ? tensor : tensor.contiguous();
     const auto finish = copied_back(tensor, work_tensor);
-    if (shm_ && SharedMemoryGroup::moves(work_tensor)) {
+    if (transports_->route(Collective::Broadcast, work_tensor) == Transport::SharedMemory) {
       return start_ring(CollectiveKind::Broadcast, work_tensor, "(root " + std::to_string(root) + ")" + kThroughShm,
-                        [group = shm_.get(), work_tensor, root]() mutable { group->broadcast(work_tensor, root); },
+                        [group = &transports_->shared_memory(), work_tensor, root]() mutable {
+                          group->broadcast(work_tensor, root);
+                        },
                         finish);
     }
     c10d::BroadcastOptions opts;
@@ -185,7 +167,9 @@ class ProcessGroupCommunicator : public Communicator {
       output = torch::empty(shape, input.options());
     }
     // Nothing to move (every rank's input has the same size); Gloo's own would divide by zero.
-    if (input.numel() == 0) return run_inline(CollectiveKind::Gather, input, "", [] {}, [output] { return output; });
+    if (transports_->route(Collective::Gather, input) == Transport::Nothing) {
+      return run_inline(CollectiveKind::Gather, input, "", [] {}, [output] { return output; });
+    }
     c10d::GatherOptions opts;
     opts.rootRank = root;
     opts.timeout = timeout();
@@ -227,15 +211,16 @@ class ProcessGroupCommunicator : public Communicator {
 
   CollectiveHandle all_gather_chunks_async(torch::Tensor flat, std::vector<int64_t> counts) override {
     arguments_.chunks(flat, counts, "all_gather_chunks");
-    if (setup_.backend != "gloo") {
+    const Transport transport = transports_->route(Collective::AllGatherChunks, flat);
+    if (transport == Transport::Padding) {
       all_gather_chunks_by_padding(*this, flat, counts);
       return completed(flat);
     }
     const auto own = ring::Chunks(counts).of(flat.view({-1}), rank());
-    if (shm_ && SharedMemoryGroup::moves(flat)) {
+    if (transport == Transport::SharedMemory) {
       count_sent(CollectiveKind::AllGather, payload_bytes(own));  // written once, into the segment
       return start_ring(CollectiveKind::AllGather, own, std::string("(chunks)") + kThroughShm,
-                        [group = shm_.get(), own, flat = flat.view({-1}), counts]() mutable {
+                        [group = &transports_->shared_memory(), own, flat = flat.view({-1}), counts]() mutable {
                           group->all_gather(own, flat, counts);
                         },
                         [flat] { return flat; });
@@ -253,11 +238,13 @@ class ProcessGroupCommunicator : public Communicator {
     arguments_.chunks(input, counts, "reduce_scatter_chunks");
     arguments_.mean(input, op, "reduce_scatter_chunks");
     arguments_.output(output, input, counts[static_cast<size_t>(rank())], "reduce_scatter_chunks", "counts[rank()]");
-    if (setup_.backend != "gloo") {
-      reduce_scatter_chunks_by_padding(*this, output, input, counts, op);
+    const auto contiguous_input = input.contiguous();
+    const Transport transport = transports_->route(Collective::ReduceScatterChunks, contiguous_input, op);
+    if (transport == Transport::Padding) {
+      reduce_scatter_chunks_by_padding(*this, output, contiguous_input, counts, op);
       return completed(output);
     }
-    return start_ring_reduce_scatter(std::move(output), input, std::move(counts), op, "(chunks, ");
+    return start_ring_reduce_scatter(transport, std::move(output), contiguous_input, std::move(counts), op, "(chunks, ");
   }
 
   CollectiveHandle reduce_async(torch::Tensor tensor, int64_t root, ReduceOp op) override {
@@ -266,7 +253,8 @@ class ProcessGroupCommunicator : public Communicator {
     arguments_.mean(tensor, op, "reduce");
     auto work_tensor = tensor.is_contiguous() ? tensor : tensor.contiguous();
     const bool is_root = root == rank();
-    return start_reduction(CollectiveKind::Reduce, work_tensor, op,
+    return start_reduction(transports_->route(Collective::Reduce, work_tensor, op), CollectiveKind::Reduce,
+                           work_tensor, op,
                            std::string("(") + op_name(op) + ", root " + std::to_string(root) + ")",
                            [this, op, root](at::Tensor& buffer) {
                              c10d::ReduceOptions opts;
@@ -290,9 +278,9 @@ class ProcessGroupCommunicator : public Communicator {
     c10d::BarrierOptions opts;
     opts.timeout = timeout();
     if (setup_.backend == "nccl") opts.device_ids = {setup_.compute_device.index()};  // Note [NCCL and this rank's device]
-    if (shm_) {
-      return start_ring(CollectiveKind::Barrier, torch::Tensor(), kThroughShm, [group = shm_.get()] { group->barrier(); },
-                        [] { return torch::Tensor(); });
+    if (transports_->route(Collective::Barrier, torch::Tensor()) == Transport::SharedMemory) {
+      return start_ring(CollectiveKind::Barrier, torch::Tensor(), kThroughShm,
+                        [group = &transports_->shared_memory()] { group->barrier(); }, [] { return torch::Tensor(); });
     }
     return launch(CollectiveKind::Barrier, torch::Tensor(), "",
                   [&] { return process_group_->barrier(opts); }, [] { return torch::Tensor(); });
@@ -374,27 +362,27 @@ class ProcessGroupCommunicator : public Communicator {
     };
   }
 
-  // Reduces `buffer` (contiguous; reduced in place) as collective `kind`: through shared memory
-  // by `on_shared_memory` when the group has a segment and it takes the buffer (Note
-  // [Collectives through shared memory]; Mean divided there); on this thread when the inline
-  // path takes it (Note [Inline all_reduce]; every bfloat16 CPU buffer), else on the process
-  // group through `on_process_group` (in float32 for bfloat16, Note [bfloat16 over Gloo]). The
-  // handle's result is `finish(the reduced buffer, whether a Mean is already divided)`.
-  CollectiveHandle start_reduction(CollectiveKind kind, torch::Tensor buffer, ReduceOp op, std::string detail,
+  // Reduces `buffer` (contiguous; reduced in place) as collective `kind` on `transport`: through
+  // shared memory by `on_shared_memory` (Note [Collectives through shared memory]; Mean divided
+  // there); on this thread through the inline context (Note [Inline all_reduce]); else on the
+  // process group through `on_process_group` (in float32 for bfloat16, Note [bfloat16 over
+  // Gloo]). The handle's result is `finish(the reduced buffer, whether a Mean is already divided)`.
+  CollectiveHandle start_reduction(Transport transport, CollectiveKind kind, torch::Tensor buffer, ReduceOp op,
+                                   std::string detail,
                                    const ProcessGroupReduction& on_process_group,
                                    std::function<void(SharedMemoryGroup&, torch::Tensor&, ReduceOp)> on_shared_memory,
                                    std::function<torch::Tensor(torch::Tensor, bool)> finish) {
-    if (shm_ && SharedMemoryGroup::accepts(buffer, op)) {
+    if (transport == Transport::SharedMemory) {
       // On the ring thread where there is one, so that it overlaps with backward like Gloo's own.
       return start_ring(kind, buffer, detail + kThroughShm,
-                        [group = shm_.get(), buffer, op, run = std::move(on_shared_memory)]() mutable {
+                        [group = &transports_->shared_memory(), buffer, op, run = std::move(on_shared_memory)]() mutable {
                           run(*group, buffer, op);
                         },
                         [buffer, finish = std::move(finish)] { return finish(buffer, true); });
     }
     // Otherwise Mean is the finisher's division of the sum.
-    if (inline_ && inline_->accepts(buffer, op)) {
-      return run_inline(kind, buffer, detail, [&] { inline_->run(buffer, op); },
+    if (transport == Transport::Inline) {
+      return run_inline(kind, buffer, detail, [&] { transports_->inline_all_reduce().run(buffer, op); },
                         [buffer, finish = std::move(finish)] { return finish(buffer, false); });
     }
     if (gloo_bf16(buffer) && !compat::kGlooReducesBfloat16) {
@@ -408,11 +396,14 @@ class ProcessGroupCommunicator : public Communicator {
   // `output` (checked) gets every rank's contiguous `input`.
   CollectiveHandle start_all_gather(torch::Tensor output, torch::Tensor input) {
     // Nothing to move (every rank's input has the same size); Gloo's own would divide by zero.
-    if (input.numel() == 0) return run_inline(CollectiveKind::AllGather, input, "", [] {}, [output] { return output; });
-    if (shm_ && SharedMemoryGroup::moves(input)) {
+    const Transport transport = transports_->route(Collective::AllGather, input);
+    if (transport == Transport::Nothing) {
+      return run_inline(CollectiveKind::AllGather, input, "", [] {}, [output] { return output; });
+    }
+    if (transport == Transport::SharedMemory) {
       count_sent(CollectiveKind::AllGather, payload_bytes(input));  // written once, into the segment
       return start_ring(CollectiveKind::AllGather, input, kThroughShm,
-                        [group = shm_.get(), input, flat = output.view({-1}), n = size()]() mutable {
+                        [group = &transports_->shared_memory(), input, flat = output.view({-1}), n = size()]() mutable {
                           group->all_gather(input.view({-1}), flat, std::vector<int64_t>(static_cast<size_t>(n), input.numel()));
                         },
                         [output] { return output; });
@@ -451,12 +442,14 @@ class ProcessGroupCommunicator : public Communicator {
   CollectiveHandle start_reduce_scatter(torch::Tensor output, const torch::Tensor& input, ReduceOp op) {
     const std::string detail = std::string("(") + op_name(op) + ")";
     const int64_t n = size();
+    const auto contiguous_input = input.contiguous();
+    const Transport transport = transports_->route(Collective::ReduceScatter, contiguous_input, op);
 #if defined(VOLT_WITH_CUDA)
-    if (setup_.backend == "nccl") {
+    if (transport == Transport::ProcessGroup) {
       c10d::ReduceScatterOptions opts;
       opts.reduceOp = to_c10d(op);
       opts.timeout = timeout();
-      auto wire_in = input.contiguous().view({-1});
+      auto wire_in = contiguous_input.view({-1});
       auto wire_out = output.view({-1});
       count_sent(CollectiveKind::ReduceScatter, (n - 1) * payload_bytes(output));
       return launch(CollectiveKind::ReduceScatter, wire_in, detail,
@@ -467,19 +460,20 @@ class ProcessGroupCommunicator : public Communicator {
                     });
     }
 #endif
-    return start_ring_reduce_scatter(std::move(output), input, std::vector<int64_t>(static_cast<size_t>(n), output.numel()),
-                                     op, "(");
+    return start_ring_reduce_scatter(transport, std::move(output), contiguous_input,
+                                     std::vector<int64_t>(static_cast<size_t>(n), output.numel()), op, "(");
   }
 
-  // Runs volt's ring reduce_scatter (Note [Ring reduce_scatter]), counting the bytes it sends.
-  CollectiveHandle start_ring_reduce_scatter(torch::Tensor output, const torch::Tensor& input, std::vector<int64_t> counts,
+  // Runs a reduce_scatter of the contiguous `contiguous_input` through shared memory, or on volt's
+  // ring (Note [Ring reduce_scatter]), counting the bytes it sends.
+  CollectiveHandle start_ring_reduce_scatter(Transport transport, torch::Tensor output,
+                                             const torch::Tensor& contiguous_input, std::vector<int64_t> counts,
                                              ReduceOp op, const std::string& detail_prefix) {
-    const auto contiguous_input = input.contiguous();
-    if (shm_ && SharedMemoryGroup::accepts(contiguous_input, op)) {
+    if (transport == Transport::SharedMemory) {
       count_sent(CollectiveKind::ReduceScatter, payload_bytes(contiguous_input));  // written once, into the segment
       return start_ring(CollectiveKind::ReduceScatter, contiguous_input,
                         detail_prefix + op_name(op) + ")" + kThroughShm,
-                        [group = shm_.get(), output, contiguous_input, counts, op]() mutable {
+                        [group = &transports_->shared_memory(), output, contiguous_input, counts, op]() mutable {
                           auto flat = output.view({-1});
                           group->reduce_scatter(contiguous_input.view({-1}), flat, counts, op);
                         },
@@ -499,9 +493,10 @@ class ProcessGroupCommunicator : public Communicator {
   template <typename Finish>
   CollectiveHandle start_ring(CollectiveKind kind, const torch::Tensor& payload, const std::string& detail,
                               std::function<void()> ring, Finish&& finish) {
-    if (!rings_) return run_inline(kind, payload, detail, ring, std::forward<Finish>(finish));
+    RingWorker* rings = transports_->rings();
+    if (!rings) return run_inline(kind, payload, detail, ring, std::forward<Finish>(finish));
     // The submission enqueues nothing on c10d (what the ring enqueues goes through entry_ itself).
-    return start_work(kind, payload, detail, [&] { return rings_->submit(std::move(ring)); },
+    return start_work(kind, payload, detail, [&] { return rings->submit(std::move(ring)); },
                       std::forward<Finish>(finish));
   }
 
@@ -575,12 +570,8 @@ class ProcessGroupCommunicator : public Communicator {
   bool is_root_;
   c10::intrusive_ptr<compat::C10dBackend> process_group_;
   C10dEntry entry_;  // every call that enqueues on process_group_ (Note [Entering c10d from several threads])
-  std::unique_ptr<InlineGlooAllReduce> inline_;  // null: every collective on the process group
-  std::unique_ptr<SharedMemoryGroup> shm_;       // null: no reduction through shared memory
-  std::unique_ptr<HierarchicalAllReduce> hierarchy_;  // null: no hierarchical all_reduce
-  bool said_buffers_fall_back_ = false;          // rank 0 warned that allocate_buffers fell back
-  std::unique_ptr<RingWorker> rings_;            // null: volt's rings run on the calling thread (after shm_:
-                                                 // destroyed first, so no job of it outlives the segment)
+  std::unique_ptr<Transports> transports_;  // what carries each collective (Note [One route per collective])
+  bool said_buffers_fall_back_ = false;     // rank 0 warned that allocate_buffers fell back
   int64_t next_group_ = 0;
   int64_t sequence_ = 0;
 };

@@ -231,13 +231,11 @@ void save_checkpoint_files(StrategyCollectives& collectives, CheckpointIO& io, C
                 [&] { replace_directory(temporary, path); });
 }
 
-StateDict load_checkpoint_files(StrategyCollectives& collectives, CheckpointIO& io, const fs::path& path,
-                                const std::string& strategy, CheckpointLayout layout,
-                                std::shared_ptr<const ShardedCheckpoint>* slices,
-                                const std::function<bool(const StateDict&)>& own_layout_of) {
-  if (slices != nullptr) slices->reset();
+LoadedCheckpoint load_checkpoint_files(StrategyCollectives& collectives, CheckpointIO& io, const fs::path& path,
+                                       const std::string& strategy, CheckpointLayout layout, bool reads_slices,
+                                       const std::function<bool(const StateDict&)>& own_layout_of) {
   std::error_code error;
-  if (!fs::is_directory(path, error)) return io.load(path);
+  if (!fs::is_directory(path, error)) return {io.load(path), nullptr};
   const auto topology = collectives.topology();
   // This rank's own shard, when this strategy wrote the directory at this world size, on every
   // rank or on none: the ranks agree which way they read.
@@ -254,7 +252,7 @@ StateDict load_checkpoint_files(StrategyCollectives& collectives, CheckpointIO& 
     if (topology.world_size == 1 || collectives.reduce_boolean_decision(own_layout, /*all=*/true)) {
       if (own_layout) {
         check_one_save(collectives, shard, own, path);
-        return shard;
+        return {shard, nullptr};
       }
     }
   }
@@ -266,17 +264,14 @@ StateDict load_checkpoint_files(StrategyCollectives& collectives, CheckpointIO& 
     std::string message = "checkpoint '" + path.string() + "': sharded by strategy '" + sharded->strategy() +
                           "' over " + shards + " ranks, loaded by '" + strategy + "' with " +
                           std::to_string(topology.world_size) +
-                          (slices != nullptr ? ": each rank reads the slices of the " + shards + " shards that it owns"
+                          (reads_slices ? ": each rank reads the slices of the " + shards + " shards that it owns"
                                              : ": every rank reads the " + shards +
                                                    " shards and puts the full checkpoint together");
     for (const auto& note : sharded->notes()) message += "; " + note;
     warn(message);
   }
-  if (slices != nullptr) {
-    *slices = sharded;
-    return sharded->full();
-  }
-  return sharded->materialize(sharded->full());
+  if (reads_slices) return {sharded->full(), sharded};
+  return {sharded->materialize(sharded->full()), nullptr};
 }
 
 void remove_checkpoint_files(StrategyCollectives& collectives, CheckpointIO& io, const fs::path& path,

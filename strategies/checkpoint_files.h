@@ -13,6 +13,7 @@
 #include "checkpoint/checkpoint_layout.h"
 #include "checkpoint/sharded_checkpoint.h"
 #include "core/state_dict.h"
+#include "strategies/loaded_checkpoint.h"
 #include "strategies/strategy_collectives.h"
 
 namespace volt {
@@ -68,15 +69,14 @@ void finish_checkpoint_writes(StrategyCollectives& collectives, CheckpointIO& io
 // that `strategy` wrote in `layout` at this world size, with this run's layout (`own_layout`, when
 // given, says so of a shard: CheckpointState::is_own_layout); any other sharded directory put together
 // into the full layout (Note [Reading a sharded checkpoint anywhere], with one warning on global
-// rank 0 saying so and what restarts). With `slices` (a strategy that reads slices), that full
-// layout keeps its placeholders and *slices the ShardedCheckpoint that reads them; it is reset
-// otherwise. Throws CheckpointError when missing or damaged, and on every rank when the shards the
+// rank 0 saying so and what restarts). With `reads_slices` (CheckpointState::reads_slices), that
+// full layout keeps its placeholders and the result's `slices` reads them. Throws CheckpointError when missing or damaged, and on every rank when the shards the
 // ranks read are of different saves (Note [A save's identity] in trainer/checkpoint_header.cpp).
 // [collective for the Sharded layout]
-StateDict load_checkpoint_files(StrategyCollectives& collectives, CheckpointIO& io,
-                                const std::filesystem::path& path, const std::string& strategy,
-                                CheckpointLayout layout, std::shared_ptr<const ShardedCheckpoint>* slices = nullptr,
-                                const std::function<bool(const StateDict&)>& own_layout = {});
+LoadedCheckpoint load_checkpoint_files(StrategyCollectives& collectives, CheckpointIO& io,
+                                       const std::filesystem::path& path, const std::string& strategy,
+                                       CheckpointLayout layout, bool reads_slices = false,
+                                       const std::function<bool(const StateDict&)>& own_layout = {});
 // Global rank 0 removes the checkpoint file or directory, once the write in flight (if any) is
 // finished. [collective]
 void remove_checkpoint_files(StrategyCollectives& collectives, CheckpointIO& io, const std::filesystem::path& path,

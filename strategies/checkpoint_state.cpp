@@ -7,6 +7,7 @@
 #include "checkpoint/sharded_checkpoint.h"
 #include "core/error.h"
 #include "core/warning.h"
+#include "strategies/optimizer_sharding.h"
 #include "strategies/rank_gather.h"
 #include "strategies/sharded_optimizer.h"
 #include "strategies/strategy.h"
@@ -15,26 +16,21 @@ namespace volt {
 
 StateDict CheckpointState::model_state_dict(torch::nn::Module& module, CheckpointLayout layout) { return module_state_dict(module); }
 
-void CheckpointState::load_model_state_dict(torch::nn::Module& module, const StateDict& state, CheckpointLayout layout, bool strict,
-                                     const std::string& source) {
+void CheckpointState::load_model_state_dict(torch::nn::Module& module, const StateDict& state, CheckpointLayout layout,
+                                            bool strict, const std::string& source, const ShardedCheckpoint* slices) {
   load_module_state_dict(module, state, strict, source);
 }
 
 StateDict CheckpointState::optimizer_state_dict(torch::optim::Optimizer& optimizer, CheckpointLayout layout) {
   // A sharded optimizer consolidates its shards (Full) or writes its own (Sharded).
-  if (owner().shards_optimizer_state()) {
-    auto& sharded = as_sharded_optimizer(optimizer, owner().name());
-    return layout == CheckpointLayout::Full ? sharded.consolidated_state_dict(0) : sharded.shard_state_dict();
-  }
+  if (const auto* sharding = owner().optimizer_sharding()) return sharding->state_dict(optimizer, layout);
   return volt::optimizer_state_dict(optimizer);
 }
 
 void CheckpointState::load_optimizer_state_dict(torch::optim::Optimizer& optimizer, const StateDict& state,
-                                         CheckpointLayout layout, const std::string& what,
-                                         const ParameterNamer& name_of) {
-  if (owner().shards_optimizer_state()) {
-    return as_sharded_optimizer(optimizer, owner().name()).load_sharded_or_consolidated_state_dict(state, what, name_of);
-  }
+                                                CheckpointLayout layout, const std::string& what,
+                                                const ParameterNamer& name_of, const ShardedCheckpoint* slices) {
+  if (const auto* sharding = owner().optimizer_sharding()) return sharding->load_state_dict(optimizer, state, what, name_of);
   volt::load_optimizer_state_dict(optimizer, state, what, name_of);
 }
 

@@ -41,15 +41,18 @@ class CheckpointState {
   // The module's parameters and buffers whole on every rank (tests, exports that every rank
   // needs). [collective for strategies that shard]
   virtual StateDict full_model_state_dict(torch::nn::Module& module) { return model_state_dict(module, CheckpointLayout::Full); }
-  // Loads `state` (of `layout`) into the module in place; `source` names it in errors.
+  // Loads `state` (of `layout`) into the module in place; `source` names it in errors. `slices`
+  // reads the placeholders `state` holds (LoadedCheckpoint::slices; null: none), for a strategy
+  // that reads_slices.
   virtual void load_model_state_dict(torch::nn::Module& module, const StateDict& state, CheckpointLayout layout,
-                                     bool strict, const std::string& source);
+                                     bool strict, const std::string& source,
+                                     const ShardedCheckpoint* slices);
   // An optimizer's state in `layout` (the Full layout: complete on global rank 0, as above).
   // [collective for strategies that shard]
   virtual StateDict optimizer_state_dict(torch::optim::Optimizer& optimizer, CheckpointLayout layout);
   virtual void load_optimizer_state_dict(torch::optim::Optimizer& optimizer, const StateDict& state,
                                          CheckpointLayout layout, const std::string& what,
-                                         const ParameterNamer& name_of);
+                                         const ParameterNamer& name_of, const ShardedCheckpoint* slices);
 
   // The gradients accumulated so far in an open accumulation window, which the step at the
   // window's end needs (ranks differ: each accumulated its own micro-batches). The result's keys
@@ -85,12 +88,9 @@ class CheckpointState {
 
   // Whether this strategy loads a sharded checkpoint of another layout by reading only the slices
   // it owns (Note [Reading a sharded checkpoint anywhere]): the full layout it then receives holds
-  // placeholders for the model's and optimizers' tensors, read through slices().
+  // placeholders for the model's and optimizers' tensors, which the loads above read through
+  // their `slices`.
   virtual bool reads_slices() const { return false; }
-  // What reads the placeholders of the checkpoint loaded last; null when it held none. Kept until
-  // the next load (it holds the shard files open).
-  const ShardedCheckpoint* slices() const { return slices_.get(); }
-  void set_slices(std::shared_ptr<const ShardedCheckpoint> slices) { slices_ = std::move(slices); }
 
  protected:
   Strategy& owner() const { return owner_; }
@@ -98,7 +98,6 @@ class CheckpointState {
  private:
   Strategy& owner_;
   CheckpointLayout layout_;
-  std::shared_ptr<const ShardedCheckpoint> slices_;
 };
 
 }  // namespace volt

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "strategies/gradient_norm.h"
+#include "strategies/optimizer_sharding.h"
 #include "strategies/sharded_optimizer.h"
 #include "strategies/strategy.h"
 
@@ -37,9 +38,7 @@ void GradientSynchronization::zero_grad(torch::optim::Optimizer& optimizer) {
 
 torch::Tensor GradientSynchronization::clip_norm(torch::optim::Optimizer& optimizer, double max_norm, double norm_type) {
   // Over every rank's shard, each parameter counted once.
-  if (owner().shards_optimizer_state()) {
-    return as_sharded_optimizer(optimizer, owner().name()).clip_grad_norm(max_norm, norm_type);
-  }
+  if (const auto* sharding = owner().optimizer_sharding()) return sharding->clip_norm(optimizer, max_norm, norm_type);
   return clip_grad_norm(parameters_with_grad(optimizer), max_norm, norm_type);
 }
 

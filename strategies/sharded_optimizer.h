@@ -1,14 +1,12 @@
 #pragma once
-// An optimizer whose state is spread over the ranks (volt::OSS): what the Strategy's checkpoint
-// and clipping parts need from it, so that they handle any such optimizer without knowing its
-// type (CheckpointState::optimizer_state_dict, GradientSynchronization::clip_norm), for a
-// strategy that declares it shards optimizer state (Strategy::shards_optimizer_state).
+// An optimizer whose state is spread over the ranks (volt::OSS): what a strategy's
+// OptimizerSharding part (optimizer_sharding.h) needs from it, so that the checkpoint and clipping
+// parts handle any such optimizer without knowing its type.
 #include <torch/torch.h>
 
 #include <string>
 
 #include "checkpoint/optimizer_state.h"
-#include "core/error.h"
 #include "core/state_dict.h"
 
 namespace volt {
@@ -32,16 +30,5 @@ class ShardedOptimizer {
   // clipping (a 0-dim tensor, not read on the host). [collective]
   virtual torch::Tensor clip_grad_norm(double max_norm, double norm_type) = 0;
 };
-
-// `optimizer` as the ShardedOptimizer a strategy that shards optimizer state wrapped it in
-// (setup_optimizers); `strategy` names it when it is not one (an optimizer built outside the
-// strategy's setup_optimizers).
-inline ShardedOptimizer& as_sharded_optimizer(torch::optim::Optimizer& optimizer, const std::string& strategy) {
-  auto* sharded = dynamic_cast<ShardedOptimizer*>(&optimizer);
-  check<ConfigurationError>(sharded != nullptr, strategy, " shards optimizer state, but this optimizer was not set up "
-                            "by it; pass the optimizers its setup_optimizers returned (trainer.optimizers(), "
-                            "fabric.setup_optimizers)");
-  return *sharded;
-}
 
 }  // namespace volt

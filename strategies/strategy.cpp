@@ -3,6 +3,8 @@
 #include "core/error.h"
 #include "strategies/checkpoint_files.h"
 #include "strategies/dense_gradients.h"
+#include "strategies/loaded_checkpoint.h"
+#include "strategies/optimizer_sharding.h"
 
 namespace volt {
 
@@ -30,6 +32,7 @@ void Strategy::hold(std::shared_ptr<StrategyCollectives> part) { replace_part(co
 void Strategy::hold(std::shared_ptr<GradientSynchronization> part) { replace_part(gradients_, std::move(part)); }
 void Strategy::hold(std::shared_ptr<Placement> part) { replace_part(placement_, std::move(part)); }
 void Strategy::hold(std::shared_ptr<CheckpointState> part) { replace_part(checkpointing_, std::move(part)); }
+void Strategy::hold(std::shared_ptr<OptimizerSharding> part) { replace_part(optimizer_sharding_, std::move(part)); }
 
 void Strategy::setup_environment(const StrategyEnvironment& environment) {
   environment_ = environment;
@@ -107,14 +110,11 @@ void Strategy::save_checkpoint(const StateDict& checkpoint, const std::filesyste
                         in_background);
 }
 
-StateDict Strategy::load_checkpoint(const std::filesystem::path& path) const {
+LoadedCheckpoint Strategy::load_checkpoint(const std::filesystem::path& path) const {
   finish_checkpoint_writes();
-  std::shared_ptr<const ShardedCheckpoint> slices;
-  auto checkpoint = load_checkpoint_files(*collectives_, *checkpoint_io_, path, name(), checkpointing_->layout(),
-                                          checkpointing_->reads_slices() ? &slices : nullptr,
-                                          [this](const StateDict& shard) { return checkpointing_->is_own_layout(shard); });
-  checkpointing_->set_slices(std::move(slices));
-  return checkpoint;
+  return load_checkpoint_files(*collectives_, *checkpoint_io_, path, name(), checkpointing_->layout(),
+                               checkpointing_->reads_slices(),
+                               [this](const StateDict& shard) { return checkpointing_->is_own_layout(shard); });
 }
 
 void Strategy::remove_checkpoint(const std::filesystem::path& path) {

@@ -10,6 +10,7 @@
 //   gradients()         no_sync, backward hooks, zero_grad, clipping (gradient_synchronization.h)
 //   placement()         devices per process, samplers, batches, forward scope (placement.h)
 //   checkpointing()     model, optimizer, window and strategy state (checkpoint_state.h)
+//   optimizer_sharding()  sharded optimizers' state and norm, where it shards them (optimizer_sharding.h)
 //   precision(), checkpoint_io()   given by the Trainer / the user
 // Note [Minimal strategy] (docs/architecture.md#the-strategy-contract): a strategy overrides
 // name(); a distributed one derives from ParallelStrategy (process group, collectives, averaged
@@ -47,6 +48,8 @@
 namespace volt {
 
 class BackgroundCheckpointWrite;
+class OptimizerSharding;
+struct LoadedCheckpoint;
 
 class ProcessLauncher;
 
@@ -84,9 +87,9 @@ class Strategy {
   // Refuses, with a ConfigurationError at Trainer construction, a number of processes this
   // strategy's options cannot work with (e.g. a subgroup size that does not divide it).
   virtual void check_world_size(int64_t world_size) const {}
-  // Whether its optimizers are ShardedOptimizers (setup_optimizers wraps them): the default
-  // checkpoint and clipping parts then consolidate over the ranks.
-  virtual bool shards_optimizer_state() const { return false; }
+  // Whether its optimizers are ShardedOptimizers (setup_optimizers wraps them): it holds an
+  // optimizer_sharding() part, which the default checkpoint and clipping parts ask.
+  bool shards_optimizer_state() const { return optimizer_sharding_ != nullptr; }
   // The module's parameters that `stepped`, a parameter of an optimizer setup_optimizers
   // returned, stands for: itself, or, where the strategy steps flattened shards (FSDP), the
   // parameters of its unit. What toggle_model() freezes so that backward leaves them alone.
@@ -97,6 +100,8 @@ class Strategy {
   GradientSynchronization& gradients() const { return *gradients_; }
   Placement& placement() const { return *placement_; }
   CheckpointState& checkpointing() const { return *checkpointing_; }
+  // Null unless the strategy shards optimizer state (optimizer_sharding.h).
+  const OptimizerSharding* optimizer_sharding() const { return optimizer_sharding_.get(); }
   // Holds `precision` and installs collectives().all_reduce(·, Max) as its found-inf reducer, so
   // that a skipped AMP step is skipped on every rank.
   void set_precision(std::shared_ptr<Precision> precision);
@@ -155,7 +160,7 @@ class Strategy {
                        bool in_background = false);  // [collective]
   // [collective with a write in flight, and for a strategy whose layout is Sharded: the ranks
   // agree how they read a sharded directory and that its shards are of one save]
-  StateDict load_checkpoint(const std::filesystem::path& path) const;
+  LoadedCheckpoint load_checkpoint(const std::filesystem::path& path) const;
   void remove_checkpoint(const std::filesystem::path& path);  // [collective]
   void finish_checkpoint_writes() const;  // [collective]
 
@@ -174,6 +179,7 @@ class Strategy {
   void hold(std::shared_ptr<GradientSynchronization> part);
   void hold(std::shared_ptr<Placement> part);
   void hold(std::shared_ptr<CheckpointState> part);
+  void hold(std::shared_ptr<OptimizerSharding> part);
 
  private:
   StrategyEnvironment environment_;
@@ -181,6 +187,7 @@ class Strategy {
   std::shared_ptr<GradientSynchronization> gradients_;
   std::shared_ptr<Placement> placement_;
   std::shared_ptr<CheckpointState> checkpointing_;
+  std::shared_ptr<OptimizerSharding> optimizer_sharding_;  // null: whole optimizers on every rank
   std::shared_ptr<Precision> precision_;
   std::shared_ptr<CheckpointIO> checkpoint_io_;
   // Last: destroyed (its thread joined) before anything the thread uses.

@@ -31,11 +31,20 @@ void check_strategy_fits(const Strategy& strategy, int64_t world_size, const std
   strategy.check_world_size(world_size);
 }
 
+NamedSpec parse_strategy_spec(const std::string& text) { return parse_named_spec(text, strategy_registry().flag()); }
+
+bool is_automatic_strategy(const NamedSpec& spec) { return spec.name == "auto"; }
+
 std::shared_ptr<Strategy> create_strategy(const std::string& spec, int64_t world_size, const std::string& origin) {
+  return create_strategy(parse_strategy_spec(spec), world_size, origin);
+}
+
+std::shared_ptr<Strategy> create_strategy(const NamedSpec& named, int64_t world_size, const std::string& origin) {
   auto& registry = strategy_registry();
-  const NamedSpec named = parse_named_spec(spec, "--strategy");
-  if (named.name == "auto" && world_size > 1) {
-    check<ConfigurationError>(named.values.empty(), "--strategy auto: takes no options, got '", spec, "'");
+  if (is_automatic_strategy(named) && world_size > 1) {
+    check<ConfigurationError>(named.values.empty(), "--strategy auto: takes no options, got '",
+                              named.values.empty() ? std::string() : named.values.begin()->first,
+                              "'; name a strategy to pass options to it");
     check<ConfigurationError>(registry.contains("ddp"), "--strategy auto: ", world_size,
                               " processes (", origin, ") need a distributed strategy, but 'ddp' is not "
                               "registered in this build; pass --strategy with one of: ", [&] {
@@ -43,9 +52,9 @@ std::shared_ptr<Strategy> create_strategy(const std::string& spec, int64_t world
                                 for (const auto& n : registry.names()) names += (names.empty() ? "" : ", ") + n;
                                 return names;
                               }());
-    return registry.create("ddp");
+    return registry.create(NamedSpec{.name = "ddp", .values = {}}, OptionContext{});
   }
-  auto strategy = registry.create(spec);
+  auto strategy = registry.create(named, OptionContext{});
   check_strategy_fits(*strategy, world_size, origin);
   return strategy;
 }

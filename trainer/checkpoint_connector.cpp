@@ -8,13 +8,14 @@
 #include "checkpoint/per_rank_entries.h"
 #include "checkpoint/rng_state.h"
 #include "core/warning.h"
-#include "trainer/checkpoint_header.h"
+#include "strategies/loaded_checkpoint.h"
 #include "strategies/rank_gather.h"
-#include "trainer/trainer.h"
-#include "trainer/training_state.h"
+#include "trainer/checkpoint_header.h"
 #include "trainer/loops/epoch_remainder.h"
 #include "trainer/optim/fused_adamw.h"
+#include "trainer/trainer.h"
 #include "trainer/trainer_internals.h"
+#include "trainer/training_state.h"
 
 namespace volt {
 namespace {
@@ -134,11 +135,12 @@ StateDict CheckpointConnector::dump_fit_loop() {
   return fit_loop;
 }
 
-void CheckpointConnector::restore(const StateDict& checkpoint, const std::string& source) {
+void CheckpointConnector::restore(const LoadedCheckpoint& loaded, const std::string& source) {
   Trainer& t = trainer_;
+  const StateDict& checkpoint = loaded.state;
   check_checkpoint_readable(checkpoint, TrainerInternals::strategy(t), source);
   state_.module->on_load_checkpoint(checkpoint);
-  restore_model(checkpoint, source);
+  restore_model(checkpoint, loaded.slices.get(), source);
   if (state_.fn != TrainerFn::Fitting) return;
   check<CheckpointError>(!checkpoint.contains("weights_only") || !checkpoint.get_bool("weights_only"), source,
                          " holds the model's weights only (saved with weights_only), so training cannot resume "
@@ -148,13 +150,13 @@ void CheckpointConnector::restore(const StateDict& checkpoint, const std::string
                          " holds no training state ('loops', 'optimizer_states'), so training cannot resume from "
                          "it; it was not written by Trainer::save_checkpoint");
   restore_callbacks(checkpoint);
-  restore_training_state(checkpoint, source);
+  restore_training_state(checkpoint, loaded.slices.get(), source);
 }
 
-void CheckpointConnector::restore_model(const StateDict& checkpoint, const std::string& source) {
-  Trainer& t = trainer_;
-  TrainerInternals::strategy(t).checkpointing().load_model_state_dict(*state_.module, checkpoint.child("state_dict"), checkpoint_layout_of(checkpoint), /*strict=*/true,
-                                     source);
+void CheckpointConnector::restore_model(const StateDict& checkpoint, const ShardedCheckpoint* slices,
+                                        const std::string& source) {
+  TrainerInternals::strategy(trainer_).checkpointing().load_model_state_dict(
+      *state_.module, checkpoint.child("state_dict"), checkpoint_layout_of(checkpoint), /*strict=*/true, source, slices);
 }
 
 void CheckpointConnector::restore_callbacks(const StateDict& checkpoint) {
@@ -179,7 +181,8 @@ void CheckpointConnector::restore_callbacks(const StateDict& checkpoint) {
   }
 }
 
-void CheckpointConnector::restore_training_state(const StateDict& checkpoint, const std::string& source) {
+void CheckpointConnector::restore_training_state(const StateDict& checkpoint, const ShardedCheckpoint* slices,
+                                                 const std::string& source) {
   Trainer& t = trainer_;
   Strategy& strategy = TrainerInternals::strategy(t);
   const auto layout = checkpoint_layout_of(checkpoint);
@@ -201,7 +204,7 @@ void CheckpointConnector::restore_training_state(const StateDict& checkpoint, co
   for (size_t i = 0; i < state_.optimizers.size(); ++i) {
     strategy.checkpointing().load_optimizer_state_dict(*state_.optimizers[i],
                                        StateDict::from_ivalue(optimizers.toListRef()[i], source + " optimizer " + std::to_string(i)),
-                                       layout, source + ", optimizer " + std::to_string(i), name_of);
+                                       layout, source + ", optimizer " + std::to_string(i), name_of, slices);
   }
   const auto schedulers = checkpoint.at("lr_schedulers");
   check<CheckpointError>(schedulers.isList() && schedulers.toListRef().size() == state_.schedulers.size(), source,

@@ -9,6 +9,9 @@
 
 namespace volt {
 
+struct LoadedCheckpoint;
+class ShardedCheckpoint;
+
 class Trainer;
 
 // Note [What a checkpoint holds]
@@ -40,11 +43,12 @@ class CheckpointConnector {
   // Restores what the trainer's current function needs: everything for fit (random states are
   // left in LoopState::pending_rng_state for the fit loop), the model's weights otherwise.
   // `source` names the checkpoint in messages.
-  void restore(const StateDict& checkpoint, const std::string& source);
+  void restore(const LoadedCheckpoint& loaded, const std::string& source);
 
  private:
-  void restore_model(const StateDict& checkpoint, const std::string& source);
-  void restore_training_state(const StateDict& checkpoint, const std::string& source);
+  // `slices` reads the placeholders the checkpoint holds (LoadedCheckpoint::slices; null: none).
+  void restore_model(const StateDict& checkpoint, const ShardedCheckpoint* slices, const std::string& source);
+  void restore_training_state(const StateDict& checkpoint, const ShardedCheckpoint* slices, const std::string& source);
   void restore_callbacks(const StateDict& checkpoint);
   StateDict dump_fit_loop();
   void restore_fit_loop(const StateDict& fit_loop, const std::string& source);

@@ -12,11 +12,11 @@
 #include "data/batch.h"
 #include "core/error.h"
 #include "core/hyperparameters.h"
+#include "trainer/gradient_clip_algorithm.h"
 #include "trainer/graph/in_step_hook_probe.h"
 #include "trainer/metrics/log_options.h"
 #include "trainer/optim/manual_optimizer.h"
 #include "trainer/optim/optimizer_config.h"
-#include "trainer/trainer_options.h"
 #include "core/state_dict.h"
 
 namespace volt {

@@ -14,13 +14,15 @@ RunPlacement::RunPlacement(RunPlacement&&) noexcept = default;
 RunPlacement& RunPlacement::operator=(RunPlacement&&) noexcept = default;
 RunPlacement::~RunPlacement() = default;
 
-RunPlacement resolve_run(const TrainerOptions& options, TrainerComponents components, const std::string& who) {
+RunPlacement resolve_run(const RunOptions& options, TrainerComponents components, const std::string& who) {
   RunPlacement placement;
   // A named strategy is built first: it declares how many of the node's devices one process
   // drives (Placement::devices_per_process), which decides how many processes the node runs.
   // "auto" picks by the number of processes, so it is resolved after them (one device each).
-  const bool automatic = !components.strategy && parse_named_spec(options.strategy, "--strategy").name == "auto";
-  if (!components.strategy && !automatic) components.strategy = strategy_registry().create(options.strategy);
+  NamedSpec spec;  // the one parse of --strategy, when no Strategy object was given
+  if (!components.strategy) spec = parse_strategy_spec(options.strategy);
+  const bool automatic = !components.strategy && is_automatic_strategy(spec);
+  if (!components.strategy && !automatic) components.strategy = strategy_registry().create(spec, OptionContext{});
   const int64_t per_process =
       components.strategy ? components.strategy->placement().devices_per_process(options.devices) : 1;
   check<ConfigurationError>(per_process >= 1 && options.devices % per_process == 0, "--strategy ",
@@ -34,7 +36,7 @@ RunPlacement resolve_run(const TrainerOptions& options, TrainerComponents compon
   const std::string origin = std::to_string(topology.local_world_size) + " per node × " +
                              std::to_string(topology.num_nodes) + " node(s) from the " +
                              placement.cluster->name() + " cluster environment";
-  if (automatic) components.strategy = create_strategy(options.strategy, topology.world_size, origin);
+  if (automatic) components.strategy = create_strategy(spec, topology.world_size, origin);
   check_strategy_fits(*components.strategy, topology.world_size, origin);
   placement.devices = choose_devices(options.accelerator, topology, torch::cuda::device_count(), per_process);
   placement.device = placement.devices.front();
@@ -58,7 +60,7 @@ RunPlacement resolve_run(const TrainerOptions& options, TrainerComponents compon
   return placement;
 }
 
-CpuThreads setup_run_environment(Strategy& strategy, const RunPlacement& placement, const TrainerOptions& options) {
+CPUThreads setup_run_environment(Strategy& strategy, const RunPlacement& placement, const RunOptions& options) {
   const auto& cluster = placement.cluster;
   StrategyEnvironment environment;
   // Before the process group exists: NCCL creates its communicator on the current device.

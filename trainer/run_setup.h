@@ -14,7 +14,7 @@
 #include "distributed/cluster/cluster_environment.h"
 #include "precision/precision.h"
 #include "strategies/strategy.h"
-#include "trainer/trainer_options.h"
+#include "trainer/run_options.h"
 
 namespace volt {
 
@@ -53,11 +53,11 @@ struct RunPlacement {
 // "Fabric") names the caller in errors. Throws ConfigurationError for an unknown strategy or
 // precision, a strategy that cannot run the cluster's number of processes, or a given precision
 // that is not the one options.precision names.
-RunPlacement resolve_run(const TrainerOptions& options, TrainerComponents components, const std::string& who);
+RunPlacement resolve_run(const RunOptions& options, TrainerComponents components, const std::string& who);
 
 // Sets up the strategy's environment: the current device, CPU threads, malloc tuning, then
 // Strategy::setup_environment (process group; volt's launcher starts the other local ranks
 // there). Returns the CPU threads in effect. [collective]
-CpuThreads setup_run_environment(Strategy& strategy, const RunPlacement& placement, const TrainerOptions& options);
+CPUThreads setup_run_environment(Strategy& strategy, const RunPlacement& placement, const RunOptions& options);
 
 }  // namespace volt

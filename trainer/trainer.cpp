@@ -7,16 +7,17 @@
 #include "callbacks/model_checkpoint.h"
 #include "callbacks/model_summary.h"
 #include "callbacks/progress_bar.h"
+#include "checkpoint/last_checkpoint.h"
+#include "core/reproducibility.h"
+#include "core/warning.h"
+#include "distributed/process_launcher.h"
 #include "loggers/console_logger.h"
 #include "loggers/logger_registry.h"
+#include "strategies/loaded_checkpoint.h"
 #include "trainer/checkpoint_connector.h"
-#include "checkpoint/last_checkpoint.h"
 #include "trainer/loops/evaluation_loop.h"
 #include "trainer/loops/fit_loop.h"
 #include "trainer/loops/loop_hooks.h"
-#include "distributed/process_launcher.h"
-#include "core/reproducibility.h"
-#include "core/warning.h"
 
 namespace volt {
 namespace {
@@ -383,8 +384,7 @@ bool Trainer::restore_checkpoint(const std::string& path) {
       return false;
     }
   }
-  const StateDict checkpoint = strategy_->load_checkpoint(file);
-  CheckpointConnector(*this, state_).restore(checkpoint, "checkpoint '" + file.string() + "'");
+  CheckpointConnector(*this, state_).restore(strategy_->load_checkpoint(file), "checkpoint '" + file.string() + "'");
   if (state_.fn == TrainerFn::Fitting) state_.resumed_from = file.string();
   return true;
 }

@@ -132,7 +132,7 @@ class Trainer {
   torch::Device root_device() const { return placement_.device; }
   // The CPU threads this process computes with (core/cpu_threads.h), set when the first run starts;
   // ModelSummary prints them.
-  const CpuThreads& cpu_threads() const { return cpu_threads_; }
+  const CPUThreads& cpu_threads() const { return cpu_threads_; }
   const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers() const { return state_.optimizers; }
   const std::vector<SchedulerConfig>& lr_schedulers() const { return state_.schedulers; }
   bool is_global_zero() const { return strategy_->is_global_zero(); }
@@ -182,7 +182,7 @@ class Trainer {
   // The cluster environment, this process's devices, the launcher and the strategy, resolved at
   // construction (run_setup.h); it owns the launcher, which outlives the strategy.
   RunPlacement placement_;
-  CpuThreads cpu_threads_;
+  CPUThreads cpu_threads_;
   std::shared_ptr<Strategy> strategy_;  // placement_.strategy
   std::vector<std::shared_ptr<Callback>> callbacks_;
   std::vector<std::shared_ptr<Logger>> loggers_;

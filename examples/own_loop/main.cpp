@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
     const int64_t epochs = options.resolved_max_epochs();
     const int64_t accumulate = options.accumulate_grad_batches;
 
-    volt::Fabric fabric(volt::FabricOptions::from(options), launcher);
+    volt::Fabric fabric(options.run_options(), launcher);
     fabric.launch();
     fashion_mnist::FashionMnistData data(data_options);
     data.setup(volt::TrainerFn::Fitting);

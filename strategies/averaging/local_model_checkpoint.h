@@ -1,6 +1,6 @@
 #pragma once
 // The checkpoint section of a model averager (post-local-SGD's, SlowMo's), written beside the
-// strategy's own section (DdpCheckpointState):
+// strategy's own section (DDPCheckpointState):
 //   "model_averager"            its state (the step; SlowMo's buffers), when every rank's agrees
 //                               or the layout is Sharded (each rank writes its own file);
 //   "model_averager_per_rank"   every rank's, for a Full checkpoint, when it differs per rank;

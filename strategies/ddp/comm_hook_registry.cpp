@@ -9,13 +9,14 @@
 
 namespace volt::ddp {
 
-CommHookSpec::CommHookSpec(std::string name, Make make) : name_(std::move(name)), make_(std::move(make)) {
+CommHookSpec::CommHookSpec(std::string name, Make make, CommHookTraits traits)
+    : name_(std::move(name)), make_(std::move(make)), traits_(traits) {
   check<ConfigurationError>(make_ != nullptr, "comm hook '", name_, "': expected a function that makes the hook, "
                             "got none");
 }
 
-CommHookSpec::CommHookSpec(std::string name, OnTopology on_topology)
-    : name_(std::move(name)), on_topology_(std::move(on_topology)) {
+CommHookSpec::CommHookSpec(std::string name, OnTopology on_topology, CommHookTraits traits)
+    : name_(std::move(name)), on_topology_(std::move(on_topology)), traits_(traits) {
   check<ConfigurationError>(on_topology_->make != nullptr, "comm hook '", name_, "': expected a function that makes "
                             "the hook, got none");
 }
@@ -68,26 +69,10 @@ CommHookRegistry& comm_hook_registry() {
   return registry;
 }
 
-namespace {
-std::map<std::string, CommHookTraits>& traits_by_name() {
-  static std::map<std::string, CommHookTraits> traits;
-  return traits;
-}
-}  // namespace
-
-const CommHookTraits& comm_hook_traits(const std::string& name) {
-  static const CommHookTraits defaults;
-  if (!comm_hook_registry().contains(name)) return defaults;  // a hook object made by the user's factory
-  const auto found = traits_by_name().find(comm_hook_registry().canonical_name(name));
-  return found == traits_by_name().end() ? defaults : found->second;
-}
-
-void set_comm_hook_traits(const std::string& name, CommHookTraits traits) { traits_by_name()[name] = traits; }
-
 void add_comm_hook(CommHookRegistry& registry, const std::string& name, std::string description,
                    CommHookSpec::Make make, CommHookTraits traits) {
-  registry.add(name, std::move(description), [name, make] { return std::make_shared<CommHookSpec>(name, make); });
-  set_comm_hook_traits(name, traits);
+  registry.add(name, std::move(description),
+               [name, make, traits] { return std::make_shared<CommHookSpec>(name, make, traits); });
 }
 
 }  // namespace volt::ddp

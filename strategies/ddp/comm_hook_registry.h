@@ -25,6 +25,16 @@
 
 namespace volt::ddp {
 
+// What DDP checks about a hook when it validates the options around it, declared with the hook
+// where it is registered and carried by its spec (the defaults: a hook that all-reduces
+// full-precision gradients).
+struct CommHookTraits {
+  bool communicates = true;            // false: noop (nothing for comm_wrapper to compress)
+  bool compresses_to_16_bits = false;  // fp16/bf16_compress: no comm_wrapper around it, no 16-bit precision
+  bool multiplies_matrices = false;    // PowerSGD: comm_wrapper=fp16 needs float16 matrix products
+  bool steps_locally = false;          // post_local_sgd: ranks' models differ between averages
+};
+
 // A comm hook chosen by name with its options, not yet bound to a process group: DDPStrategy
 // makes the hook at setup_module, when the communicator exists. Immutable; thread-safe.
 //
@@ -51,9 +61,10 @@ class CommHookSpec {
   };
 
   // `name`: the registered name that chose it. Throws ConfigurationError for an empty `make`.
-  CommHookSpec(std::string name, Make make);
-  CommHookSpec(std::string name, OnTopology on_topology);
+  CommHookSpec(std::string name, Make make, CommHookTraits traits = {});
+  CommHookSpec(std::string name, OnTopology on_topology, CommHookTraits traits = {});
   const std::string& name() const { return name_; }
+  const CommHookTraits& traits() const { return traits_; }
   // What a hook on subgroups needs; nullptr for a hook over the world communicator alone.
   const OnTopology* on_topology() const { return on_topology_ ? &*on_topology_ : nullptr; }
   // A new hook over `communicator`, which must outlive it. A hook on_topology() needs `topology`
@@ -64,28 +75,13 @@ class CommHookSpec {
   std::string name_;
   Make make_;
   std::optional<OnTopology> on_topology_;
+  CommHookTraits traits_;
 };
 
 using CommHookRegistry = Registry<CommHookSpec>;
 
-// What DDP checks about a hook when it validates the options around it, declared with the hook
-// where it is registered (the defaults: a hook that all-reduces full-precision gradients).
-struct CommHookTraits {
-  bool communicates = true;            // false: noop (nothing for comm_wrapper to compress)
-  bool compresses_to_16_bits = false;  // fp16/bf16_compress: no comm_wrapper around it, no 16-bit precision
-  bool multiplies_matrices = false;    // PowerSGD: comm_wrapper=fp16 needs float16 matrix products
-  bool steps_locally = false;          // post_local_sgd: ranks' models differ between averages
-};
-
 // Every comm hook `ddp` accepts.
 CommHookRegistry& comm_hook_registry();
-
-// The traits the hook `name` (a registered name or alias) was registered with; the defaults for a
-// hook registered without any, or a name not registered.
-const CommHookTraits& comm_hook_traits(const std::string& name);
-// Records `traits` for the hook registered as `name` (add_comm_hook does; a hook registered with
-// registry.add directly calls it itself).
-void set_comm_hook_traits(const std::string& name, CommHookTraits traits);
 
 // Adds a hook without options to `registry`.
 void add_comm_hook(CommHookRegistry& registry, const std::string& name, std::string description,
@@ -97,10 +93,9 @@ void add_comm_hook(CommHookRegistry& registry, const std::string& name, std::str
                    const OptionSchema<Options>& schema,
                    std::type_identity_t<std::function<std::unique_ptr<CommHook>(Communicator&, const Options&)>> make,
                    CommHookTraits traits = {}) {
-  registry.add(name, std::move(description), schema, [name, make](const Options& options) {
-    return std::make_shared<CommHookSpec>(name, [make, options](Communicator& c) { return make(c, options); });
+  registry.add(name, std::move(description), schema, [name, make, traits](const Options& options) {
+    return std::make_shared<CommHookSpec>(name, [make, options](Communicator& c) { return make(c, options); }, traits);
   });
-  set_comm_hook_traits(name, traits);
 }
 
 }  // namespace volt::ddp

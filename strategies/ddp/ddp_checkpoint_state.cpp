@@ -6,10 +6,10 @@
 
 namespace volt {
 
-DdpCheckpointState::DdpCheckpointState(DDPStrategy& owner, CheckpointLayout layout)
+DDPCheckpointState::DDPCheckpointState(DDPStrategy& owner, CheckpointLayout layout)
     : CheckpointState(owner, layout), ddp_(owner) {}
 
-StateDict DdpCheckpointState::strategy_state_dict(CheckpointLayout layout) {
+StateDict DDPCheckpointState::strategy_state_dict(CheckpointLayout layout) {
   StateDict section;
   const StateDict mine = ddp_.reducer().state_dict();
   if (layout == CheckpointLayout::Sharded) {
@@ -23,7 +23,7 @@ StateDict DdpCheckpointState::strategy_state_dict(CheckpointLayout layout) {
   return section;
 }
 
-void DdpCheckpointState::load_strategy_state_dict(const StateDict& state, CheckpointLayout layout) {
+void DDPCheckpointState::load_strategy_state_dict(const StateDict& state, CheckpointLayout layout) {
   bool reducer_restored = false;
   if (state.contains("reducer")) {
     ddp_.reducer().load_state_dict(state.child("reducer"));

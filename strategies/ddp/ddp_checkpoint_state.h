@@ -13,9 +13,9 @@ namespace volt {
 
 class DDPStrategy;
 
-class DdpCheckpointState : public CheckpointState {
+class DDPCheckpointState : public CheckpointState {
  public:
-  DdpCheckpointState(DDPStrategy& owner, CheckpointLayout layout);
+  DDPCheckpointState(DDPStrategy& owner, CheckpointLayout layout);
 
   StateDict strategy_state_dict(CheckpointLayout layout) override;  // [collective]
   void load_strategy_state_dict(const StateDict& state, CheckpointLayout layout) override;

@@ -1,11 +1,12 @@
 #include "strategies/ddp/ddp_strategy.h"
 
 #include "core/error.h"
-#include "strategies/shared_strategy_options.h"
 #include "core/registry.h"
 #include "strategies/ddp/ddp_checkpoint_state.h"
 #include "strategies/ddp/hooks/compression_wrapper.h"
+#include "strategies/optimizer_sharding.h"
 #include "strategies/sharded/oss.h"
+#include "strategies/shared_strategy_options.h"
 
 namespace volt {
 
@@ -34,7 +35,8 @@ const OptionSchema<DDPOptions>& DDPOptions::schema() {
           .alias("zero_optimizer")
           .choice("state_dict_type", &DDPOptions::state_dict_type,
                   {{"full", CheckpointLayout::Full}, {"sharded", CheckpointLayout::Sharded}},
-                  "checkpoint layout: one consolidated file, or each rank's shard (needs shard_optimizer)");
+                  "checkpoint layout: one consolidated file, or each rank's shard (needs shard_optimizer)")
+          .validated_by_what_it_builds();  // the strategy's constructor validates (users build it from a struct too)
   return schema;
 }
 
@@ -43,13 +45,16 @@ void DDPOptions::validate() const {
   check<ConfigurationError>(state_dict_type == CheckpointLayout::Full || shard_optimizer,
                             "--strategy ddp: state_dict_type=sharded needs shard_optimizer=true (without it every "
                             "rank holds the same whole state; there is nothing to shard)");
-  const std::string hook = ddp::comm_hook_registry().canonical_name(comm_hook);
-  const auto& traits = ddp::comm_hook_traits(hook);
-  check<ConfigurationError>(!traits.steps_locally || !shard_optimizer, "--strategy ddp: comm_hook=", hook,
+}
+
+void DDPStrategy::check_comm_hook() const {
+  const std::string& hook = comm_hook_spec_->name();
+  const auto& traits = comm_hook_spec_->traits();
+  check<ConfigurationError>(!traits.steps_locally || !options_.shard_optimizer, "--strategy ddp: comm_hook=", hook,
                             " with shard_optimizer=true: a sharded optimizer makes every rank's parameters those of "
                             "their owners after each step, which undoes local SGD (Note [Post-local-SGD and a sharded "
                             "optimizer]); drop one of the two");
-  if (comm_wrapper == CommWrapper::None) return;
+  if (options_.comm_wrapper == CommWrapper::None) return;
   check<ConfigurationError>(traits.communicates, "--strategy ddp: comm_wrapper around comm_hook=", hook,
                             " has nothing to compress (", hook,
                             " communicates nothing); drop comm_wrapper or choose another hook");
@@ -57,8 +62,8 @@ void DDPOptions::validate() const {
                             " already compresses to 16 bits; drop comm_wrapper, or wrap allreduce or powersgd");
 }
 
-bool DDPOptions::compresses_to_16_bits() const {
-  return comm_wrapper != CommWrapper::None || ddp::comm_hook_traits(comm_hook).compresses_to_16_bits;
+bool DDPStrategy::compresses_to_16_bits() const {
+  return options_.comm_wrapper != CommWrapper::None || hook_traits_.compresses_to_16_bits;
 }
 
 DDPStrategy::DDPStrategy(DDPOptions options, std::shared_ptr<const ddp::CommHookSpec> comm_hook)
@@ -70,11 +75,14 @@ DDPStrategy::DDPStrategy(DDPOptions options, std::shared_ptr<const ddp::CommHook
                             "' that options.comm_hook names, got '", comm_hook->name(),
                             "'; set options.comm_hook to '", comm_hook->name(), "'");
   comm_hook_spec_ = comm_hook;
+  hook_traits_ = comm_hook->traits();
+  check_comm_hook();
   gradients_ = std::make_shared<ReducerSynchronization>(*this, options_.gradient_as_bucket_view);
   buffers_ = std::make_shared<BufferBroadcastPlacement>(*this, options_.broadcast_buffers);
   hold(gradients_);
   hold(buffers_);
-  hold(std::make_shared<DdpCheckpointState>(*this, options_.state_dict_type));
+  hold(std::make_shared<DDPCheckpointState>(*this, options_.state_dict_type));
+  if (options_.shard_optimizer) hold(std::make_shared<OptimizerSharding>(name()));
   make_hook_ = [this](Communicator& communicator) {
     return comm_hook_spec_->make(communicator, comm_hook_spec_->on_topology() ? &node_topology() : nullptr);
   };
@@ -83,13 +91,14 @@ DDPStrategy::DDPStrategy(DDPOptions options, std::shared_ptr<const ddp::CommHook
 void DDPStrategy::set_comm_hook(std::function<std::unique_ptr<ddp::CommHook>(Communicator&)> make_hook) {
   check<ConfigurationError>(make_hook != nullptr, "ddp: expected a comm-hook factory, got none");
   make_hook_ = std::move(make_hook);
+  hook_traits_ = {};  // a hook of the caller's: it declared no traits
   if (reducer_) reducer_->set_comm_hook(build_hook());
 }
 
 std::unique_ptr<ddp::CommHook> DDPStrategy::build_hook() {
   auto hook = make_hook_(gradient_group());
   if (options_.comm_wrapper == CommWrapper::None) return hook;
-  check<ConfigurationError>(ddp::comm_hook_traits(hook->name()).communicates, "ddp: comm_wrapper around the ",
+  check<ConfigurationError>(hook_traits_.communicates, "ddp: comm_wrapper around the ",
                             hook->name(), " hook has nothing to compress");
   const auto dtype = options_.comm_wrapper == CommWrapper::FP16 ? torch::kHalf : torch::kBFloat16;
   return std::make_unique<ddp::CompressionWrapper>(dtype, std::move(hook));
@@ -97,8 +106,8 @@ std::unique_ptr<ddp::CommHook> DDPStrategy::build_hook() {
 
 void DDPStrategy::setup_environment(const StrategyEnvironment& environment) {
   ParallelStrategy::setup_environment(environment);
-  const std::string hook = ddp::comm_hook_registry().canonical_name(options_.comm_hook);
-  const bool multiplies = ddp::comm_hook_traits(hook).multiplies_matrices;
+  const std::string& hook = comm_hook_spec_->name();
+  const bool multiplies = comm_hook_spec_->traits().multiplies_matrices;
   check<NotSupportedError>(options_.comm_wrapper != CommWrapper::FP16 || !multiplies ||
                                float16_matmul_available(root_device()),
                            "--strategy ddp: comm_wrapper=fp16 around ", hook, " multiplies float16 matrices, which "
@@ -121,7 +130,7 @@ std::vector<std::shared_ptr<torch::optim::Optimizer>> DDPStrategy::setup_optimiz
 
 void DDPStrategy::check_precision(const Precision& precision) const {
   const auto dtype = precision.parameter_dtype();
-  check<ConfigurationError>(!options_.compresses_to_16_bits() || (dtype != torch::kHalf && dtype != torch::kBFloat16),
+  check<ConfigurationError>(!compresses_to_16_bits() || (dtype != torch::kHalf && dtype != torch::kBFloat16),
                             "--strategy ddp: gradient compression to 16 bits (comm_hook=", options_.comm_hook,
                             options_.comm_wrapper == CommWrapper::None ? "" : " with comm_wrapper",
                             ") with --precision ", precision.name(), ", whose gradients are already ",

@@ -47,17 +47,9 @@ struct DDPOptions {
 
   // Every key above with its help and requirement (ddp_strategy.cpp): the registry's declaration.
   static const OptionSchema<DDPOptions>& schema();
-  // Also refuses a wrapper around `noop` (nothing to compress) or around a hook that already
-  // compresses (fp16_compress, bf16_compress), and a hook that steps locally (post_local_sgd) with
-  // shard_optimizer.
-  //
-  // Note [Post-local-SGD and a sharded optimizer]: a sharded optimizer (ZeRO-1, `shard_optimizer`)
-  // steps only this rank's shard and then all-gathers the updated parameters from their owners,
-  // which makes every rank's model the owners' again after every step: local steps, and their
-  // per-subgroup gradients, would be overwritten. The two are refused together.
+  // The keys' requirements and state_dict_type=sharded only with shard_optimizer. What depends on
+  // the hook is checked with the hook's spec (DDPStrategy::check_comm_hook).
   void validate() const;
-  // Whether buckets travel in 16 bits (a compressing hook, or a wrapper).
-  bool compresses_to_16_bits() const;
 };
 
 
@@ -80,7 +72,6 @@ class DDPStrategy : public ParallelStrategy {
   // model_averaging_periods).
   void check_world_size(int64_t world_size) const override;
   void teardown() override;
-  bool shards_optimizer_state() const override { return options_.shard_optimizer; }
 
   // The Communicator's counters (ParallelStrategy::metrics) plus, after a synchronized iteration,
   // what the comm hook sent then: "comm_hook/step_bytes" and "comm_hook/compression_ratio" (its
@@ -108,8 +99,20 @@ class DDPStrategy : public ParallelStrategy {
  private:
   // The chosen hook over the communicator, inside comm_wrapper's cast when one is set.
   std::unique_ptr<ddp::CommHook> build_hook();
+  // Refuses what the options cannot do with the hook, from its spec's traits: a wrapper around
+  // `noop` (nothing to compress) or around a hook that already compresses (fp16_compress,
+  // bf16_compress), and a hook that steps locally (post_local_sgd) with shard_optimizer.
+  //
+  // Note [Post-local-SGD and a sharded optimizer]: a sharded optimizer (ZeRO-1, `shard_optimizer`)
+  // steps only this rank's shard and then all-gathers the updated parameters from their owners,
+  // which makes every rank's model the owners' again after every step: local steps, and their
+  // per-subgroup gradients, would be overwritten. The two are refused together.
+  void check_comm_hook() const;
+  // Whether buckets travel in 16 bits (a compressing hook, or a wrapper).
+  bool compresses_to_16_bits() const;
   DDPOptions options_;
   std::shared_ptr<const ddp::CommHookSpec> comm_hook_spec_;
+  ddp::CommHookTraits hook_traits_;  // of the hook make_hook_ makes: the spec's, or none for set_comm_hook's
   torch::nn::Module* module_ = nullptr;
   std::unique_ptr<ddp::Reducer> reducer_;
   std::function<std::unique_ptr<ddp::CommHook>(Communicator&)> make_hook_;

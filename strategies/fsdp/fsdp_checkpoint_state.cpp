@@ -10,7 +10,7 @@
 
 namespace volt {
 
-FsdpCheckpointState::FsdpCheckpointState(FSDPStrategy& owner, CheckpointLayout layout)
+FSDPCheckpointState::FSDPCheckpointState(FSDPStrategy& owner, CheckpointLayout layout)
     : CheckpointState(owner, layout), fsdp_(owner) {}
 
 namespace {
@@ -22,7 +22,7 @@ std::string sharded_key(const fsdp::FullyShardedUnit& unit) {
 
 }  // namespace
 
-StateDict FsdpCheckpointState::model_state_dict(torch::nn::Module& module, CheckpointLayout layout) {
+StateDict FSDPCheckpointState::model_state_dict(torch::nn::Module& module, CheckpointLayout layout) {
   StateDict state = module_state_dict(module);  // the units' parameters read as released (empty)
   if (layout == CheckpointLayout::Sharded) {
     for (const auto& unit : fsdp_.units_) {
@@ -50,7 +50,7 @@ StateDict FsdpCheckpointState::model_state_dict(torch::nn::Module& module, Check
   return state;
 }
 
-StateDict FsdpCheckpointState::full_model_state_dict(torch::nn::Module& module) {
+StateDict FSDPCheckpointState::full_model_state_dict(torch::nn::Module& module) {
   StateDict state = module_state_dict(module);
   // Every rank gathers every unit; the values replace the released ones under their names, in
   // module order.
@@ -64,8 +64,9 @@ StateDict FsdpCheckpointState::full_model_state_dict(torch::nn::Module& module) 
   return state;
 }
 
-void FsdpCheckpointState::load_model_state_dict(torch::nn::Module& module, const StateDict& state, CheckpointLayout layout,
-                                         bool strict, const std::string& source) {
+void FSDPCheckpointState::load_model_state_dict(torch::nn::Module& module, const StateDict& state, CheckpointLayout layout,
+                                                bool strict, const std::string& source,
+                                                const ShardedCheckpoint* slices) {
   StateDict rest = state;
   for (const auto& unit : fsdp_.units_) {
     auto& flat = unit->flat();
@@ -94,9 +95,9 @@ void FsdpCheckpointState::load_model_state_dict(torch::nn::Module& module, const
       values.push_back(value);
       rest.erase(entry.name);
     }
-    fsdp::read_flat_slice_into(flat, values, slices(), flat.shard());
+    fsdp::read_flat_slice_into(flat, values, slices, flat.shard());
   }
-  if (slices() != nullptr) rest = slices()->materialize(rest);  // buffers and parameters outside the units
+  if (slices != nullptr) rest = slices->materialize(rest);  // buffers and parameters outside the units
   // Buffers and parameters outside the units; the units' parameters (released) are checked above.
   auto mismatch = compare_state_dict(module, rest);
   std::set<std::string> sharded_names;
@@ -109,7 +110,7 @@ void FsdpCheckpointState::load_model_state_dict(torch::nn::Module& module, const
   load_module_state_dict(module, rest, /*strict=*/false, source);
 }
 
-StateDict FsdpCheckpointState::optimizer_state_dict(torch::optim::Optimizer& optimizer, CheckpointLayout layout) {
+StateDict FSDPCheckpointState::optimizer_state_dict(torch::optim::Optimizer& optimizer, CheckpointLayout layout) {
   auto it = fsdp_.layouts_.find(&optimizer);
   if (layout == CheckpointLayout::Sharded || it == fsdp_.layouts_.end()) {
     return CheckpointState::optimizer_state_dict(optimizer, layout);
@@ -117,17 +118,17 @@ StateDict FsdpCheckpointState::optimizer_state_dict(torch::optim::Optimizer& opt
   return fsdp::consolidate_optimizer_state(optimizer, it->second, /*root=*/0);
 }
 
-void FsdpCheckpointState::load_optimizer_state_dict(torch::optim::Optimizer& optimizer, const StateDict& state,
-                                             CheckpointLayout layout, const std::string& what,
-                                             const ParameterNamer& name_of) {
+void FSDPCheckpointState::load_optimizer_state_dict(torch::optim::Optimizer& optimizer, const StateDict& state,
+                                                    CheckpointLayout layout, const std::string& what,
+                                                    const ParameterNamer& name_of, const ShardedCheckpoint* slices) {
   auto it = fsdp_.layouts_.find(&optimizer);
   if (layout == CheckpointLayout::Sharded || it == fsdp_.layouts_.end()) {
-    return CheckpointState::load_optimizer_state_dict(optimizer, state, layout, what, name_of);
+    return CheckpointState::load_optimizer_state_dict(optimizer, state, layout, what, name_of, slices);
   }
-  fsdp::load_consolidated_optimizer_state(optimizer, it->second, state, what, slices());
+  fsdp::load_consolidated_optimizer_state(optimizer, it->second, state, what, slices);
 }
 
-std::vector<int64_t> FsdpCheckpointState::held_gradient_shape(const std::string& name,
+std::vector<int64_t> FSDPCheckpointState::held_gradient_shape(const std::string& name,
                                                                const torch::Tensor& parameter) const {
   for (const auto& unit : fsdp_.units_) {
     for (const auto& entry : unit->flat().entries()) {
@@ -137,7 +138,7 @@ std::vector<int64_t> FsdpCheckpointState::held_gradient_shape(const std::string&
   return CheckpointState::held_gradient_shape(name, parameter);
 }
 
-bool FsdpCheckpointState::is_own_layout(const StateDict& shard) const {
+bool FSDPCheckpointState::is_own_layout(const StateDict& shard) const {
   if (!shard.contains("shard_index")) return false;
   const auto saved = shard.child("shard_index").at("flat_parameters").toListRef();
   size_t i = 0;
@@ -158,7 +159,7 @@ bool FsdpCheckpointState::is_own_layout(const StateDict& shard) const {
   return i == saved.size();
 }
 
-StateDict FsdpCheckpointState::shard_index(const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers) {
+StateDict FSDPCheckpointState::shard_index(const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers) {
   std::vector<FlatShardIndex> flats;
   for (const auto& unit : fsdp_.units_) {
     const auto& flat = unit->flat();

@@ -12,16 +12,17 @@ namespace volt {
 
 class FSDPStrategy;
 
-class FsdpCheckpointState : public CheckpointState {
+class FSDPCheckpointState : public CheckpointState {
  public:
-  FsdpCheckpointState(FSDPStrategy& owner, CheckpointLayout layout);
+  FSDPCheckpointState(FSDPStrategy& owner, CheckpointLayout layout);
 
   StateDict model_state_dict(torch::nn::Module& module, CheckpointLayout layout) override;  // [collective]
   void load_model_state_dict(torch::nn::Module& module, const StateDict& state, CheckpointLayout layout, bool strict,
-                             const std::string& source) override;
+                             const std::string& source, const ShardedCheckpoint* slices) override;
   StateDict optimizer_state_dict(torch::optim::Optimizer& optimizer, CheckpointLayout layout) override;  // [collective for Full]
   void load_optimizer_state_dict(torch::optim::Optimizer& optimizer, const StateDict& state, CheckpointLayout layout,
-                                 const std::string& what, const ParameterNamer& name_of) override;
+                                 const std::string& what, const ParameterNamer& name_of,
+                                 const ShardedCheckpoint* slices) override;
   // Each unit's flat shard (its slice and parameters) and each optimizer's layout over them.
   StateDict shard_index(const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers) override;
   // The same units, flattened and sharded alike (min_num_params, the wrapping and the sharding

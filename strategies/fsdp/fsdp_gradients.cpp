@@ -8,25 +8,25 @@
 
 namespace volt {
 
-FsdpGradients::FsdpGradients(FSDPStrategy& owner) : AveragingGradientSynchronization(owner), fsdp_(owner) {}
+FSDPGradients::FSDPGradients(FSDPStrategy& owner) : AveragingGradientSynchronization(owner), fsdp_(owner) {}
 
-ScopeGuard FsdpGradients::no_sync() {
+ScopeGuard FSDPGradients::no_sync() {
   const bool previous = fsdp_.synchronize_;
   fsdp_.synchronize_ = false;
   return ScopeGuard([this, previous] { fsdp_.synchronize_ = previous; });
 }
 
-void FsdpGradients::pre_backward(const torch::Tensor&) {
+void FSDPGradients::pre_backward(const torch::Tensor&) {
   for (auto& unit : fsdp_.units_) unit->start_backward(fsdp_.synchronize_);
 }
 
-void FsdpGradients::post_backward(const torch::Tensor&) {
+void FSDPGradients::post_backward(const torch::Tensor&) {
   for (auto& unit : fsdp_.units_) unit->finish_backward();
   if (fsdp_.bucket_) fsdp_.bucket_->flush();  // before the step reads the shards' gradients
   fsdp_.regather_root_inside_step();
 }
 
-void FsdpGradients::synchronize_accumulated_gradients(torch::nn::Module&) {
+void FSDPGradients::synchronize_accumulated_gradients(torch::nn::Module&) {
   for (auto& unit : fsdp_.units_) unit->reduce_held_gradients();
   if (fsdp_.bucket_) fsdp_.bucket_->flush();
   // The closing micro-batch's step scope gathered the root (Note [The root unit inside a step])
@@ -38,7 +38,7 @@ void FsdpGradients::synchronize_accumulated_gradients(torch::nn::Module&) {
   }
 }
 
-torch::Tensor FsdpGradients::clip_norm(torch::optim::Optimizer& optimizer, double max_norm, double norm_type) {
+torch::Tensor FSDPGradients::clip_norm(torch::optim::Optimizer& optimizer, double max_norm, double norm_type) {
   std::vector<torch::Tensor> parameters;
   for (auto& group : optimizer.param_groups()) {
     for (auto& p : group.params()) parameters.push_back(p);

@@ -9,9 +9,9 @@ namespace volt {
 
 class FSDPStrategy;
 
-class FsdpGradients : public AveragingGradientSynchronization {
+class FSDPGradients : public AveragingGradientSynchronization {
  public:
-  explicit FsdpGradients(FSDPStrategy& owner);
+  explicit FSDPGradients(FSDPStrategy& owner);
 
   ScopeGuard no_sync() override;
   void pre_backward(const torch::Tensor& loss) override;

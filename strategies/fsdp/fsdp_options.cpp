@@ -42,7 +42,8 @@ const OptionSchema<FSDPOptions>& FSDPOptions::schema() {
           .option("cpu_offload", &FSDPOptions::cpu_offload,
                   "keep each rank's parameter shards, their gradients and the optimizer step in pinned host memory "
                   "while a CUDA device computes; units are copied to the device to be gathered (PyTorch's "
-                  "CPUOffload(offload_params=True), fairscale's move_params_to_cpu); needs --accelerator cuda");
+                  "CPUOffload(offload_params=True), fairscale's move_params_to_cpu); needs --accelerator cuda")
+          .validated_by_what_it_builds();  // the strategy's constructor validates (users build it from a struct too)
   return schema;
 }
 

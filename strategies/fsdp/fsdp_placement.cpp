@@ -4,9 +4,9 @@
 
 namespace volt {
 
-FsdpPlacement::FsdpPlacement(FSDPStrategy& owner) : Placement(owner), fsdp_(owner) {}
+FSDPPlacement::FSDPPlacement(FSDPStrategy& owner) : Placement(owner), fsdp_(owner) {}
 
-ScopeGuard FsdpPlacement::forward_context(RunningStage stage) {
+ScopeGuard FSDPPlacement::forward_context(RunningStage stage) {
   auto base = Placement::forward_context(stage);
   auto& units_ = fsdp_.units_;
   auto& order_ = fsdp_.order_;

@@ -8,9 +8,9 @@ namespace volt {
 
 class FSDPStrategy;
 
-class FsdpPlacement : public Placement {
+class FSDPPlacement : public Placement {
  public:
-  explicit FsdpPlacement(FSDPStrategy& owner);
+  explicit FSDPPlacement(FSDPStrategy& owner);
 
   ScopeGuard forward_context(RunningStage stage) override;  // [collective: the root's gather]
   bool evaluation_needs_equal_steps() const override { return true; }

@@ -11,9 +11,9 @@ namespace volt {
 
 FSDPStrategy::FSDPStrategy(FSDPOptions options) : options_(options) {
   options_.validate();
-  hold(std::make_shared<FsdpGradients>(*this));
-  hold(std::make_shared<FsdpPlacement>(*this));
-  hold(std::make_shared<FsdpCheckpointState>(*this, options_.state_dict_type));
+  hold(std::make_shared<FSDPGradients>(*this));
+  hold(std::make_shared<FSDPPlacement>(*this));
+  hold(std::make_shared<FSDPCheckpointState>(*this, options_.state_dict_type));
 }
 
 FSDPStrategy::~FSDPStrategy() { unbind_units(); }

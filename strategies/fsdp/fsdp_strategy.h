@@ -80,9 +80,9 @@ class FSDPStrategy : public ParallelStrategy {
 
  private:
   // Its parts read the units, the bucket, the forward order and the optimizer layouts.
-  friend class FsdpGradients;
-  friend class FsdpPlacement;
-  friend class FsdpCheckpointState;
+  friend class FSDPGradients;
+  friend class FSDPPlacement;
+  friend class FSDPCheckpointState;
 
   void build_units(torch::nn::Module& root);
   void unbind_units();
@@ -107,7 +107,7 @@ class FSDPStrategy : public ParallelStrategy {
   // Each optimizer's param groups as configure_optimizers gave them (setup_optimizers).
   fsdp::OptimizerLayouts layouts_;
   bool synchronize_ = true;
-  bool step_scope_open_ = false;  // inside FsdpPlacement::forward_context's scope
+  bool step_scope_open_ = false;  // inside FSDPPlacement::forward_context's scope
   std::shared_ptr<fsdp::GatheredBytes> gathered_ = std::make_shared<fsdp::GatheredBytes>();
   std::unique_ptr<fsdp::ReduceScatterBucket> bucket_;  // shared by the units; built with them
   fsdp::ExecutionOrder order_;                         // the units' forward order, for prefetching

@@ -1,6 +1,7 @@
 #include "strategies/sharded/sharded_ddp_strategy.h"
 
 #include "core/error.h"
+#include "strategies/optimizer_sharding.h"
 #include "strategies/shared_strategy_options.h"
 
 namespace volt {
@@ -17,7 +18,8 @@ const OptionSchema<ShardedDDPOptions>& ShardedDDPOptions::schema() {
           .with(broadcast_buffers_option(&ShardedDDPOptions::broadcast_buffers))
           .choice("state_dict_type", &ShardedDDPOptions::state_dict_type,
                   {{"full", CheckpointLayout::Full}, {"sharded", CheckpointLayout::Sharded}},
-                  "checkpoint layout: one consolidated file, or each rank's shard");
+                  "checkpoint layout: one consolidated file, or each rank's shard")
+          .validated_by_what_it_builds();  // the strategy's constructor validates (users build it from a struct too)
   return schema;
 }
 
@@ -29,6 +31,7 @@ ShardedDDPStrategy::ShardedDDPStrategy(ShardedDDPOptions options)
   hold(gradients_);
   hold(buffers_);
   hold(std::make_shared<CheckpointState>(*this, options_.state_dict_type));
+  hold(std::make_shared<OptimizerSharding>(name()));
 }
 
 void ShardedDDPStrategy::wrap_module(torch::nn::Module& module) {

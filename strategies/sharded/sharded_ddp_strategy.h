@@ -49,7 +49,6 @@ class ShardedDDPStrategy : public ParallelStrategy {
   std::vector<std::shared_ptr<torch::optim::Optimizer>> setup_optimizers(
       std::vector<std::shared_ptr<torch::optim::Optimizer>> optimizers) override;
   void teardown() override;
-  bool shards_optimizer_state() const override { return true; }
 
   // The reducer; throws InternalError before setup_optimizers.
   ShardedReducer& reducer() const;

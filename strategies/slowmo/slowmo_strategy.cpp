@@ -31,7 +31,8 @@ const OptionSchema<SlowMoOptions>& SlowMoOptions::schema() {
           .with(broadcast_buffers_option(&SlowMoOptions::broadcast_buffers, " (over the world, as fairscale)"))
           .with(ddp_bucket_cap_mb_option(&SlowMoOptions::bucket_cap_mb, " within the node"))
           .option("find_unused_parameters", &SlowMoOptions::find_unused_parameters,
-                  "search the autograd graph for parameters that get no gradient");
+                  "search the autograd graph for parameters that get no gradient")
+          .validated_by_what_it_builds();  // the strategy's constructor validates (users build it from a struct too)
   return schema;
 }
 

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "checkpoint/checkpoint_io.h"
+#include "strategies/loaded_checkpoint.h"
 #include "tests/support/test_doubles.h"
 #include "tests/support/test_support.h"
 
@@ -176,7 +177,7 @@ TEST(ModelCheckpoint, TrainTimeIntervalSavesOnceThatMuchTrainingTimePassed) {
 TEST(ModelCheckpoint, WeightsOnlyFilesHoldNoTrainingState) {
   TemporaryDirectory dir;
   auto run = fit_with(dir.path(), {.dirpath = dir.file("w"), .save_weights_only = true}, {1}, 1);
-  const StateDict saved = run.trainer->strategy().load_checkpoint(run.checkpoint->best_model_path());
+  const StateDict saved = run.trainer->strategy().load_checkpoint(run.checkpoint->best_model_path()).state;
   EXPECT_TRUE(saved.at("weights_only").toBool());
   EXPECT_FALSE(saved.contains("optimizer_states"));
   EXPECT_TRUE(saved.contains("state_dict"));

@@ -31,7 +31,7 @@ void clear_thread_environment() {
   unsetenv("OPENBLAS_NUM_THREADS");
 }
 
-TEST(CpuThreads, TheCoreShareGoesToLibTorchAndOpenBlasRunsInsideItSingleThreaded) {
+TEST(CPUThreads, TheCoreShareGoesToLibTorchAndOpenBlasRunsInsideItSingleThreaded) {
   clear_thread_environment();
   const auto one = configure_cpu_threads({.processes_per_node = 1});
   EXPECT_EQ(one.intra_op, cores());
@@ -49,7 +49,7 @@ TEST(CpuThreads, TheCoreShareGoesToLibTorchAndOpenBlasRunsInsideItSingleThreaded
   EXPECT_EQ(many.intra_op, 1) << "more processes than cores still get one thread each";
 }
 
-TEST(CpuThreads, FlagsWinOverTheEnvironmentAndTheRule) {
+TEST(CPUThreads, FlagsWinOverTheEnvironmentAndTheRule) {
   clear_thread_environment();
   setenv("OMP_NUM_THREADS", "3", 1);
   const auto threads = configure_cpu_threads({.processes_per_node = 1, .threads = 2, .blas_threads = 2});
@@ -66,7 +66,7 @@ TEST(CpuThreads, FlagsWinOverTheEnvironmentAndTheRule) {
 // test runs again in a process started with them (the same test, told by VOLT_CPU_THREADS_CHILD),
 // which prints the counts in effect after configure_cpu_threads. One intra-op thread: LibTorch
 // 2.x caps OMP_NUM_THREADS at the cores, so a larger count would not show what volt left alone.
-TEST(CpuThreads, TheEnvironmentIsLeftAsTheUserSetIt) {
+TEST(CPUThreads, TheEnvironmentIsLeftAsTheUserSetIt) {
   if (std::getenv("VOLT_CPU_THREADS_CHILD") != nullptr) {
     const auto threads = configure_cpu_threads({.processes_per_node = 1});
     std::cout << "THREADS intra_op=" << torch::get_num_threads() << " blas=" << openblas_threads()
@@ -78,7 +78,7 @@ TEST(CpuThreads, TheEnvironmentIsLeftAsTheUserSetIt) {
       "env -u GTEST_TOTAL_SHARDS -u GTEST_SHARD_INDEX OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=2 "
       "VOLT_CPU_THREADS_CHILD=1 " +
           std::filesystem::read_symlink("/proc/self/exe").string() +
-          " --gtest_filter=CpuThreads.TheEnvironmentIsLeftAsTheUserSetIt",
+          " --gtest_filter=CPUThreads.TheEnvironmentIsLeftAsTheUserSetIt",
       60);
   ASSERT_EQ(child.exit_code, 0) << child.output;
   EXPECT_NE(child.output.find("THREADS intra_op=1 "), std::string::npos) << child.output;
@@ -89,7 +89,7 @@ TEST(CpuThreads, TheEnvironmentIsLeftAsTheUserSetIt) {
 }
 
 // The Trainer applies --threads / --blas-threads when a run starts.
-TEST(CpuThreads, TheTrainerAppliesItsFlags) {
+TEST(CPUThreads, TheTrainerAppliesItsFlags) {
   clear_thread_environment();
   set_cpu_threads(cores(), cores());
   testing::TemporaryDirectory dir;

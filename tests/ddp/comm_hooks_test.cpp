@@ -335,18 +335,18 @@ TEST(CommHooks, BadCombinationsFailWhenTheTrainerIsBuilt) {
       << "a PowerSGD key without comm_hook=powersgd names the hook it belongs to";
 }
 
-// DDP checks a hook by the traits it was registered with, not by its name: a user's hook that
+// DDP checks a hook by the traits its spec carries from where it was registered, not by its name: a user's hook that
 // compresses is refused under a wrapper and with a 16-bit precision, as fp16_compress is.
 TEST(CommHooks, AUsersHookIsCheckedByTheTraitsItWasRegisteredWith) {
   add_comm_hook(
       comm_hook_registry(), "test_half_hook", "all-reduce in float16 (a test's hook)",
       [](Communicator& c) { return std::make_unique<CompressionWrapper>(torch::kHalf, std::make_unique<AllReduceHook>(c)); },
       {.compresses_to_16_bits = true});
-  EXPECT_TRUE(comm_hook_traits("test_half_hook").compresses_to_16_bits);
-  EXPECT_FALSE(comm_hook_traits("allreduce").compresses_to_16_bits);
-  EXPECT_FALSE(comm_hook_traits("noop").communicates);
-  EXPECT_TRUE(comm_hook_traits("powersgd").multiplies_matrices);
-  EXPECT_TRUE(comm_hook_traits("post_local_sgd").steps_locally);
+  EXPECT_TRUE(comm_hook_registry().create("test_half_hook")->traits().compresses_to_16_bits);
+  EXPECT_FALSE(comm_hook_registry().create("allreduce")->traits().compresses_to_16_bits);
+  EXPECT_FALSE(comm_hook_registry().create("noop")->traits().communicates);
+  EXPECT_TRUE(comm_hook_registry().create("powersgd")->traits().multiplies_matrices);
+  EXPECT_TRUE(comm_hook_registry().create("post_local_sgd:model_averaging_period=4")->traits().steps_locally);
   EXPECT_NE(error_of([&] { trainer_with("ddp:comm_hook=test_half_hook,comm_wrapper=bf16", "32-true"); })
                 .find("comm_hook=test_half_hook already compresses to 16 bits"),
             std::string::npos);

@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "distributed/communicator.h"
-#include "distributed/padded_chunks.h"
+#include "distributed/transports/padded_chunks.h"
 #include "tests/distributed/thread_ranks.h"
 #include "tests/support/test_support.h"
 

@@ -14,7 +14,7 @@
 
 #include "core/error.h"
 #include "distributed/communicator.h"
-#include "distributed/shared_memory_group.h"
+#include "distributed/transports/shared_memory_group.h"
 #include "strategies/ddp/reducer.h"
 #include "tests/distributed/shared_memory_support.h"
 #include "tests/distributed/thread_ranks.h"

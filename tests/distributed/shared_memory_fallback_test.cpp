@@ -9,7 +9,7 @@
 #include <string>
 
 #include "distributed/network.h"
-#include "distributed/shared_memory_group.h"
+#include "distributed/transports/shared_memory_group.h"
 #include "tests/distributed/shared_memory_support.h"
 #include "tests/distributed/thread_ranks.h"
 #include "tests/distributed/worker_runs.h"
@@ -106,7 +106,9 @@ TEST(SharedMemoryFallback, BuffersThatDoNotFitAreRefusedOnEveryRank) {
     group->all_reduce(t, ReduceOp::Sum);
     EXPECT_TRUE(torch::equal(t, torch::full({10}, 3.0)));
     c.barrier();
-    if (c.rank() == 0) EXPECT_EQ(segments_of(::getpid()), 0) << "no name left in /dev/shm";
+    if (c.rank() == 0) {
+      EXPECT_EQ(segments_of(::getpid()), 0) << "no name left in /dev/shm";
+    }
   });
 }
 

@@ -21,7 +21,7 @@
 #include "core/error.h"
 #include "distributed/communicator.h"
 #include "distributed/network.h"
-#include "distributed/shared_memory_group.h"
+#include "distributed/transports/shared_memory_group.h"
 #include "tests/distributed/shared_memory_support.h"
 #include "tests/distributed/thread_ranks.h"
 #include "tests/distributed/worker_runs.h"

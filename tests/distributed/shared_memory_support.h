@@ -11,7 +11,7 @@
 #include <string>
 
 #include "distributed/communicator.h"
-#include "distributed/shared_memory_group.h"
+#include "distributed/transports/shared_memory_group.h"
 
 namespace volt::testing {
 

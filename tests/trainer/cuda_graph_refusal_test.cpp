@@ -75,7 +75,7 @@ TEST(CudaGraphRefusal, TheFlagAndTheConfigKeySetIt) {
   EXPECT_TRUE(TrainerOptions::from_args(2, argv).cuda_graph);
   const char* off[] = {"prog"};
   EXPECT_FALSE(TrainerOptions::from_args(1, off).cuda_graph);
-  EXPECT_TRUE(FabricOptions::from(TrainerOptions::from_args(2, argv)).cuda_graph);
+  EXPECT_TRUE(TrainerOptions::from_args(2, argv).run_options().cuda_graph);
 }
 
 // Note [Hooks inside a captured phase]: the loop calls every in-step hook through the probe, and

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/reproducibility.h"
 #include "distributed/process_launcher.h"
+#include "strategies/loaded_checkpoint.h"
 #include "trainer/checkpoint_header.h"
 #include "trainer/optim/fused_adamw.h"
 
@@ -18,11 +19,11 @@ Fabric::Fabric(FabricOptions options, ProcessLauncher& launcher)
     : Fabric(std::move(options), TrainerComponents{nullptr, nullptr, &launcher}) {}
 
 Fabric::Fabric(FabricOptions options, TrainerComponents components)
-    : options_(std::move(options)), trainer_options_(options_.trainer_options()) {
-  trainer_options_.validate();
+    : options_(std::move(options)) {
+  options_.validate();
   // Seeded now, so that a model built after the Fabric starts from weights the seed decides.
   if (options_.seed) seed_everything(*options_.seed);
-  placement_ = resolve_run(trainer_options_, std::move(components), "Fabric");
+  placement_ = resolve_run(options_, std::move(components), "Fabric");
   strategy_ = placement_.strategy;
 }
 
@@ -33,7 +34,7 @@ Fabric::~Fabric() {
 void Fabric::launch() {
   // setup needs a launched Fabric, so a launch after setup is a second launch: this one message.
   check<ConfigurationError>(!launched_, "Fabric::launch: already launched; call it once, before setup");
-  setup_run_environment(*strategy_, placement_, trainer_options_);
+  setup_run_environment(*strategy_, placement_, options_);
   launched_ = true;
   // As the Trainer seeds before each run: a model built after launch starts from the same weights
   // on every rank (setup broadcasts rank 0's anyway).
@@ -304,7 +305,8 @@ StateDict Fabric::load(const std::filesystem::path& path, const CheckpointItems&
   require_launched("load");
   require_not_unwrapped("load");
   const std::string source = "checkpoint '" + path.string() + "'";
-  const StateDict checkpoint = strategy_->load_checkpoint(path);
+  const LoadedCheckpoint loaded = strategy_->load_checkpoint(path);
+  const StateDict& checkpoint = loaded.state;
   check_checkpoint_readable(checkpoint, *strategy_, source);
   check<CheckpointError>(checkpoint.contains("writer") && checkpoint.get_string("writer") == "fabric", source,
                          " was not written by Fabric::save (a Trainer checkpoint holds its model under "
@@ -321,13 +323,13 @@ StateDict Fabric::load(const std::filesystem::path& path, const CheckpointItems&
       case CheckpointItem::Kind::Module:
         check<ConfigurationError>(item.module() != nullptr, "Fabric::load: item '", name, "' is a null module");
         strategy_->checkpointing().load_model_state_dict(unwrapped(*item.module()), state.child(name), layout, strict,
-                                         source + ", item '" + name + "'");
+                                                         source + ", item '" + name + "'", loaded.slices.get());
         break;
       case CheckpointItem::Kind::Optimizer: {
         check<ConfigurationError>(item.optimizer() != nullptr, "Fabric::load: item '", name, "' is a null optimizer");
         const ParameterNamer name_of = module_ ? parameter_namer(*module_) : ParameterNamer{};
         strategy_->checkpointing().load_optimizer_state_dict(stepped_optimizer(*item.optimizer(), "load"), state.child(name), layout,
-                                             source + ", item '" + name + "'", name_of);
+                                             source + ", item '" + name + "'", name_of, loaded.slices.get());
         break;
       }
       case CheckpointItem::Kind::Value:

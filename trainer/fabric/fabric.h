@@ -242,7 +242,6 @@ class Fabric {
   static torch::nn::Module& unwrapped(torch::nn::Module& module);
 
   FabricOptions options_;
-  TrainerOptions trainer_options_;  // options_, as the run setup shared with the Trainer reads them
   RunPlacement placement_;
   std::shared_ptr<Strategy> strategy_;
   bool launched_ = false;

@@ -119,7 +119,7 @@ std::shared_ptr<CommHookSpec> post_local_sgd_spec(const PostLocalSGDOptions& opt
                                                               options.start_local_sgd_iter);
   };
   on_topology.check_world_size = [options](int64_t world_size) { options.check_world_size(world_size); };
-  return std::make_shared<CommHookSpec>("post_local_sgd", std::move(on_topology));
+  return std::make_shared<CommHookSpec>("post_local_sgd", std::move(on_topology), CommHookTraits{.steps_locally = true});
 }
 
 void add_post_local_sgd_hook(CommHookRegistry& registry) {
@@ -128,7 +128,6 @@ void add_post_local_sgd_hook(CommHookRegistry& registry) {
                "averaged every model_averaging_period steps (PyTorch's post_localSGD_hook + model averager)",
                PostLocalSGDOptions::schema(),
                [](const PostLocalSGDOptions& options) { return post_local_sgd_spec(options); });
-  set_comm_hook_traits("post_local_sgd", {.steps_locally = true});
 }
 
 }  // namespace volt::ddp

@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
         ("load", po::value<std::string>()->default_value(""), "restore model and optimizer from here first");
     po::variables_map values;
     const auto options = TrainerOptions::from_args(argc, argv, own, &values);
-    Fabric fabric(FabricOptions::from(options), launcher);
+    Fabric fabric(options.run_options(), launcher);
     fabric.launch();
     const auto mode = values["mode"].as<std::string>();
     if (mode == "train") return train(fabric, options, values);

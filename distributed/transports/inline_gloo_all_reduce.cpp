@@ -1,5 +1,5 @@
 // See Note [Inline all_reduce] in inline_gloo_all_reduce.h.
-#include "distributed/inline_gloo_all_reduce.h"
+#include "distributed/transports/inline_gloo_all_reduce.h"
 
 #include "core/error.h"
 

@@ -6,8 +6,8 @@
 #include <new>
 
 #include "core/error.h"
-#include "distributed/shared_memory_group.h"
-#include "distributed/shared_memory_internal.h"
+#include "distributed/transports/shared_memory_group.h"
+#include "distributed/transports/shared_memory_internal.h"
 
 namespace volt {
 

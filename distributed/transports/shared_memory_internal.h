@@ -7,8 +7,8 @@
 #include <mutex>
 #include <vector>
 
-#include "distributed/shared_memory_group.h"
-#include "distributed/shared_segment.h"
+#include "distributed/transports/shared_memory_group.h"
+#include "distributed/transports/shared_segment.h"
 
 namespace volt {
 

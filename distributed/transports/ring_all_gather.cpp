@@ -1,8 +1,8 @@
 // See Note [Ring all_gather in place] in ring_all_gather.h.
-#include "distributed/ring_all_gather.h"
+#include "distributed/transports/ring_all_gather.h"
 
 #include "core/error.h"
-#include "distributed/ring_chunks.h"
+#include "distributed/transports/ring_chunks.h"
 
 namespace volt {
 

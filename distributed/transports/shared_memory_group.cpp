@@ -1,4 +1,4 @@
-#include "distributed/shared_memory_group.h"
+#include "distributed/transports/shared_memory_group.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -19,8 +19,8 @@
 #include <thread>
 
 #include "core/error.h"
-#include "distributed/shared_memory_internal.h"
-#include "distributed/shared_segment.h"
+#include "distributed/transports/shared_memory_internal.h"
+#include "distributed/transports/shared_segment.h"
 
 namespace volt {
 

@@ -1,4 +1,4 @@
-#include "distributed/c10d_process_group.h"
+#include "distributed/transports/c10d_process_group.h"
 
 #include "distributed/padded_bytes.h"
 

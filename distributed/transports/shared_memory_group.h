@@ -50,7 +50,7 @@
 #include <vector>
 
 #include "distributed/reduce_op.h"
-#include "distributed/shared_segment.h"
+#include "distributed/transports/shared_segment.h"
 
 namespace volt {
 

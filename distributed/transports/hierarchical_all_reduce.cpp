@@ -1,9 +1,9 @@
-#include "distributed/hierarchical_all_reduce.h"
+#include "distributed/transports/hierarchical_all_reduce.h"
 
 #include <algorithm>
 
 #include "core/error.h"
-#include "distributed/c10d_process_group.h"
+#include "distributed/transports/c10d_process_group.h"
 
 namespace volt {
 

@@ -1,8 +1,8 @@
 // See Note [Ring reduce_scatter] in ring_reduce_scatter.h.
-#include "distributed/ring_reduce_scatter.h"
+#include "distributed/transports/ring_reduce_scatter.h"
 
 #include "core/error.h"
-#include "distributed/ring_chunks.h"
+#include "distributed/transports/ring_chunks.h"
 
 namespace volt {
 

@@ -1,5 +1,5 @@
 // See Note [Ring collectives off the calling thread] in ring_worker.h.
-#include "distributed/ring_worker.h"
+#include "distributed/transports/ring_worker.h"
 
 namespace volt {
 

@@ -30,9 +30,9 @@
 #include <vector>
 
 #include "distributed/c10d_compat.h"
-#include "distributed/c10d_entry.h"
+#include "distributed/transports/c10d_entry.h"
 #include "distributed/reduce_op.h"
-#include "distributed/shared_memory_group.h"
+#include "distributed/transports/shared_memory_group.h"
 
 namespace volt {
 

@@ -1,4 +1,4 @@
-#include "distributed/shared_segment.h"
+#include "distributed/transports/shared_segment.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -1,9 +1,9 @@
-#include "distributed/padded_chunks.h"
+#include "distributed/transports/padded_chunks.h"
 
 #include <algorithm>
 #include <functional>
 
-#include "distributed/ring_chunks.h"
+#include "distributed/transports/ring_chunks.h"
 
 namespace volt {
 

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "distributed/c10d_compat.h"
-#include "distributed/c10d_entry.h"
+#include "distributed/transports/c10d_entry.h"
 #include "distributed/reduce_op.h"
 
 namespace volt {
