@@ -113,8 +113,8 @@ int main(int argc, char** argv) {
   const auto size_of = [&](const char* file) { return static_cast<double>(fs::file_size(dir / file)) / 1e6; };
   std::printf("files (last model): volt %.1f MB, pickle_save %.1f MB, torch::save %.1f MB\n\n", size_of("volt.pt"),
               size_of("pickle.pt"), size_of("torch.pt"));
-  std::printf("%-12s %-5s %12s %12s %12s %12s   %s\n", "model", "op", "volt ms", "pickle ms", "+fsync ms", "torch::save ms",
-              "volt / pickle, / +fsync, / torch::save");
+  std::printf("%-12s %-5s %12s %12s %12s %12s   %s\n", "model", "op", "volt ms", "pickle ms", "+fsync ms",
+              "torch::save ms", "volt / pickle, / +fsync, / torch::save");
   for (const auto& r : rows) {
     std::printf("%-12s %-5s %12.2f %12.2f %12.2f %12.2f   %.2fx, %.2fx, %.2fx\n", r.model.c_str(), r.operation.c_str(),
                 r.volt * 1e3, r.pickle * 1e3, r.pickle_fsync * 1e3, r.torch_save * 1e3, r.volt / r.pickle,

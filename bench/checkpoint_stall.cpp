@@ -147,7 +147,8 @@ int main(int argc, char** argv) {
     const double async_stall = (volt::bench::median(steps_seconds[Mode::Async]) - base) / checkpoints;
     std::printf("\ntraining on %lld intra-op thread(s) of %lld cores\n", static_cast<long long>(training_threads),
                 static_cast<long long>(cores));
-    std::printf("| checkpoints | steps' wall time (s) | stall per checkpoint (s) | stall / sync's | fit wall time (s) |\n");
+    std::printf(
+        "| checkpoints | steps' wall time (s) | stall per checkpoint (s) | stall / sync's | fit wall time (s) |\n");
     std::printf("|---|---|---|---|---|\n");
     std::printf("| none | %.2f | - | - | %.2f |\n", base, volt::bench::median(fit_seconds[Mode::None]));
     std::printf("| synchronous | %.2f | %.2f | 1.00 | %.2f |\n", volt::bench::median(steps_seconds[Mode::Sync]),

@@ -80,7 +80,8 @@ std::unique_ptr<volt::ddp::CommHook> hook_from_spec(volt::Communicator& communic
   const auto at = spec.find(wrapper_key);
   if (at != std::string::npos) spec.erase(at, wrapper_key.size());
   auto& registry = volt::ddp::comm_hook_registry();
-  auto hook = registry.create(volt::parse_named_spec(spec, "comm_hooks").name, registry.parse(spec))->make(communicator);
+  auto hook =
+      registry.create(volt::parse_named_spec(spec, "comm_hooks").name, registry.parse(spec))->make(communicator);
   if (at == std::string::npos) return hook;
   return std::make_unique<volt::ddp::CompressionWrapper>(torch::kBFloat16, std::move(hook));
 }
@@ -262,7 +263,8 @@ int main(int argc, char** argv) {
       return;
     }
     if (vm.count("worker")) {
-      const auto& w = vm["worker"].as<std::vector<std::string>>();  // rank master port spec widths batch mb steps warmup
+      const auto& w =
+          vm["worker"].as<std::vector<std::string>>();  // rank master port spec widths batch mb steps warmup
       std::exit(run_worker(std::stoll(w.at(0)), w.at(1), std::stoll(w.at(2)), w.at(3), w.at(4), std::stoll(w.at(5)),
                            std::stod(w.at(6)), std::stoi(w.at(7)), std::stoi(w.at(8))));
     }

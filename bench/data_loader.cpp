@@ -49,11 +49,15 @@ double seconds_since(Clock::time_point start) { return std::chrono::duration<dou
 volt::image::Pixels synthetic_photo(int64_t height, int64_t width, uint64_t seed) {
   auto g = at::detail::createCPUGenerator(seed);
   auto low = torch::rand({1, 3, height / 32 + 2, width / 32 + 2}, g) * 180 + 20;
-  auto field = torch::nn::functional::interpolate(
-      low, torch::nn::functional::InterpolateFuncOptions().size(std::vector<int64_t>{height, width}).mode(torch::kBicubic).align_corners(false));
-  auto detail = torch::nn::functional::interpolate(
-      torch::randn({1, 1, height / 2, width / 2}, g) * 20,
-      torch::nn::functional::InterpolateFuncOptions().size(std::vector<int64_t>{height, width}).mode(torch::kBilinear).align_corners(false));
+  auto field = torch::nn::functional::interpolate(low, torch::nn::functional::InterpolateFuncOptions()
+                                                           .size(std::vector<int64_t>{height, width})
+                                                           .mode(torch::kBicubic)
+                                                           .align_corners(false));
+  auto detail = torch::nn::functional::interpolate(torch::randn({1, 1, height / 2, width / 2}, g) * 20,
+                                                   torch::nn::functional::InterpolateFuncOptions()
+                                                       .size(std::vector<int64_t>{height, width})
+                                                       .mode(torch::kBilinear)
+                                                       .align_corners(false));
   auto pixels = (field + detail + torch::randn({1, 3, height, width}, g) * 9).clamp(0, 255).to(torch::kUInt8);
   auto hwc = pixels[0].permute({1, 2, 0}).contiguous();
   volt::image::Pixels out{height, width, 3, {}};
@@ -79,8 +83,9 @@ void write_images(const std::string& root, int64_t count) {
 
 volt::ImageFolderOptions imagenet_training(int64_t crop) {
   volt::ImageFolderOptions options;
-  options.transform = volt::image::ImagePipeline{{volt::image::RandomResizedCrop(crop), volt::image::RandomHorizontalFlip(),
-                                                  volt::image::Normalize({0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f})}};
+  options.transform =
+      volt::image::ImagePipeline{{volt::image::RandomResizedCrop(crop), volt::image::RandomHorizontalFlip(),
+                                  volt::image::Normalize({0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f})}};
   options.extensions = {".jpg"};
   return options;
 }
@@ -196,8 +201,9 @@ double trainer_step_ms(double data_ms, double step_ms, int64_t workers, int64_t 
   auto times = std::make_shared<StepTimes>();
   trainer.add_callback(times);
   auto dataset = std::make_shared<CostlyDataset>(steps * 8, data_ms);
-  trainer.fit(std::make_shared<IdleStep>(step_ms),
-              std::make_shared<volt::DataLoader>(dataset, volt::DataLoaderOptions{.batch_size = 8, .num_workers = workers}));
+  trainer.fit(
+      std::make_shared<IdleStep>(step_ms),
+      std::make_shared<volt::DataLoader>(dataset, volt::DataLoaderOptions{.batch_size = 8, .num_workers = workers}));
   return times->ms_per_step();
 }
 
@@ -209,8 +215,8 @@ int main(int argc, char** argv) {
     std::string root = "build/bench/data_loader_images";
     int64_t batch_size = 256, batches = 8, warmup = 2, images = 1024, crop = 224, rounds = 3, prefetch = 2;
     po::options_description description("data_loader");
-    description.add_options()("help", "this text")(
-        "workers", po::value(&workers_list)->default_value(workers_list), "worker counts (those above the cores are left out)")(
+    description.add_options()("help", "this text")("workers", po::value(&workers_list)->default_value(workers_list),
+                                                   "worker counts (those above the cores are left out)")(
         "batch-size", po::value(&batch_size)->default_value(batch_size), "samples per batch")(
         "batches", po::value(&batches)->default_value(batches), "timed batches per run")(
         "warmup", po::value(&warmup)->default_value(warmup), "batches drawn before the timing starts")(
@@ -219,16 +225,18 @@ int main(int argc, char** argv) {
         "images", po::value(&images)->default_value(images), "JPEG files written into --root")(
         "crop", po::value(&crop)->default_value(crop), "RandomResizedCrop's size")(
         "root", po::value(&root)->default_value(root), "the ImageFolder tree (written when absent)")(
-        "python", po::value(&python), "command running bench/data_loader_worker.py (default: /usr/bin/python3 with "
-        ".deps/pytorch2 and .deps/vision)")(
-        "decoders", po::value(&decoders)->default_value(decoders), "the Python side's: pil, torchvision")(
+        "python", po::value(&python),
+        "command running bench/data_loader_worker.py (default: /usr/bin/python3 with "
+        ".deps/pytorch2 and .deps/vision)")("decoders", po::value(&decoders)->default_value(decoders),
+                                            "the Python side's: pil, torchvision")(
         "tables", po::value(&tables)->default_value(tables), "throughput, overlap, memory");
     if (!volt::bench::parse_flags(argc, argv, description)) return;
     // The checkout this program was built from, or the current directory when that is not here (a
     // program built elsewhere and run in another copy of the repository, as tools/gpu_check.sh does).
     std::string source = VOLT_SOURCE_DIR;
     if (!fs::exists(source + "/bench/data_loader_worker.py")) source = fs::current_path().string();
-    if (python.empty()) python = "PYTHONPATH=" + source + "/.deps/pytorch2:" + source + "/.deps/vision /usr/bin/python3";
+    if (python.empty())
+      python = "PYTHONPATH=" + source + "/.deps/pytorch2:" + source + "/.deps/vision /usr/bin/python3";
     const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
     std::vector<int64_t> worker_counts;
     for (const auto& w : volt::bench::split_list(workers_list)) {
@@ -243,12 +251,14 @@ int main(int argc, char** argv) {
       auto dataset = std::make_shared<volt::ImageFolderDataset>(root, imagenet_training(crop));
       int64_t bytes = 0;
       for (int64_t i = 0; i < dataset->size(); ++i) bytes += static_cast<int64_t>(fs::file_size(dataset->path(i)));
-      std::printf("%lld JPEG files of 500x375 (%.0f KB each on average) in %s; RandomResizedCrop(%lld), "
-                  "RandomHorizontalFlip, ToTensor, Normalize; batch %lld, shuffled, prefetch_factor %lld; %lld timed "
-                  "batches after %lld, %lld round(s), medians\n",
-                  static_cast<long long>(dataset->size()), static_cast<double>(bytes) / 1000.0 / static_cast<double>(dataset->size()),
-                  root.c_str(), static_cast<long long>(crop), static_cast<long long>(batch_size), static_cast<long long>(prefetch),
-                  static_cast<long long>(batches), static_cast<long long>(warmup), static_cast<long long>(rounds));
+      std::printf(
+          "%lld JPEG files of 500x375 (%.0f KB each on average) in %s; RandomResizedCrop(%lld), "
+          "RandomHorizontalFlip, ToTensor, Normalize; batch %lld, shuffled, prefetch_factor %lld; %lld timed "
+          "batches after %lld, %lld round(s), medians\n",
+          static_cast<long long>(dataset->size()),
+          static_cast<double>(bytes) / 1000.0 / static_cast<double>(dataset->size()), root.c_str(),
+          static_cast<long long>(crop), static_cast<long long>(batch_size), static_cast<long long>(prefetch),
+          static_cast<long long>(batches), static_cast<long long>(warmup), static_cast<long long>(rounds));
       std::map<int64_t, std::vector<double>> volt_rate;
       std::map<std::pair<int64_t, std::string>, std::vector<double>> torch_rate;
       std::string versions;
@@ -264,7 +274,8 @@ int main(int argc, char** argv) {
                     std::to_string(warmup) + " --batch-size " + std::to_string(batch_size) + " --crop " +
                     std::to_string(crop) + " --prefetch-factor " + std::to_string(prefetch),
                 "data_loader");
-            torch_rate[{w, decoder}].push_back(volt::bench::number_after(out, "\"samples_per_second\": ", "data_loader"));
+            torch_rate[{w, decoder}].push_back(
+                volt::bench::number_after(out, "\"samples_per_second\": ", "data_loader"));
             const auto at = out.find("\"torch\": ");
             if (versions.empty() && at != std::string::npos) versions = out.substr(at, out.find(", \"warmup\"") - at);
           }
@@ -274,7 +285,8 @@ int main(int argc, char** argv) {
       }
       if (table("throughput")) {
         std::printf("PyTorch side: %s\n\n| workers | volt samples/s |", versions.c_str());
-        for (const auto& d : python_decoders) std::printf(" PyTorch (%s) samples/s | volt / PyTorch (%s) |", d.c_str(), d.c_str());
+        for (const auto& d : python_decoders)
+          std::printf(" PyTorch (%s) samples/s | volt / PyTorch (%s) |", d.c_str(), d.c_str());
         std::printf("\n|---:|---:|");
         for (size_t i = 0; i < python_decoders.size(); ++i) std::printf("---:|---:|");
         std::printf("\n");
@@ -301,7 +313,8 @@ int main(int argc, char** argv) {
                       volt::bench::mib(static_cast<double>(run.peak_ready_bytes)),
                       static_cast<long long>(run.peak_ready_batches));
         }
-        std::printf("Peak RSS of this process (every run above): %.0f MiB\n", static_cast<double>(peak_rss_kib()) / 1024.0);
+        std::printf("Peak RSS of this process (every run above): %.0f MiB\n",
+                    static_cast<double>(peak_rss_kib()) / 1024.0);
       }
     }
 

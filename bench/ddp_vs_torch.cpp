@@ -173,7 +173,8 @@ int main(int argc, char** argv) {
     po::store(po::parse_command_line(argc, argv, flags), vm);
     po::notify(vm);
     if (vm.count("worker")) {
-      const auto& w = vm["worker"].as<std::vector<std::string>>();  // rank port widths batch mb no_sync view steps warmup
+      const auto& w =
+          vm["worker"].as<std::vector<std::string>>();  // rank port widths batch mb no_sync view steps warmup
       Config c{"", w.at(2), std::stoll(w.at(3)), std::stod(w.at(4)), w.at(5) == "1", w.at(6) == "1"};
       std::exit(run_worker(std::stoll(w.at(0)), std::stoll(w.at(1)), c, std::stoi(w.at(7)), std::stoi(w.at(8))));
     }
@@ -214,12 +215,12 @@ int main(int argc, char** argv) {
         for (const bool shm : {false, true}) {
           const auto port_v = std::to_string(volt::find_free_port());
           (shm ? shm_ms : volt_ms)
-              .push_back(number_after(
-                  run_pair({program, "--inline-max-mb", std::to_string(g_inline_max_mb), "--shared-memory",
-                            shm ? "1" : "0", "--worker", "{rank}", port_v, c.widths, std::to_string(c.batch),
-                            std::to_string(c.bucket_mb), c.no_sync ? "1" : "0", c.bucket_view ? "1" : "0", std::to_string(steps),
-                            std::to_string(warmup)}),
-                  "STEP_MS"));
+              .push_back(
+                  number_after(run_pair({program, "--inline-max-mb", std::to_string(g_inline_max_mb), "--shared-memory",
+                                         shm ? "1" : "0", "--worker", "{rank}", port_v, c.widths,
+                                         std::to_string(c.batch), std::to_string(c.bucket_mb), c.no_sync ? "1" : "0",
+                                         c.bucket_view ? "1" : "0", std::to_string(steps), std::to_string(warmup)}),
+                               "STEP_MS"));
         }
         const auto port_t = std::to_string(volt::find_free_port());
         torch_ms.push_back(number_after(
@@ -237,8 +238,8 @@ int main(int argc, char** argv) {
       std::printf("\nvolt gradient memory during backward (gradients + bucket buffers), large MLP, 25 MB buckets:\n");
       for (const bool view : {false, true}) {
         const auto port = std::to_string(volt::find_free_port());
-        const auto out = run_pair({program, "--inline-max-mb", std::to_string(g_inline_max_mb), "--worker", "{rank}", port, large, "32", "25", "0", view ? "1" : "0", "2",
-                                   "1"});
+        const auto out = run_pair({program, "--inline-max-mb", std::to_string(g_inline_max_mb), "--worker", "{rank}",
+                                   port, large, "32", "25", "0", view ? "1" : "0", "2", "1"});
         std::printf("  gradient_as_bucket_view=%-5s %8.1f MB\n", view ? "true" : "false",
                     number_after(out, "GRAD_BYTES") / (1 << 20));
       }

@@ -121,7 +121,8 @@ int main(int argc, char** argv) {
                 "| vs ddp |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (const int64_t ranks : flags.world_sizes()) {
       std::vector<std::pair<std::string, std::string>> commands;
-      for (const auto& strategy : strategies) commands.emplace_back(strategy, flags.worker_command(program, strategy, ranks));
+      for (const auto& strategy : strategies)
+        commands.emplace_back(strategy, flags.worker_command(program, strategy, ranks));
       const auto runs = volt::bench::run_interleaved(commands, flags.rounds, ranks, "fsdp_memory");
       const double ddp_ms = runs.median_ms("ddp");
       for (const auto& strategy : strategies) {

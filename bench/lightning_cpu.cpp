@@ -235,10 +235,11 @@ bool print_results(const std::vector<Config>& configs, std::map<std::string, Res
                 static_cast<long long>(config.processes), config.processes > 1 ? "es" : "", config.mode.c_str(), ratio,
                 goal, ratio <= goal ? "met" : "MISSED");
   }
-  std::printf("\nSanity (rank 0, median over rounds): steps run, intra-op threads, the last step's loss and the "
-              "epoch's mean training loss\n\n"
-              "| model | processes | mode | volt steps | Lightning steps | threads | volt last loss | Lightning last loss "
-              "| volt mean loss | Lightning mean loss |\n|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::printf(
+      "\nSanity (rank 0, median over rounds): steps run, intra-op threads, the last step's loss and the "
+      "epoch's mean training loss\n\n"
+      "| model | processes | mode | volt steps | Lightning steps | threads | volt last loss | Lightning last loss "
+      "| volt mean loss | Lightning mean loss |\n|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const auto& config : configs) {
     auto& r = results[config.name()];
     std::printf("| %s | %lld | %s | %.0f | %.0f | %.0f | %.4f | %.4f | %.4f | %.4f |\n", config.model.c_str(),
@@ -319,16 +320,19 @@ int main(int argc, char** argv) {
     const size_t version_line = versions.rfind("PyTorch ");
     std::printf("lightning_cpu: CPU, %lld cores, LibTorch %s; Python side: %s", static_cast<long long>(cores),
                 TORCH_VERSION, versions.substr(version_line == std::string::npos ? 0 : version_line).c_str());
-    std::printf("Fashion-MNIST training set (60000 images) in memory, batch %lld per process, shuffled, one epoch%s; "
-                "AdamW: volt::FusedAdamW vs torch.optim.AdamW (%s); %d round%s, medians\n",
-                static_cast<long long>(kBatch),
-                worker.limit_batches > 0 ? (" limited to " + std::to_string(worker.limit_batches) + " batches").c_str() : "",
-                torch_adamw == "fused" ? "fused=True" : "its default, the for-loop implementation on the CPU", rounds,
-                rounds == 1 ? "" : "s");
+    std::printf(
+        "Fashion-MNIST training set (60000 images) in memory, batch %lld per process, shuffled, one epoch%s; "
+        "AdamW: volt::FusedAdamW vs torch.optim.AdamW (%s); %d round%s, medians\n",
+        static_cast<long long>(kBatch),
+        worker.limit_batches > 0 ? (" limited to " + std::to_string(worker.limit_batches) + " batches").c_str() : "",
+        torch_adamw == "fused" ? "fused=True" : "its default, the for-loop implementation on the CPU", rounds,
+        rounds == 1 ? "" : "s");
     std::printf("Threads per process: cores / processes intra-op (volt's Trainer rule; the Python side gets "
                 "torch.set_num_threads and OMP_NUM_THREADS the same, OPENBLAS_NUM_THREADS=1)\n");
-    std::printf("Allocator: volt's Trainer sets glibc's malloc (mmap_threshold 32 MiB, trim_threshold 1 GiB); the Python "
-                "side %s\n", same_allocator ? "gets the same through GLIBC_TUNABLES (--same-allocator)" : "runs with glibc's defaults");
+    std::printf(
+        "Allocator: volt's Trainer sets glibc's malloc (mmap_threshold 32 MiB, trim_threshold 1 GiB); the Python "
+        "side %s\n",
+        same_allocator ? "gets the same through GLIBC_TUNABLES (--same-allocator)" : "runs with glibc's defaults");
     std::printf("Load average at start: %s\n", load_average().c_str());
     std::fflush(stdout);
 
@@ -342,13 +346,14 @@ int main(int argc, char** argv) {
                                    std::to_string(worker.warmup) + " --limit-batches " +
                                    std::to_string(worker.limit_batches) + " --data-dir " + worker.data_dir;
         const std::string volt_command = self + " --worker volt --devices " + std::to_string(config.processes) +
-                                         " --run-root " + run_root + "/volt --result " + run_root + "/volt.result" + common;
+                                         " --run-root " + run_root + "/volt --result " + run_root + "/volt.result" +
+                                         common;
         const std::string lightning_command =
             "OMP_NUM_THREADS=" + std::to_string(threads) + " OPENBLAS_NUM_THREADS=1 " +
-            (same_allocator ? "GLIBC_TUNABLES=" + std::string(volt::bench::kTrainerMallocTunables) + " " : "") + python + " " + script +
-            " --processes " + std::to_string(config.processes) + " --threads " + std::to_string(threads) +
-            " --adamw " + torch_adamw + " --root " + run_root + "/lightning --result " + run_root + "/lightning.result" +
-            common;
+            (same_allocator ? "GLIBC_TUNABLES=" + std::string(volt::bench::kTrainerMallocTunables) + " " : "") +
+            python + " " + script + " --processes " + std::to_string(config.processes) + " --threads " +
+            std::to_string(threads) + " --adamw " + torch_adamw + " --root " + run_root + "/lightning --result " +
+            run_root + "/lightning.result" + common;
         // Alternate which side goes first, by round and by configuration.
         const bool volt_first = (r + static_cast<int>(i)) % 2 == 0;
         for (int k = 0; k < 2; ++k) {

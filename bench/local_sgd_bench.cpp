@@ -84,8 +84,11 @@ int run_worker(const WorkerArgs& args) {
   // bytes must cross it, not a shared-memory segment (Note [Collectives through shared memory]).
   options.shared_memory = false;
   auto world = volt::Communicator::connect(options);
-  const volt::ProcessTopology process{.global_rank = args.rank, .world_size = kRanks, .local_rank = args.rank % kPerNode,
-                                      .local_world_size = kPerNode, .node_rank = args.rank / kPerNode,
+  const volt::ProcessTopology process{.global_rank = args.rank,
+                                      .world_size = kRanks,
+                                      .local_rank = args.rank % kPerNode,
+                                      .local_world_size = kPerNode,
+                                      .node_rank = args.rank / kPerNode,
                                       .num_nodes = kRanks / kPerNode};
   // Every configuration builds the topology, so that all pay the same setup and the node group's
   // bytes are measured the same way.
@@ -100,7 +103,8 @@ int run_worker(const WorkerArgs& args) {
   if (volt::parse_named_spec(args.hook, "--hook").name == "slowmo") {
     // As SlowMoStrategy composes them: DDP's reducer on the node group, the slow momentum averager.
     const auto strategy = std::dynamic_pointer_cast<volt::SlowMoStrategy>(volt::strategy_registry().create(args.hook));
-    reducer = std::make_unique<volt::ddp::Reducer>(model->parameters(), names, topology->node(), volt::ddp::ReducerOptions{});
+    reducer =
+        std::make_unique<volt::ddp::Reducer>(model->parameters(), names, topology->node(), volt::ddp::ReducerOptions{});
     auto slowmo = std::make_unique<volt::averaging::SlowMomentumAverager>(
         *topology, strategy->slowmo_options().averaging(),
         [n = model->parameters().size(), lr = kLearningRate] { return std::vector<double>(n, lr); });
@@ -228,7 +232,9 @@ int main(int argc, char** argv) {
       std::exit(run_worker({std::stoll(w.at(0)), w.at(1), std::stoll(w.at(2)), w.at(3), std::stoll(w.at(4)),
                             std::stoll(w.at(5)), std::stoll(w.at(7)), w.at(6)}));
     }
-    const auto wanted = [&](const std::string& name) { return ("," + configs + ",").find("," + name + ",") != std::string::npos; };
+    const auto wanted = [&](const std::string& name) {
+      return ("," + configs + ",").find("," + name + ",") != std::string::npos;
+    };
     volt::check<volt::ConfigurationError>(steps > 0 && (!wanted("post_local_sgd") || steps % 8 == 0),
                                           "local_sgd_bench: expected --steps a multiple of 8 (whole periods of 2, 4 "
                                           "and 8), got ", steps);
@@ -274,7 +280,8 @@ int main(int argc, char** argv) {
     if (!vm["no-veth"].as<bool>()) {
       link = std::make_unique<ShapedLink>(rate_mbit);
       if (!link->ready()) {
-        std::printf("(no shaped link: creating network namespaces needs root and iproute2's ip and tc; loopback only)\n\n");
+        std::printf(
+            "(no shaped link: creating network namespaces needs root and iproute2's ip and tc; loopback only)\n\n");
         link.reset();
       }
     }

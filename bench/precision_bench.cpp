@@ -73,7 +73,8 @@ double time_one(const Config& config, const std::shared_ptr<volt::DataLoader>& d
   options.default_root_dir = "/tmp";
   std::shared_ptr<volt::Precision> precision;
   if (config.cpu_scaler) {
-    precision = std::make_shared<volt::MixedPrecision>(torch::kBFloat16, torch::kCPU, std::make_shared<volt::GradScaler>());
+    precision =
+        std::make_shared<volt::MixedPrecision>(torch::kBFloat16, torch::kCPU, std::make_shared<volt::GradScaler>());
   }
   auto trainer = precision ? std::make_unique<volt::Trainer>(options, nullptr, precision)
                            : std::make_unique<volt::Trainer>(options);

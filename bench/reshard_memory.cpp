@@ -6,8 +6,9 @@
 // shard), from it through a CheckpointIO subclass that overrides load() alone (each shard read
 // whole), and, as the baseline, from the same state as one full checkpoint file (every rank reads
 // the whole file), measured in the same run; and the full checkpoint put together in one process
-// (what every rank of a strategy that keeps whole tensors does). Model: a ~20M-parameter MLP of 8 equal blocks (Linear 1580x1580, one fsdp unit each by
-// min_num_params=1e6), Adam after 2 steps; Gloo on 127.0.0.1, one compute thread per rank.
+// (what every rank of a strategy that keeps whole tensors does). Model: a ~20M-parameter MLP of 8 equal blocks (Linear
+// 1580x1580, one fsdp unit each by min_num_params=1e6), Adam after 2 steps; Gloo on 127.0.0.1, one compute thread per
+// rank.
 //
 // Counted from live CPU tensors (a counting allocator, bench/counting_allocator.h), per rank, each
 // column's largest rank shown:
@@ -114,7 +115,8 @@ class LoadProbe : public volt::Callback {
     std::printf("RANK %lld step_ms 0 held %lld load_peak %lld read %lld seconds %.3f\n",
                 static_cast<long long>(trainer.strategy().topology().global_rank),
                 static_cast<long long>(params + state), static_cast<long long>(load_peak),
-                static_cast<long long>(volt::CheckpointFileReader::bytes_read_in_process() - mlp.read_before_load), seconds);
+                static_cast<long long>(volt::CheckpointFileReader::bytes_read_in_process() - mlp.read_before_load),
+                seconds);
     std::fflush(stdout);
   }
 };
@@ -252,9 +254,10 @@ int main(int argc, char** argv) {
       std::string name, worker;
       std::filesystem::path path;
     };
-    const std::vector<Load> loads = {{"sharded checkpoint", "load", sharded},
-                                     {"sharded, CheckpointIO subclass with load() only", "load_through_subclass", sharded},
-                                     {"full checkpoint file", "load", full}};
+    const std::vector<Load> loads = {
+        {"sharded checkpoint", "load", sharded},
+        {"sharded, CheckpointIO subclass with load() only", "load_through_subclass", sharded},
+        {"full checkpoint file", "load", full}};
     for (const int64_t ranks : rank_counts) {
       for (const auto& [name, worker, path] : loads) {
         const auto output = volt::bench::run_shell(program + " --worker " + worker + " --worker-ranks " +
@@ -263,10 +266,11 @@ int main(int argc, char** argv) {
         const auto m = volt::bench::parse_rank_report(output, ranks, "reshard_memory");
         const double load_peak = m.at("load_peak");
         const double goal = m.at("held") + unit;
-        std::printf("| %lld | %s | %.1f | %.1f | %s %.1f | %s | %.2f |\n", static_cast<long long>(ranks),
-                    name.c_str(), mib(m.at("held")), mib(load_peak), load_peak <= goal ? "<=" : ">", mib(goal),
-                    m.at("read") > 0 ? (std::to_string(static_cast<int>(mib(m.at("read")))) + " MiB").c_str() : "whole file",
-                    m.at("seconds"));
+        std::printf(
+            "| %lld | %s | %.1f | %.1f | %s %.1f | %s | %.2f |\n", static_cast<long long>(ranks), name.c_str(),
+            mib(m.at("held")), mib(load_peak), load_peak <= goal ? "<=" : ">", mib(goal),
+            m.at("read") > 0 ? (std::to_string(static_cast<int>(mib(m.at("read")))) + " MiB").c_str() : "whole file",
+            m.at("seconds"));
       }
       std::fflush(stdout);
     }

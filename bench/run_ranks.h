@@ -74,7 +74,8 @@ inline RanksResult run_ranks(const std::vector<std::vector<std::string>>& argvs,
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   char buffer[4096];
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
       result.timed_out = true;
       break;

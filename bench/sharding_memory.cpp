@@ -88,7 +88,8 @@ class MemoryProbe : public volt::bench::RankReporter {
       for (size_t b = 0; b < ddp->reducer().num_buckets(); ++b) buffers.push_back(ddp->reducer().bucket(b).buffer());
       return storage_bytes(buffers);
     }
-    if (auto* sharded = dynamic_cast<const volt::ShardedDDPStrategy*>(&strategy)) return sharded->reducer().peak_buffer_bytes();
+    if (auto* sharded = dynamic_cast<const volt::ShardedDDPStrategy*>(&strategy))
+      return sharded->reducer().peak_buffer_bytes();
     return 0;
   }
 
@@ -129,8 +130,9 @@ int main(int argc, char** argv) {
                 "(the largest rank) counted from live tensors; step time: median ms per step.\n\n",
                 static_cast<long long>(parameter_count()), "912x13-10", static_cast<long long>(kBatch),
                 flags.rounds, flags.steps, flags.warmup);
-    std::printf("| ranks | strategy                 | params | grads | buffers | Adam state | peak RSS | ms/step | vs ddp "
-                "| vs torch ZeRO |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    std::printf(
+        "| ranks | strategy                 | params | grads | buffers | Adam state | peak RSS | ms/step | vs ddp "
+        "| vs torch ZeRO |\n|---|---|---|---|---|---|---|---|---|---|\n");
     for (const int64_t ranks : flags.world_sizes()) {
       std::vector<std::pair<std::string, std::string>> commands;
       for (const auto& strategy : strategies) {

@@ -137,11 +137,14 @@ int main(int argc, char** argv) {
     }
     const std::string program = volt::bench::self_path("shm_all_reduce");
     std::vector<double> memcpy_gbps;
-    for (const int64_t bytes : kSizes) memcpy_gbps.push_back(static_cast<double>(bytes) / memcpy_seconds(bytes, rounds) / 1e9);
-    std::printf("all_reduce of float32 through shared memory (through the slots, and in place in shared buffers) vs Gloo (volt's Communicator), processes on this host, "
-                "1 thread each, median of %d timed loops; GB/s (1e9 bytes): memcpy = bytes / time of one thread's "
-                "copy; busbw = bytes x 2(N-1)/N / time; slot (chunk) %lld KiB.\n\n",
-                rounds, static_cast<long long>(slot_kb));
+    for (const int64_t bytes : kSizes)
+      memcpy_gbps.push_back(static_cast<double>(bytes) / memcpy_seconds(bytes, rounds) / 1e9);
+    std::printf(
+        "all_reduce of float32 through shared memory (through the slots, and in place in shared buffers) vs Gloo "
+        "(volt's Communicator), processes on this host, "
+        "1 thread each, median of %d timed loops; GB/s (1e9 bytes): memcpy = bytes / time of one thread's "
+        "copy; busbw = bytes x 2(N-1)/N / time; slot (chunk) %lld KiB.\n\n",
+        rounds, static_cast<long long>(slot_kb));
     std::stringstream list(ranks);
     for (std::string item; std::getline(list, item, ',');) {
       const int64_t world = std::stoll(item);
@@ -162,11 +165,12 @@ int main(int argc, char** argv) {
         const double in_place = volt::bench::number_after(output, key + "shm [0-9.eE+-]+ inplace ", "shm_all_reduce");
         const double gloo =
             volt::bench::number_after(output, key + "shm [0-9.eE+-]+ inplace [0-9.eE+-]+ gloo ", "shm_all_reduce");
-        const double moved = static_cast<double>(kSizes[s]) * 2.0 * static_cast<double>(world - 1) / static_cast<double>(world);
+        const double moved =
+            static_cast<double>(kSizes[s]) * 2.0 * static_cast<double>(world - 1) / static_cast<double>(world);
         const double shm_bw = moved / shm / 1e9, in_place_bw = moved / in_place / 1e9, gloo_bw = moved / gloo / 1e9;
-        std::printf("| %lld | %.2f | %.2f | %.2f | %.2f | %.0f%% | %.0f%% | %.1fx |\n", static_cast<long long>(kSizes[s]),
-                    memcpy_gbps[s], shm_bw, in_place_bw, gloo_bw, 100.0 * shm_bw / memcpy_gbps[s],
-                    100.0 * in_place_bw / memcpy_gbps[s], gloo / in_place);
+        std::printf("| %lld | %.2f | %.2f | %.2f | %.2f | %.0f%% | %.0f%% | %.1fx |\n",
+                    static_cast<long long>(kSizes[s]), memcpy_gbps[s], shm_bw, in_place_bw, gloo_bw,
+                    100.0 * shm_bw / memcpy_gbps[s], 100.0 * in_place_bw / memcpy_gbps[s], gloo / in_place);
       }
       std::printf("\n");
       std::fflush(stdout);

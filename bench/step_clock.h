@@ -26,7 +26,8 @@ inline void synchronize(const torch::Device& device) {
 enum class Mark { ForwardEnd, BackwardEnd, OptimizerStart, OptimizerEnd };
 // Host microseconds per step: forward, backward, between backward and the optimizer step, the
 // optimizer step, after it until the step ends, and from the end of one step to the next's start.
-inline const std::vector<std::string> kPhases = {"forward", "backward", "pre_step", "optimizer", "post_step", "between"};
+inline const std::vector<std::string> kPhases = {"forward",   "backward",  "pre_step",
+                                                 "optimizer", "post_step", "between"};
 
 // Times the steps [warmup, warmup + steps): the device is synchronized at both ends only. Within
 // the window it adds up the host time of each phase (kPhases) from the marks, synchronizing nothing.
@@ -61,7 +62,8 @@ class StepClock {
     std::string out;
     for (const double seconds : phase_seconds_) {
       char cell[32];
-      std::snprintf(cell, sizeof cell, "%s%.1f", out.empty() ? "" : "/", 1e6 * seconds / static_cast<double>(window_.steps));
+      std::snprintf(cell, sizeof cell, "%s%.1f", out.empty() ? "" : "/",
+                    1e6 * seconds / static_cast<double>(window_.steps));
       out += cell;
     }
     return out;

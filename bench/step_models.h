@@ -150,7 +150,8 @@ class StepGpt : public StepModel {
     head_ = register_module("head", nn::Linear(nn::LinearOptions(kGptWidth, kGptVocab).bias(false)));
   }
   torch::Tensor forward(const torch::Tensor& tokens) override {
-    const auto positions = torch::arange(tokens.size(1), torch::TensorOptions().dtype(torch::kLong).device(tokens.device()));
+    const auto positions =
+        torch::arange(tokens.size(1), torch::TensorOptions().dtype(torch::kLong).device(tokens.device()));
     auto x = tok_emb_->forward(tokens) + pos_emb_->forward(positions);
     for (const auto& block : *blocks_) x = block->as<StepBlock>()->forward(x);
     return head_->forward(ln_f_->forward(x));

@@ -183,9 +183,11 @@ int main(int argc, char** argv) {
         torch::manual_seed(r);
         Mlp raw;
         samples.add(volt, time_raw(
-            raw, *data, mlp_steps, Mlp::make_optimizer,
-            [](torch::optim::Optimizer&, int64_t) { return std::shared_ptr<volt::LRScheduler>(); },
-            [](Mlp& m, const volt::Batch& b) { return torch::nn::functional::cross_entropy(m.forward(b.input), b.target); }));
+                              raw, *data, mlp_steps, Mlp::make_optimizer,
+                              [](torch::optim::Optimizer&, int64_t) { return std::shared_ptr<volt::LRScheduler>(); },
+                              [](Mlp& m, const volt::Batch& b) {
+                                return torch::nn::functional::cross_entropy(m.forward(b.input), b.target);
+                              }));
       }
       rows.push_back(samples.row("MLP 784-128-10, SGD", mlp_steps));
     }
@@ -195,31 +197,35 @@ int main(int argc, char** argv) {
       fashion_mnist::ClassifierOptions options;
       for (int64_t r = 0; r < repetitions; ++r) {
         torch::manual_seed(r);
-        const Times volt = time_volt(std::make_shared<fashion_mnist::Classifier>(options), data, cnn_steps, threads_flag);
+        const Times volt =
+            time_volt(std::make_shared<fashion_mnist::Classifier>(options), data, cnn_steps, threads_flag);
         torch::manual_seed(r);
         fashion_mnist::Classifier raw(options);
         samples.add(volt, time_raw(
-            raw, *data, cnn_steps,
-            [&](std::vector<torch::Tensor> params) {
-              return std::make_shared<torch::optim::AdamW>(
-                  params, torch::optim::AdamWOptions(options.lr).weight_decay(options.weight_decay));
-            },
-            [](torch::optim::Optimizer& o, int64_t steps) { return std::make_shared<volt::CosineAnnealingLR>(o, steps); },
-            // The same quantities the Classifier's training_step computes (loss and accuracy).
-            [](fashion_mnist::Classifier& m, const volt::Batch& b) {
-              const auto logits = m.forward(b.input);
-              const auto accuracy = (logits.argmax(1) == b.target).to(torch::kFloat).mean();
-              (void)accuracy;
-              return torch::nn::functional::cross_entropy(logits, b.target);
-            }));
+                              raw, *data, cnn_steps,
+                              [&](std::vector<torch::Tensor> params) {
+                                return std::make_shared<torch::optim::AdamW>(
+                                    params, torch::optim::AdamWOptions(options.lr).weight_decay(options.weight_decay));
+                              },
+                              [](torch::optim::Optimizer& o, int64_t steps) {
+                                return std::make_shared<volt::CosineAnnealingLR>(o, steps);
+                              },
+                              // The same quantities the Classifier's training_step computes (loss and accuracy).
+                              [](fashion_mnist::Classifier& m, const volt::Batch& b) {
+                                const auto logits = m.forward(b.input);
+                                const auto accuracy = (logits.argmax(1) == b.target).to(torch::kFloat).mean();
+                                (void)accuracy;
+                                return torch::nn::functional::cross_entropy(logits, b.target);
+                              }));
       }
       rows.push_back(samples.row("Example CNN (Fashion-MNIST), AdamW + cosine", cnn_steps));
     }
 
     std::printf("trainer_overhead: batch %lld, %lld interleaved repetitions, %s, medians\n\n",
                 static_cast<long long>(kBatch), static_cast<long long>(repetitions), threads.describe().c_str());
-    std::printf("| model | steps | volt wall (s) | raw wall (s) | volt/raw wall | volt CPU (s) | raw CPU (s) | volt/raw CPU |\n"
-                "|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    std::printf(
+        "| model | steps | volt wall (s) | raw wall (s) | volt/raw wall | volt CPU (s) | raw CPU (s) | volt/raw CPU |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|\n");
     for (const auto& row : rows) {
       std::printf("| %s | %lld | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |\n", row.model.c_str(),
                   static_cast<long long>(row.steps), row.volt.wall, row.raw.wall, row.volt.wall / row.raw.wall,

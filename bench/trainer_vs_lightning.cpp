@@ -71,7 +71,8 @@ struct RunSettings {
 };
 
 std::shared_ptr<volt::DataLoader> make_loader(const RunSettings& run, const volt::bench::StepModelSpec& spec) {
-  auto [x, y] = volt::bench::step_models_data(run.model, (run.window.warmup + run.window.steps) * spec.batch, run.device);
+  auto [x, y] =
+      volt::bench::step_models_data(run.model, (run.window.warmup + run.window.steps) * spec.batch, run.device);
   return std::make_shared<volt::DataLoader>(std::make_shared<volt::TensorDataset>(x, y),
                                             volt::DataLoaderOptions{.batch_size = spec.batch});
 }
@@ -156,13 +157,15 @@ void train_raw(const RunSettings& run, const volt::bench::StepModelSpec& spec, c
   model->to(run.device);
   model->train();
   auto optimizer = StepModel::make_optimizer(model->parameters(), fused);
-  auto [x, y] = volt::bench::step_models_data(run.model, (run.window.warmup + run.window.steps) * spec.batch, run.device);
+  auto [x, y] =
+      volt::bench::step_models_data(run.model, (run.window.warmup + run.window.steps) * spec.batch, run.device);
   for (int64_t i = 0; i < run.window.warmup + run.window.steps; ++i) {
     clock.before_step(i);
     torch::Tensor loss;
     {
       BfloatAutocast autocast(run.device.type(), spec.precision == "bf16-mixed");
-      loss = model->loss(model->forward(x.narrow(0, i * spec.batch, spec.batch)), y.narrow(0, i * spec.batch, spec.batch));
+      loss =
+          model->loss(model->forward(x.narrow(0, i * spec.batch, spec.batch)), y.narrow(0, i * spec.batch, spec.batch));
     }
     clock.mark(i, Mark::ForwardEnd);
     loss.backward();
@@ -307,12 +310,15 @@ bool print_model(std::FILE* out, const std::string& model, const Window& window,
     flops_per_step = tokens * (6.0 * static_cast<double>(matmul_parameters) +
                                12.0 * volt::bench::kGptLayers * volt::bench::kGptWidth * volt::bench::kGptSequence);
   }
-  std::fprintf(out, "\n### %s: batch %lld, %s, %lld steps timed after %lld, median of the rounds\n\n", describe_model(model).c_str(),
-              static_cast<long long>(spec.batch), spec.precision.c_str(), static_cast<long long>(window.steps),
-              static_cast<long long>(window.warmup));
-  std::fprintf(out, "| row | ms/step | %s/s | peak %s MiB | / raw LibTorch (same AdamW) | / its Python row |%s\n|---|---:|---:|---:|---:|---:|%s\n",
-              model == "gpt" ? "tokens" : "samples", cuda ? "GPU" : "device", flops_per_step > 0 && peak_tflops > 0 ? " MFU |" : "",
-              flops_per_step > 0 && peak_tflops > 0 ? "---:|" : "");
+  std::fprintf(out, "\n### %s: batch %lld, %s, %lld steps timed after %lld, median of the rounds\n\n",
+               describe_model(model).c_str(), static_cast<long long>(spec.batch), spec.precision.c_str(),
+               static_cast<long long>(window.steps), static_cast<long long>(window.warmup));
+  std::fprintf(out,
+               "| row | ms/step | %s/s | peak %s MiB | / raw LibTorch (same AdamW) | / its Python row "
+               "|%s\n|---|---:|---:|---:|---:|---:|%s\n",
+               model == "gpt" ? "tokens" : "samples", cuda ? "GPU" : "device",
+               flops_per_step > 0 && peak_tflops > 0 ? " MFU |" : "",
+               flops_per_step > 0 && peak_tflops > 0 ? "---:|" : "");
   // volt's rows train with FusedAdamW: their "/ raw LibTorch" is against the raw loop with it.
   const auto raw = medians.find("raw_libtorch_fused");
   std::vector<std::string> order = kVoltRows;
@@ -330,7 +336,8 @@ bool print_model(std::FILE* out, const std::string& model, const Window& window,
     // The captured step against the faster of torch.compile's two modes.
     if (row == "volt_cuda_graph") {
       const auto autotuned = medians.find("raw_pytorch_autotuned");
-      if (autotuned != medians.end() && (lightning == medians.end() || autotuned->second.step_ms < lightning->second.step_ms)) {
+      if (autotuned != medians.end() &&
+          (lightning == medians.end() || autotuned->second.step_ms < lightning->second.step_ms)) {
         lightning = autotuned;
       }
     }
@@ -349,8 +356,8 @@ bool print_model(std::FILE* out, const std::string& model, const Window& window,
       std::snprintf(cell, sizeof cell, " %.1f%% |", 100.0 * flops_per_step / (m.step_ms * 1e-3) / (peak_tflops * 1e12));
       mfu = cell;
     }
-    std::fprintf(out, "| %s | %.3f | %.0f | %.1f | %s | %s |%s\n", row.c_str(), m.step_ms, m.per_s, volt::bench::mib(m.peak_bytes),
-                vs_raw.c_str(), vs_lightning.c_str(), mfu.c_str());
+    std::fprintf(out, "| %s | %.3f | %.0f | %.1f | %s | %s |%s\n", row.c_str(), m.step_ms, m.per_s,
+                 volt::bench::mib(m.peak_bytes), vs_raw.c_str(), vs_lightning.c_str(), mfu.c_str());
   }
   // Same weights on both sides, or the comparison means nothing.
   bool same = true;
@@ -368,7 +375,8 @@ bool print_model(std::FILE* out, const std::string& model, const Window& window,
     lowest = std::min(lowest, m.final_loss);
     highest = std::max(highest, m.final_loss);
   }
-  if (!medians.empty()) std::fprintf(out, "\nFinal loss of every row (median over rounds): %.6f to %.6f\n", lowest, highest);
+  if (!medians.empty())
+    std::fprintf(out, "\nFinal loss of every row (median over rounds): %.6f to %.6f\n", lowest, highest);
   // Where volt's rows spend host time per step (medians over the rounds); no synchronization added.
   std::fprintf(out, "\nHost time per step and phase, microseconds (volt's rows; median of the rounds):\n\n| row |");
   for (const auto& phase : kPhases) std::fprintf(out, " %s |", phase.c_str());
@@ -392,8 +400,8 @@ bool print_model(std::FILE* out, const std::string& model, const Window& window,
   auto goal = [&](const std::string& what, const std::string& row, const std::string& base, double limit) {
     if (!medians.count(row) || !medians.count(base)) return;
     const double ratio = medians[row].step_ms / medians[base].step_ms;
-    std::fprintf(out, "- %s: %s / %s = %.3f (goal <= %.2f): %s\n", what.c_str(), row.c_str(), base.c_str(), ratio, limit,
-                ratio <= limit ? "met" : "MISSED");
+    std::fprintf(out, "- %s: %s / %s = %.3f (goal <= %.2f): %s\n", what.c_str(), row.c_str(), base.c_str(), ratio,
+                 limit, ratio <= limit ? "met" : "MISSED");
   };
   std::fprintf(out, "\n");
   goal("volt over raw LibTorch (same AdamW)", "volt_trainer", "raw_libtorch_fused", 1.03);
@@ -413,10 +421,11 @@ bool print_model(std::FILE* out, const std::string& model, const Window& window,
   ratio("PyTorch's default AdamW (foreach) over fused=True", "raw_pytorch", "raw_pytorch_fused");
   ratio("raw LibTorch over raw PyTorch, each one's fused AdamW", "raw_libtorch_fused", "raw_pytorch_fused");
   if (flops_per_step > 0) {
-    std::fprintf(out, "- GPT FLOPs per step: %.3e (6 x %lld matmul parameters x tokens + 12 x layers x d_model x sequence "
-                "x tokens)%s\n",
-                flops_per_step, static_cast<long long>(matmul_parameters),
-                peak_tflops > 0 ? "" : "; MFU not printed: unknown device peak (--peak-tflops)");
+    std::fprintf(out,
+                 "- GPT FLOPs per step: %.3e (6 x %lld matmul parameters x tokens + 12 x layers x d_model x sequence "
+                 "x tokens)%s\n",
+                 flops_per_step, static_cast<long long>(matmul_parameters),
+                 peak_tflops > 0 ? "" : "; MFU not printed: unknown device peak (--peak-tflops)");
   }
   return same;
 }
@@ -465,12 +474,14 @@ int main(int argc, char** argv) {
       volt::configure_cpu_threads({});
       const RunSettings run{worker, device, window_for(flags, worker, cuda), flags.root, round};
       auto rows = volt::bench::split_list(rows_flag);
-      std::rotate(rows.begin(), rows.begin() + static_cast<long>(round % static_cast<int64_t>(rows.size())), rows.end());
+      std::rotate(rows.begin(), rows.begin() + static_cast<long>(round % static_cast<int64_t>(rows.size())),
+                  rows.end());
       for (const auto& row : rows) run_volt_row(row, run);
       return;
     }
 
-    const auto models = volt::bench::split_list(flags.models.empty() ? (cuda ? "cnn,mlp,gpt" : "cnn,mlp") : flags.models);
+    const auto models =
+        volt::bench::split_list(flags.models.empty() ? (cuda ? "cnn,mlp,gpt" : "cnn,mlp") : flags.models);
     for (const auto& model : models) (void)volt::bench::step_model_spec(model);  // a bad name fails now
     if (!values.count("python")) {
       const char* from_env = std::getenv("VOLT_LIGHTNING_PYTHON");
@@ -479,7 +490,9 @@ int main(int argc, char** argv) {
     const std::string self = volt::bench::self_path("trainer_vs_lightning");
     const std::string script = std::string(VOLT_SOURCE_DIR) + "/bench/trainer_vs_lightning_worker.py";
     std::string gpu;
-    if (cuda) gpu = volt::bench::run_shell("nvidia-smi --query-gpu=name --format=csv,noheader | head -1", "trainer_vs_lightning");
+    if (cuda)
+      gpu =
+          volt::bench::run_shell("nvidia-smi --query-gpu=name --format=csv,noheader | head -1", "trainer_vs_lightning");
     gpu.erase(gpu.find_last_not_of(" \n") + 1);
     const double peak_tflops = flags.peak_tflops > 0 ? flags.peak_tflops : peak_tflops_of(gpu);
 

@@ -76,7 +76,10 @@ class VethLink {
   static long long burst_bytes(const std::string& rate) {
     const double number = std::atof(rate.c_str());
     const std::string unit = rate.substr(rate.find_first_not_of("0123456789."));
-    const double bits = unit == "gbit" ? number * 1e9 : unit == "mbit" ? number * 1e6 : unit == "kbit" ? number * 1e3 : number;
+    const double bits = unit == "gbit"   ? number * 1e9
+                        : unit == "mbit" ? number * 1e6
+                        : unit == "kbit" ? number * 1e3
+                                         : number;
     return std::max(65536LL, static_cast<long long>(bits / 8 / 100));
   }
 

@@ -12,7 +12,7 @@
 
 #include "data/batch.h"
 #include "core/state_dict.h"
-#include "trainer/graph/in_step_hook_probe.h"
+#include "core/in_step_hook_probe.h"
 
 namespace volt {
 

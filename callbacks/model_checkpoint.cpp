@@ -9,6 +9,7 @@
 #include "core/duration.h"
 #include "core/error.h"
 #include "trainer/trainer.h"
+#include "strategies/strategy.h"
 
 namespace volt {
 namespace {

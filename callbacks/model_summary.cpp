@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "trainer/trainer.h"
+#include "core/cpu_threads.h"
 
 namespace volt {
 namespace {
@@ -65,7 +66,8 @@ std::string ModelSummary::summarize(const torch::nn::Module& module, int64_t max
   std::vector<Row> rows;
   collect(module, "", 1, max_depth, rows);
   size_t name_width = 4, type_width = 4;
-  for (const auto& r : rows) name_width = std::max(name_width, r.name.size()), type_width = std::max(type_width, r.type.size());
+  for (const auto& r : rows)
+    name_width = std::max(name_width, r.name.size()), type_width = std::max(type_width, r.type.size());
   std::ostringstream out;
   out << "  | " << std::left << std::setw(static_cast<int>(name_width)) << "Name" << " | "
       << std::setw(static_cast<int>(type_width)) << "Type" << " | Params\n";

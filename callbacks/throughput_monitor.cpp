@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "precision/precision.h"
 #include "trainer/trainer.h"
+#include "strategies/strategy.h"
 
 namespace volt {
 
@@ -83,7 +84,9 @@ std::optional<ThroughputMonitor::Rates> ThroughputMonitor::window_rates() const 
   const Mark& last = window_.back();
   const double seconds = last.seconds - first.seconds;
   if (seconds <= 0) return std::nullopt;
-  const auto per_second = [&](int64_t later, int64_t earlier) { return static_cast<double>(later - earlier) / seconds; };
+  const auto per_second = [&](int64_t later, int64_t earlier) {
+    return static_cast<double>(later - earlier) / seconds;
+  };
   return Rates{per_second(last.batches, first.batches), per_second(last.samples, first.samples),
                per_second(last.items, first.items), options_.flops_per_sample};
 }

@@ -51,7 +51,8 @@ c10::IValue plain_value(const c10::IValue& value, const std::string& where) {
   if (value.isList()) {
     c10::impl::GenericList out(c10::AnyType::get());
     size_t i = 0;
-    for (const auto& element : value.toListRef()) out.push_back(plain_value(element, where + "[" + std::to_string(i++) + "]"));
+    for (const auto& element : value.toListRef())
+      out.push_back(plain_value(element, where + "[" + std::to_string(i++) + "]"));
     return out;
   }
   if (value.isTuple()) {
@@ -131,7 +132,8 @@ Integrity decode(const std::string& text, const std::string& source) {
       try {
         auto& crcs = integrity.block_crcs[std::stoull(key.substr(13))];
         std::istringstream items(list == "-" ? std::string() : list);
-        for (std::string item; std::getline(items, item, ',');) crcs.push_back(static_cast<uint32_t>(std::stoul(item, nullptr, 16)));
+        for (std::string item; std::getline(items, item, ',');)
+          crcs.push_back(static_cast<uint32_t>(std::stoul(item, nullptr, 16)));
       } catch (const std::logic_error&) {  // std::stoul's invalid_argument and out_of_range
         in.setstate(std::ios::failbit);
       }
@@ -280,7 +282,8 @@ StateDict read_checkpoint_archive(const std::shared_ptr<caffe2::serialize::ReadA
   OpenedArchive archive = open_archive(input, source, require_integrity);
   std::map<std::string, at::DataPtr> records;  // data/<i> → bytes, read while verifying
   if (archive.integrity) {
-    verify_whole(archive, source, [&](uint64_t i, at::DataPtr data) { records.emplace(std::to_string(i), std::move(data)); });
+    verify_whole(archive, source,
+                 [&](uint64_t i, at::DataPtr data) { records.emplace(std::to_string(i), std::move(data)); });
   }
   const c10::IValue value = unpickle(archive, source, [&](const std::string& name) -> at::DataPtr {
     auto found = records.find(name);
@@ -354,17 +357,20 @@ LazyCheckpoint read_lazily(const std::shared_ptr<caffe2::serialize::ReadAdapterI
     const bool has_blocks = integrity.block_bytes > 0;
     if (has_blocks) {
       const uint32_t crc = crc32c(archive.pickle.get(), archive.pickle_size);
-      check<CheckpointError>(crc == integrity.pickle_crc32c, source, ": checksum mismatch in data.pkl (crc32c recorded ",
-                             std::hex, integrity.pickle_crc32c, ", computed ", crc, std::dec,
+      check<CheckpointError>(crc == integrity.pickle_crc32c, source,
+                             ": checksum mismatch in data.pkl (crc32c recorded ", std::hex, integrity.pickle_crc32c,
+                             ", computed ", crc, std::dec,
                              "); the content is damaged: use another checkpoint or restore this one from a copy");
     } else {
       verify_whole(archive, source, [](uint64_t, at::DataPtr) {});
     }
-    auto file = std::make_shared<CheckpointFileReader>(input, source, has_blocks ? integrity.block_bytes : kCheckpointBlockBytes);
+    auto file = std::make_shared<CheckpointFileReader>(input, source,
+                                                       has_blocks ? integrity.block_bytes : kCheckpointBlockBytes);
     // Every storage comes out of the unpickler without data: its DataPtr's context names its record.
     const c10::IValue value = unpickle(archive, source, [&](const std::string& name) -> at::DataPtr {
-      return at::DataPtr(nullptr, new std::string(name), [](void* context) { delete static_cast<std::string*>(context); },
-                         c10::Device(torch::kCPU));
+      return at::DataPtr(
+          nullptr, new std::string(name), [](void* context) { delete static_cast<std::string*>(context); },
+          c10::Device(torch::kCPU));
     });
     LazyCheckpoint lazy;
     lazy.file = file;
@@ -379,7 +385,8 @@ LazyCheckpoint read_lazily(const std::shared_ptr<caffe2::serialize::ReadAdapterI
         try {
           file_offset = archive.reader->getRecordOffset(tensor_record(static_cast<size_t>(record)));
         } catch (const c10::Error& error) {
-          throw CheckpointError(source + ": record data/" + *name + " is missing; the file is damaged (" + brief(error) + ")");
+          throw CheckpointError(source + ": record data/" + *name + " is missing; the file is damaged (" +
+                                brief(error) + ")");
         }
         std::vector<uint32_t> block_crcs;
         if (has_blocks) {
@@ -394,7 +401,8 @@ LazyCheckpoint read_lazily(const std::shared_ptr<caffe2::serialize::ReadAdapterI
       }
       return record;
     };
-    std::function<c10::IValue(const c10::IValue&, bool)> rebuild = [&](const c10::IValue& item, bool lazy_here) -> c10::IValue {
+    std::function<c10::IValue(const c10::IValue&, bool)> rebuild = [&](const c10::IValue& item,
+                                                                       bool lazy_here) -> c10::IValue {
       if (item.isTensor()) {
         const auto& tensor = item.toTensor();
         if (!tensor.defined()) return item;

@@ -66,7 +66,8 @@ StateDict read_checkpoint_file(const fs::path& path, bool require_integrity) {
 LazyCheckpoint CheckpointIO::load_lazily(const fs::path& path, const std::vector<std::string>& lazy_sections) {
   // A subclass's load() may read from elsewhere than `path` on the local disk: go through it.
   if (typeid(*this) != typeid(CheckpointIO)) return {load(path), nullptr, {}};
-  return read_checkpoint_archive_lazily(open_checkpoint_file(path), "checkpoint '" + path.string() + "'", lazy_sections);
+  return read_checkpoint_archive_lazily(open_checkpoint_file(path), "checkpoint '" + path.string() + "'",
+                                        lazy_sections);
 }
 
 void CheckpointIO::save(const StateDict& checkpoint, const fs::path& path) {
@@ -98,7 +99,8 @@ void CheckpointIO::remove(const fs::path& path) {
   // What killed removals left in this directory.
   for (fs::directory_iterator it(directory, error), end; !error && it != end; it.increment(error)) {
     const std::string name = it->path().filename().string();
-    if (name.size() > suffix.size() + 1 && name[0] == '.' && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    if (name.size() > suffix.size() + 1 && name[0] == '.' &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
       std::error_code ignored;
       fs::remove_all(it->path(), ignored);
     }

@@ -115,14 +115,17 @@ void load_optimizer_state_dict(Optimizer& optimizer, const StateDict& state, con
       optimizer.load(archive);
       load_archive_group_options(optimizer, archive);
     } catch (const CheckpointError& error) {
-      throw CheckpointError(what + ": cannot restore " + current_type + " state: " + error.what() +
-                            "; configure_optimizers must build the same optimizer as the run that wrote the checkpoint");
+      throw CheckpointError(
+          what + ": cannot restore " + current_type + " state: " + error.what() +
+          "; configure_optimizers must build the same optimizer as the run that wrote the checkpoint");
     } catch (const c10::Error& error) {
-      throw CheckpointError(what + ": cannot restore " + current_type + " state: " + error.what_without_backtrace() +
-                            "; configure_optimizers must build the same optimizer as the run that wrote the checkpoint");
+      throw CheckpointError(
+          what + ": cannot restore " + current_type + " state: " + error.what_without_backtrace() +
+          "; configure_optimizers must build the same optimizer as the run that wrote the checkpoint");
     } catch (const std::exception& error) {  // LibTorch's own loaders also throw standard exceptions
-      throw CheckpointError(what + ": cannot restore " + current_type + " state (" + error.what() +
-                            "); configure_optimizers must build the same optimizer as the run that wrote the checkpoint");
+      throw CheckpointError(
+          what + ": cannot restore " + current_type + " state (" + error.what() +
+          "); configure_optimizers must build the same optimizer as the run that wrote the checkpoint");
     }
     return;
   }

@@ -17,8 +17,8 @@ using GenericList = c10::impl::GenericList;
 std::vector<StateDict> shard_full_checkpoint(const StateDict& full, int64_t world, std::vector<std::string>* notes) {
   check<ConfigurationError>(world >= 1, "sharding a checkpoint: the number of ranks must be >= 1, got ", world);
   check<CheckpointError>(!full.contains("layout") || full.get_string("layout") == "full",
-                         "sharding a checkpoint: it is in the '", full.contains("layout") ? full.get_string("layout") : "",
-                         "' layout; shard a full checkpoint");
+                         "sharding a checkpoint: it is in the '",
+                         full.contains("layout") ? full.get_string("layout") : "", "' layout; shard a full checkpoint");
   check<CheckpointError>(full.contains("state_dict") && full.at("state_dict").isGenericDict(),
                          "sharding a checkpoint: it has no 'state_dict' section (a weights file?); shard a checkpoint "
                          "a Trainer wrote");

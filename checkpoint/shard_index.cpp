@@ -39,7 +39,8 @@ GenericList list_of(const std::vector<int64_t>& values) {
 std::string position_of(const StateDict& checkpoint) {
   std::string position;
   for (const char* key : {"epoch", "global_step"}) {
-    if (checkpoint.contains(key)) position += std::string(position.empty() ? "" : ", ") + key + " " + std::to_string(checkpoint.get_int(key));
+    if (checkpoint.contains(key))
+      position += std::string(position.empty() ? "" : ", ") + key + " " + std::to_string(checkpoint.get_int(key));
   }
   if (checkpoint.contains("loops")) {
     const auto fit_loop = checkpoint.child("loops").child("fit_loop");
@@ -131,7 +132,8 @@ void load_shards(const fs::path& directory, const std::function<const StateDict&
   check<CheckpointError>(fs::exists(first_file, error), "checkpoint: '", directory.string(),
                          "' has no shard_0.ckpt; it is not a sharded checkpoint, or its first shard is missing");
   const StateDict& first = load(first_file);
-  check<CheckpointError>(first.contains("shard"), first_file.string(), ": not a shard of a sharded checkpoint (no 'shard' entry)");
+  check<CheckpointError>(first.contains("shard"), first_file.string(),
+                         ": not a shard of a sharded checkpoint (no 'shard' entry)");
   const int64_t world = first.child("shard").get_int("world_size");
   int64_t files = 0;
   for (const auto& entry : fs::directory_iterator(directory)) {

@@ -71,7 +71,8 @@ class ShardAssembly {
         shard.flats.emplace(parsed.key, std::move(parsed));
       }
       for (const auto& optimizer : index.at("optimizers").toListRef()) {
-        shard.optimizers.push_back(OptimizerShardIndex::from_state_dict(StateDict::from_ivalue(optimizer, shard.name + " shard index")));
+        shard.optimizers.push_back(
+            OptimizerShardIndex::from_state_dict(StateDict::from_ivalue(optimizer, shard.name + " shard index")));
       }
       shards_.push_back(std::move(shard));
     }
@@ -167,7 +168,8 @@ class ShardAssembly {
       check<CheckpointError>(numel == index.shard_numel, shard.name, ": '", key, "' holds ", numel,
                              " values, its index says ", index.shard_numel, ": the file is damaged");
       check<CheckpointError>(slices.empty() || slice.dtype == slices.front().second.dtype, shard.name, ": '", key,
-                             "' is of another dtype than in ", shards_.front().name, ": the shards are from different runs");
+                             "' is of another dtype than in ", shards_.front().name,
+                             ": the shards are from different runs");
       slices.emplace_back(&index, std::move(slice));
     }
     std::stable_sort(slices.begin(), slices.end(),
@@ -180,7 +182,8 @@ class ShardAssembly {
                              ", ", index->shard_offset, ") of '", key, "': the shards are from different runs");
       const int64_t end = std::min(index->shard_offset + index->shard_numel, first.numel);
       if (end <= covered) continue;
-      for (auto& piece : slice_pieces(slice.pieces, covered - index->shard_offset, end - covered)) flat.pieces.push_back(std::move(piece));
+      for (auto& piece : slice_pieces(slice.pieces, covered - index->shard_offset, end - covered))
+        flat.pieces.push_back(std::move(piece));
       covered = end;
     }
     check<CheckpointError>(covered == first.numel, shards_.front().name, ": no shard holds values [", covered, ", ",
@@ -205,18 +208,20 @@ class ShardAssembly {
       }
       const auto joined = join_flat(key, [&](const Shard& shard) {
         const auto state = shard.checkpoint->child("state_dict");
-        check<CheckpointError>(state.contains(key), shard.name, ": no '", key, "' in its state_dict, which its index lists");
+        check<CheckpointError>(state.contains(key), shard.name, ": no '", key,
+                               "' in its state_dict, which its index lists");
         return state.get_tensor(key);
       });
-      for (size_t i = 0; i < flat->second.names.size(); ++i) out.set(flat->second.names[i], entry_of(joined, flat->second, i));
+      for (size_t i = 0; i < flat->second.names.size(); ++i)
+        out.set(flat->second.names[i], entry_of(joined, flat->second, i));
     }
     return out;
   }
 
   StateDict optimizer_of(const Shard& shard, size_t i) const {
     const auto& list = shard.checkpoint->at("optimizer_states").toListRef();
-    check<CheckpointError>(i < list.size(), shard.name, ": holds ", list.size(), " optimizers' states, the first shard ",
-                           "more: the shards are from different saves");
+    check<CheckpointError>(i < list.size(), shard.name, ": holds ", list.size(),
+                           " optimizers' states, the first shard ", "more: the shards are from different saves");
     return StateDict::from_ivalue(list[i], shard.name + " optimizer " + std::to_string(i));
   }
 
@@ -234,11 +239,13 @@ class ShardAssembly {
       const auto& group = layout.groups[g];
       // Each shard's stepped tensors' indices in its "state".
       std::vector<std::vector<int64_t>> params;
-      for (const auto& state : states) params.push_back(StateDict::from_ivalue(state.at("param_groups").toListRef()[g]).get_ints("params"));
+      for (const auto& state : states)
+        params.push_back(StateDict::from_ivalue(state.at("param_groups").toListRef()[g]).get_ints("params"));
       // A stepped tensor's state in shard r.
       const auto stepped_state = [&](size_t r, int64_t stepped) {
         check<CheckpointError>(stepped >= 0 && stepped < static_cast<int64_t>(params[r].size()), shards_[r].name,
-                               ": optimizer ", i, " param group ", g, " has no tensor ", stepped, ": the file is damaged");
+                               ": optimizer ", i, " param group ", g, " has no tensor ", stepped,
+                               ": the file is damaged");
         return optimizer_state_at(states[r].at("state").toGenericDict(), params[r][static_cast<size_t>(stepped)]);
       };
       // Each flat's per-element state, put together once for all of its parameters.
@@ -263,13 +270,19 @@ class ShardAssembly {
           if (value.isTensor() && value.toTensor().dim() >= 1 && value.toTensor().numel() == flat.shard_numel) {
             auto found = joined.find({group.flat[p], key});
             if (found == joined.end()) {
-              found = joined.emplace(std::make_pair(group.flat[p], key), join_flat(group.flat[p], [&](const Shard& shard) {
-                const size_t r = static_cast<size_t>(&shard - shards_.data());
-                const auto state = stepped_state(r, group.stepped[p]);
-                check<CheckpointError>(state && state->contains(key), shard.name, ": optimizer ", i, " has no '", key,
-                                       "' for '", group.flat[p], "', which ", shards_.front().name, " has");
-                return state->at(key).toTensor();
-              })).first;
+              found = joined
+                          .emplace(std::make_pair(group.flat[p], key),
+                                   join_flat(group.flat[p],
+                                             [&](const Shard& shard) {
+                                               const size_t r = static_cast<size_t>(&shard - shards_.data());
+                                               const auto state = stepped_state(r, group.stepped[p]);
+                                               check<CheckpointError>(state && state->contains(key), shard.name,
+                                                                      ": optimizer ", i, " has no '", key, "' for '",
+                                                                      group.flat[p], "', which ", shards_.front().name,
+                                                                      " has");
+                                               return state->at(key).toTensor();
+                                             }))
+                          .first;
             }
             entry_state.insert(key, entry_of(found->second, flat, static_cast<size_t>(group.entry[p])));
           } else if (value.isTensor()) {
@@ -299,7 +312,8 @@ class ShardAssembly {
                            kind, "'; it was written by a newer volt");
     GenericDict merged(c10::IntType::get(), c10::AnyType::get());
     for (const auto& shard : shards_) {
-      for (const auto& entry : optimizer_of(shard, i).at("state").toGenericDict()) merged.insert_or_assign(entry.key(), entry.value());
+      for (const auto& entry : optimizer_of(shard, i).at("state").toGenericDict())
+        merged.insert_or_assign(entry.key(), entry.value());
     }
     full.set("state", merged);
     return full;

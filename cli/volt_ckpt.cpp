@@ -93,8 +93,8 @@ void inspect(const fs::path& path) {
   const Loaded loaded = load_any(path);
   const StateDict& c = loaded.full;
   std::cout << "checkpoint: " << path.string() << "\n";
-  std::cout << "layout: " << (loaded.sharded ? "sharded, " + std::to_string(loaded.files) + " shards" : std::string("full"))
-            << "\n";
+  std::cout << "layout: "
+            << (loaded.sharded ? "sharded, " + std::to_string(loaded.files) + " shards" : std::string("full")) << "\n";
   if (c.contains("format_version")) {
     std::cout << "format_version: " << c.get_int("format_version")
               << (c.contains("volt_version") ? " (volt " + c.get_string("volt_version") + ")" : std::string()) << "\n";
@@ -103,11 +103,13 @@ void inspect(const fs::path& path) {
   }
   if (c.contains("strategy")) {
     const auto strategy = c.child("strategy");
-    std::cout << "strategy: " << strategy.get_string("name") << ", world size " << strategy.get_int("world_size") << "\n";
+    std::cout << "strategy: " << strategy.get_string("name") << ", world size " << strategy.get_int("world_size")
+              << "\n";
   }
   if (c.contains("epoch")) std::cout << "epoch: " << c.get_int("epoch") << "\n";
   if (c.contains("global_step")) std::cout << "global_step: " << c.get_int("global_step") << "\n";
-  if (c.contains("weights_only")) std::cout << "weights_only: " << (c.get_bool("weights_only") ? "true" : "false") << "\n";
+  if (c.contains("weights_only"))
+    std::cout << "weights_only: " << (c.get_bool("weights_only") ? "true" : "false") << "\n";
   std::cout << "sections:";
   for (const auto& key : c.keys()) std::cout << " " << key;
   std::cout << "\n";
@@ -121,7 +123,8 @@ void inspect(const fs::path& path) {
     const auto& t = value.toTensor();
     const int64_t bytes = tensor_bytes(value);
     total += bytes;
-    rows << "  " << name << "  " << c10::toString(t.scalar_type()) << " " << t.sizes() << "  " << human_bytes(bytes) << "\n";
+    rows << "  " << name << "  " << c10::toString(t.scalar_type()) << " " << t.sizes() << "  " << human_bytes(bytes)
+         << "\n";
   }
   std::cout << "tensors" << (checkpoint ? " (state_dict)" : "") << ": " << weights.size() << ", "
             << human_bytes(total) << "\n"

@@ -33,7 +33,8 @@ const Tables& tables() {
 __attribute__((target("sse4.2"))) uint32_t crc32c_sse42(const void* data, size_t size, uint32_t crc) {
   const auto* p = static_cast<const unsigned char*>(data);
   uint64_t c = ~crc;
-  for (; size > 0 && (reinterpret_cast<uintptr_t>(p) & 7) != 0; --size) c = __builtin_ia32_crc32qi(static_cast<uint32_t>(c), *p++);
+  for (; size > 0 && (reinterpret_cast<uintptr_t>(p) & 7) != 0; --size)
+    c = __builtin_ia32_crc32qi(static_cast<uint32_t>(c), *p++);
   for (; size >= 8; size -= 8, p += 8) {
     uint64_t word;
     std::memcpy(&word, p, 8);

@@ -63,7 +63,8 @@ void OptionCatalog::add_alias_entry(const std::string& alias, const std::string&
   entries_[alias].alias_of = canonical;
   try {
     std::string name, extension_name;
-    resolve(NamedSpec{.name = alias, .values = {}}, {}, &name, &extension_name);  // presets must be declared keys with valid values
+    resolve(NamedSpec{.name = alias, .values = {}}, {}, &name,
+            &extension_name);  // presets must be declared keys with valid values
   } catch (...) {
     entries_.erase(alias);
     order_.pop_back();

@@ -63,8 +63,8 @@ Batch TensorDataset::get_batch(const BatchRequest& request) const {
   // asynchronously: a pageable upload would wait for every kernel queued before it, and so stall
   // the step pipeline once per batch.
   const bool consecutive =
-      !indices.empty() &&
-      std::adjacent_find(indices.begin(), indices.end(), [](int64_t a, int64_t b) { return b != a + 1; }) == indices.end();
+      !indices.empty() && std::adjacent_find(indices.begin(), indices.end(),
+                                             [](int64_t a, int64_t b) { return b != a + 1; }) == indices.end();
   torch::Tensor index;  // the gather index, on the device of the last tensor gathered
   auto select = [&](const torch::Tensor& t) {
     if (!t.defined()) return t;
@@ -104,7 +104,8 @@ Batch SubsetDataset::get_batch(const BatchRequest& request) const {
   mapped.indices.clear();
   mapped.indices.reserve(request.indices.size());
   for (int64_t index : request.indices) {
-    check<ConfigurationError>(index >= 0 && index < size(), "SubsetDataset: index ", index, " is outside [0, ", size(), ")");
+    check<ConfigurationError>(index >= 0 && index < size(), "SubsetDataset: index ", index, " is outside [0, ", size(),
+                              ")");
     mapped.indices.push_back(indices_[static_cast<size_t>(index)]);
   }
   return base_->get_batch(mapped);

@@ -37,7 +37,8 @@ struct CollectiveCounters {
   int64_t total_calls() const;
   int64_t total_bytes() const;
   // `<prefix><kind>_calls` and `<prefix><kind>_bytes` for every kind that was called, plus
-  // `<prefix><kind>_sent_bytes` where it is counted, and `<prefix>calls` and `<prefix>bytes` in total; e.g. {"comm/all_reduce_bytes": 4096, ...}.
+  // `<prefix><kind>_sent_bytes` where it is counted, and `<prefix>calls` and `<prefix>bytes` in total; e.g.
+  // {"comm/all_reduce_bytes": 4096, ...}.
   std::map<std::string, double> as_metrics(const std::string& prefix = "comm/") const;
   CollectiveCounters operator-(const CollectiveCounters& earlier) const;
 };

@@ -27,7 +27,8 @@ std::string first_line(const std::string& text) { return text.substr(0, text.fin
 }  // namespace
 
 std::string cause_of(const std::exception& e) {
-  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) return first_line(c10_error->what_without_backtrace());
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e))
+    return first_line(c10_error->what_without_backtrace());
   return first_line(e.what());
 }
 

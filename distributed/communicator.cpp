@@ -20,8 +20,8 @@ void CommunicatorOptions::validate() const {
                             "; set --master-port or MASTER_PORT");
   check<ConfigurationError>(timeout.count() > 0, "Communicator: expected a timeout > 0 ms, got ",
                             timeout.count(), " ms; set --timeout in seconds");
-  check<ConfigurationError>(heartbeat_interval.count() >= 0, "Communicator: expected a heartbeat interval >= 0 ms, got ",
-                            heartbeat_interval.count());
+  check<ConfigurationError>(heartbeat_interval.count() >= 0,
+                            "Communicator: expected a heartbeat interval >= 0 ms, got ", heartbeat_interval.count());
   check<ConfigurationError>(inline_all_reduce_max_bytes >= 0,
                             "Communicator: expected inline_all_reduce_max_bytes >= 0 (0 turns it off), got ",
                             inline_all_reduce_max_bytes);
@@ -138,11 +138,12 @@ std::vector<std::string> Communicator::all_gather_bytes(const std::string& bytes
 }
 
 std::vector<std::string> Communicator::gather_bytes(const std::string& bytes, int64_t root) {
-  check<ConfigurationError>(root >= 0 && root < size(), describe(), ": gather_bytes expects a root rank in [0, ", size(),
-                            "), got ", root);
+  check<ConfigurationError>(root >= 0 && root < size(), describe(), ": gather_bytes expects a root rank in [0, ",
+                            size(), "), got ", root);
   const auto lengths = all_gather(torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kLong)).flatten();
   const int64_t longest = lengths.max().item<int64_t>();
-  if (longest == 0) return rank() == root ? std::vector<std::string>(static_cast<size_t>(size())) : std::vector<std::string>{};
+  if (longest == 0)
+    return rank() == root ? std::vector<std::string>(static_cast<size_t>(size())) : std::vector<std::string>{};
   const auto rows = gather(padded_bytes(bytes, longest), root);
   return rank() == root ? unpad_rows(rows, lengths) : std::vector<std::string>{};
 }

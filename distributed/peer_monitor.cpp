@@ -37,7 +37,8 @@ void PeerMonitor::beat_loop() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (int64_t count = 0; !stopping_; ++count) {
     try {
-      store_->set("beat/" + std::to_string(rank_), bytes(std::to_string(count) + " " + std::to_string(progress_.load())));
+      store_->set("beat/" + std::to_string(rank_),
+                  bytes(std::to_string(count) + " " + std::to_string(progress_.load())));
     } catch (const std::exception&) {
       return;  // the store is gone: the collectives will fail and diagnose() says so
     }

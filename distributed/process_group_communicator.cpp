@@ -244,7 +244,8 @@ class ProcessGroupCommunicator : public Communicator {
       reduce_scatter_chunks_by_padding(*this, output, contiguous_input, counts, op);
       return completed(output);
     }
-    return start_ring_reduce_scatter(transport, std::move(output), contiguous_input, std::move(counts), op, "(chunks, ");
+    return start_ring_reduce_scatter(transport, std::move(output), contiguous_input, std::move(counts), op,
+                                     "(chunks, ");
   }
 
   CollectiveHandle reduce_async(torch::Tensor tensor, int64_t root, ReduceOp op) override {
@@ -277,7 +278,8 @@ class ProcessGroupCommunicator : public Communicator {
   CollectiveHandle barrier_async() override {
     c10d::BarrierOptions opts;
     opts.timeout = timeout();
-    if (setup_.backend == "nccl") opts.device_ids = {setup_.compute_device.index()};  // Note [NCCL and this rank's device]
+    if (setup_.backend == "nccl")
+      opts.device_ids = {setup_.compute_device.index()};  // Note [NCCL and this rank's device]
     if (transports_->route(Collective::Barrier, torch::Tensor()) == Transport::SharedMemory) {
       return start_ring(CollectiveKind::Barrier, torch::Tensor(), kThroughShm,
                         [group = &transports_->shared_memory()] { group->barrier(); }, [] { return torch::Tensor(); });
@@ -374,11 +376,12 @@ class ProcessGroupCommunicator : public Communicator {
                                    std::function<torch::Tensor(torch::Tensor, bool)> finish) {
     if (transport == Transport::SharedMemory) {
       // On the ring thread where there is one, so that it overlaps with backward like Gloo's own.
-      return start_ring(kind, buffer, detail + kThroughShm,
-                        [group = &transports_->shared_memory(), buffer, op, run = std::move(on_shared_memory)]() mutable {
-                          run(*group, buffer, op);
-                        },
-                        [buffer, finish = std::move(finish)] { return finish(buffer, true); });
+      return start_ring(
+          kind, buffer, detail + kThroughShm,
+          [group = &transports_->shared_memory(), buffer, op, run = std::move(on_shared_memory)]() mutable {
+            run(*group, buffer, op);
+          },
+          [buffer, finish = std::move(finish)] { return finish(buffer, true); });
     }
     // Otherwise Mean is the finisher's division of the sum.
     if (transport == Transport::Inline) {
@@ -402,11 +405,12 @@ class ProcessGroupCommunicator : public Communicator {
     }
     if (transport == Transport::SharedMemory) {
       count_sent(CollectiveKind::AllGather, payload_bytes(input));  // written once, into the segment
-      return start_ring(CollectiveKind::AllGather, input, kThroughShm,
-                        [group = &transports_->shared_memory(), input, flat = output.view({-1}), n = size()]() mutable {
-                          group->all_gather(input.view({-1}), flat, std::vector<int64_t>(static_cast<size_t>(n), input.numel()));
-                        },
-                        [output] { return output; });
+      return start_ring(
+          CollectiveKind::AllGather, input, kThroughShm,
+          [group = &transports_->shared_memory(), input, flat = output.view({-1}), n = size()]() mutable {
+            group->all_gather(input.view({-1}), flat, std::vector<int64_t>(static_cast<size_t>(n), input.numel()));
+          },
+          [output] { return output; });
     }
     c10d::AllgatherOptions opts;
     opts.timeout = timeout();
@@ -417,8 +421,9 @@ class ProcessGroupCommunicator : public Communicator {
     auto wire_out = movable(output).view({-1});
 #if defined(VOLT_WITH_CUDA)
     if (setup_.backend == "nccl") {
-      return launch(CollectiveKind::AllGather, input, "",
-                    [&] { return process_group_->_allgather_base(wire_out, wire_in, opts); }, [output] { return output; });
+      return launch(
+          CollectiveKind::AllGather, input, "",
+          [&] { return process_group_->_allgather_base(wire_out, wire_in, opts); }, [output] { return output; });
     }
 #endif
     return launch(CollectiveKind::AllGather, input, "",
@@ -426,7 +431,8 @@ class ProcessGroupCommunicator : public Communicator {
                     // Gloo gathers into a flat buffer of its own, then copies into these views.
                     const int64_t n = input.numel();
                     std::vector<std::vector<at::Tensor>> outputs(1);
-                    for (int64_t r = 0; r < size(); ++r) outputs[0].push_back(wire_out.narrow(0, r * n, n).view(input.sizes()));
+                    for (int64_t r = 0; r < size(); ++r)
+                      outputs[0].push_back(wire_out.narrow(0, r * n, n).view(input.sizes()));
                     std::vector<at::Tensor> inputs{wire_in};
                     return process_group_->allgather(outputs, inputs, opts);
                   },
@@ -479,13 +485,13 @@ class ProcessGroupCommunicator : public Communicator {
                         },
                         [output] { return output; });
     }
-    return start_ring(CollectiveKind::ReduceScatter, contiguous_input, detail_prefix + op_name(op) + ")",
-                      [this, output, contiguous_input, counts, op]() mutable {
-                        count_sent(CollectiveKind::ReduceScatter,
-                                   ring_reduce_scatter(*process_group_, entry_, rank(), counts, output, contiguous_input, op,
-                                                       timeout()));
-                      },
-                      [output] { return output; });
+    return start_ring(
+        CollectiveKind::ReduceScatter, contiguous_input, detail_prefix + op_name(op) + ")",
+        [this, output, contiguous_input, counts, op]() mutable {
+          count_sent(CollectiveKind::ReduceScatter, ring_reduce_scatter(*process_group_, entry_, rank(), counts, output,
+                                                                        contiguous_input, op, timeout()));
+        },
+        [output] { return output; });
   }
 
   // One of volt's rings: on the ring thread when this communicator has one (Note [Ring

@@ -298,9 +298,9 @@ std::optional<std::string> ProcessLauncher::wait_for_children(std::chrono::milli
     if (!state_->all_ended() && !state_->failure) {
       for (const auto& c : state_->children) {
         if (!c.ended) {
-          state_->failure = state_->name(c) + " did not end within " + std::to_string(timeout.count()) +
-                            " ms after rank " + std::to_string(state_->options.node_rank * state_->options.local_world_size) +
-                            " finished; stopped it";
+          state_->failure =
+              state_->name(c) + " did not end within " + std::to_string(timeout.count()) + " ms after rank " +
+              std::to_string(state_->options.node_rank * state_->options.local_world_size) + " finished; stopped it";
           break;
         }
       }

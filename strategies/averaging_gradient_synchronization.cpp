@@ -2,20 +2,21 @@
 
 #include "strategies/averaging/parameter_mean.h"
 #include "strategies/dense_gradients.h"
-#include "strategies/parallel_strategy.h"
+#include "distributed/communicator.h"
 
 namespace volt {
 
-AveragingGradientSynchronization::AveragingGradientSynchronization(ParallelStrategy& owner)
-    : GradientSynchronization(owner), parallel_owner_(owner) {}
+AveragingGradientSynchronization::AveragingGradientSynchronization(const PartContext& context,
+                                                                   ProcessGroupContext& group)
+    : GradientSynchronization(context), group_(group) {}
 
 void AveragingGradientSynchronization::synchronize_accumulated_gradients(torch::nn::Module& module) {
   torch::NoGradGuard no_grad;
-  auto& comm = parallel_owner_.gradient_group();
+  auto& comm = group_.gradient_group();
   std::vector<torch::Tensor> params;
   for (const auto& item : module.named_parameters()) {
     if (!item.value().requires_grad()) continue;
-    check_dense_gradient(item.value(), item.key(), owner().name());  // Note [Sparse gradients]
+    check_dense_gradient(item.value(), item.key(), context().name());  // Note [Sparse gradients]
     params.push_back(item.value());
   }
   auto has_grad = torch::zeros({static_cast<int64_t>(params.size())}, torch::kInt);

@@ -3,14 +3,15 @@
 // itself synchronizes nothing, and a window that closed without backward (or a strategy without
 // a reducer) gets its accumulated gradients averaged over the strategy's gradient group.
 #include "strategies/gradient_synchronization.h"
+#include "strategies/part_context.h"
 
 namespace volt {
 
-class ParallelStrategy;
 
 class AveragingGradientSynchronization : public GradientSynchronization {
  public:
-  explicit AveragingGradientSynchronization(ParallelStrategy& owner);
+  // Averages over `group`'s gradient group (Note [Part context]).
+  AveragingGradientSynchronization(const PartContext& context, ProcessGroupContext& group);
 
   // Averages every trainable parameter's gradient over the gradient group
   // (averaging::replace_by_mean, after one all_reduce that tells which parameters have a gradient
@@ -18,7 +19,7 @@ class AveragingGradientSynchronization : public GradientSynchronization {
   void synchronize_accumulated_gradients(torch::nn::Module& module) override;
 
  private:
-  ParallelStrategy& parallel_owner_;
+  ProcessGroupContext& group_;
 };
 
 }  // namespace volt

@@ -225,7 +225,8 @@ void save_checkpoint_files(StrategyCollectives& collectives, CheckpointIO& io, C
   }
   const fs::path temporary = temporary_directory(path);
   prepare_directory(collectives, temporary);
-  run_and_agree(collectives, true, true, "writing shard " + std::to_string(topology.global_rank) + " of '" + path.string() + "'",
+  run_and_agree(collectives, true, true,
+                "writing shard " + std::to_string(topology.global_rank) + " of '" + path.string() + "'",
                 [&] { io.save(checkpoint, shard_file(temporary, topology.global_rank)); });
   run_and_agree(collectives, topology.global_rank == 0, false, "renaming '" + temporary.string() + "'",
                 [&] { replace_directory(temporary, path); });

@@ -10,11 +10,14 @@
 #include "strategies/optimizer_sharding.h"
 #include "strategies/rank_gather.h"
 #include "strategies/sharded_optimizer.h"
-#include "strategies/strategy.h"
+#include "strategies/part_context.h"
+#include "strategies/strategy_collectives.h"
 
 namespace volt {
 
-StateDict CheckpointState::model_state_dict(torch::nn::Module& module, CheckpointLayout layout) { return module_state_dict(module); }
+StateDict CheckpointState::model_state_dict(torch::nn::Module& module, CheckpointLayout layout) {
+  return module_state_dict(module);
+}
 
 void CheckpointState::load_model_state_dict(torch::nn::Module& module, const StateDict& state, CheckpointLayout layout,
                                             bool strict, const std::string& source, const ShardedCheckpoint* slices) {
@@ -23,27 +26,28 @@ void CheckpointState::load_model_state_dict(torch::nn::Module& module, const Sta
 
 StateDict CheckpointState::optimizer_state_dict(torch::optim::Optimizer& optimizer, CheckpointLayout layout) {
   // A sharded optimizer consolidates its shards (Full) or writes its own (Sharded).
-  if (const auto* sharding = owner().optimizer_sharding()) return sharding->state_dict(optimizer, layout);
+  if (const auto* sharding = context().optimizer_sharding()) return sharding->state_dict(optimizer, layout);
   return volt::optimizer_state_dict(optimizer);
 }
 
 void CheckpointState::load_optimizer_state_dict(torch::optim::Optimizer& optimizer, const StateDict& state,
                                                 CheckpointLayout layout, const std::string& what,
                                                 const ParameterNamer& name_of, const ShardedCheckpoint* slices) {
-  if (const auto* sharding = owner().optimizer_sharding()) return sharding->load_state_dict(optimizer, state, what, name_of);
+  if (const auto* sharding = context().optimizer_sharding())
+    return sharding->load_state_dict(optimizer, state, what, name_of);
   volt::load_optimizer_state_dict(optimizer, state, what, name_of);
 }
 
 StateDict CheckpointState::shard_index(const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers) {
   std::vector<OptimizerShardIndex> layouts(optimizers.size());
-  for (auto& layout : layouts) layout.kind = owner().shards_optimizer_state() ? "partitioned" : "replicated";
+  for (auto& layout : layouts) layout.kind = (context().optimizer_sharding() != nullptr) ? "partitioned" : "replicated";
   return volt::shard_index({}, layouts);
 }
 
 StateDict CheckpointState::accumulated_gradients(torch::nn::Module& module, CheckpointLayout layout) {
   StateDict section;
   const auto parameters = module.named_parameters();
-  const auto topology = owner().topology();
+  const auto topology = context().topology();
   if (topology.world_size == 1 || layout == CheckpointLayout::Sharded) {
     StateDict grads;
     for (const auto& p : parameters) {
@@ -58,7 +62,7 @@ StateDict CheckpointState::accumulated_gradients(torch::nn::Module& module, Chec
   for (size_t i = 0; i < parameters.size(); ++i) {
     has_grad[static_cast<int64_t>(i)] = parameters[i].value().grad().defined() ? 1 : 0;
   }
-  const auto flags = gather_from_ranks(owner().collectives(), has_grad);
+  const auto flags = gather_from_ranks(context().collectives(), has_grad);
   std::vector<StateDict> per_rank(flags.size());
   for (size_t i = 0; i < parameters.size(); ++i) {
     const auto index = static_cast<int64_t>(i);
@@ -69,7 +73,7 @@ StateDict CheckpointState::accumulated_gradients(torch::nn::Module& module, Chec
     const auto grad = parameter.grad().defined()
                           ? parameter.grad()
                           : torch::zeros(held_gradient_shape(parameters[i].key(), parameter), parameter.options());
-    const auto all = gather_from_ranks(owner().collectives(), grad);
+    const auto all = gather_from_ranks(context().collectives(), grad);
     for (size_t r = 0; r < per_rank.size(); ++r) {
       if (flags[r][index].item<int32_t>() != 0) per_rank[r].set(parameters[i].key(), all[r]);
     }
@@ -82,11 +86,12 @@ void CheckpointState::load_accumulated_gradients(torch::nn::Module& module, cons
                                                        const std::string& source) {
   StateDict grads = section.contains("accumulated_grads") ? section.child("accumulated_grads") : StateDict();
   if (section.contains("accumulated_grads_per_rank")) {
-    const auto topology = owner().topology();
-    auto found = per_rank_entry(section, "accumulated_grads_per_rank", topology.global_rank, topology.world_size, source);
+    const auto topology = context().topology();
+    auto found =
+        per_rank_entry(section, "accumulated_grads_per_rank", topology.global_rank, topology.world_size, source);
     if (found.entry) {
       grads = std::move(*found.entry);
-    } else if (owner().is_global_zero()) {
+    } else if ((context().topology().global_rank == 0)) {
       warn(source + " was written inside an accumulation window by " + std::to_string(found.saved_ranks) +
            " ranks, this run has " + std::to_string(topology.world_size) +
            ": the window's gradients so far are dropped, so its step averages fewer micro-batches");

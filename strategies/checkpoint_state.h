@@ -20,13 +20,14 @@
 namespace volt {
 
 class ShardedCheckpoint;
-class Strategy;
+class PartContext;
 
 class CheckpointState {
  public:
-  // `owner`: the strategy that holds this part and outlives it.
-  explicit CheckpointState(Strategy& owner, CheckpointLayout layout = CheckpointLayout::Full)
-      : owner_(owner), layout_(layout) {}
+  // `context`: the strategy that holds this part and outlives it, as much of it as a part may
+  // read (Note [Part context]).
+  explicit CheckpointState(const PartContext& context, CheckpointLayout layout = CheckpointLayout::Full)
+      : context_(context), layout_(layout) {}
   virtual ~CheckpointState() = default;
 
   // The layout this strategy writes.
@@ -40,7 +41,9 @@ class CheckpointState {
   virtual StateDict model_state_dict(torch::nn::Module& module, CheckpointLayout layout);
   // The module's parameters and buffers whole on every rank (tests, exports that every rank
   // needs). [collective for strategies that shard]
-  virtual StateDict full_model_state_dict(torch::nn::Module& module) { return model_state_dict(module, CheckpointLayout::Full); }
+  virtual StateDict full_model_state_dict(torch::nn::Module& module) {
+    return model_state_dict(module, CheckpointLayout::Full);
+  }
   // Loads `state` (of `layout`) into the module in place; `source` names it in errors. `slices`
   // reads the placeholders `state` holds (LoadedCheckpoint::slices; null: none), for a strategy
   // that reads_slices.
@@ -93,10 +96,10 @@ class CheckpointState {
   virtual bool reads_slices() const { return false; }
 
  protected:
-  Strategy& owner() const { return owner_; }
+  const PartContext& context() const { return context_; }
 
  private:
-  Strategy& owner_;
+  const PartContext& context_;
   CheckpointLayout layout_;
 };
 

@@ -2,16 +2,18 @@
 // The collectives part (strategy_collectives.h) of every ParallelStrategy: over its root
 // Communicator, the whole world. Decisions carry where they were taken, so that ranks at
 // different decisions fail instead of pairing (Note [Which decision], decision_site.h).
+#include "strategies/part_context.h"
 #include "strategies/strategy_collectives.h"
 
 namespace volt {
 
-class ParallelStrategy;
 
 class CommunicatorCollectives : public StrategyCollectives {
  public:
-  // `owner` holds this part and outlives it; its communicator exists from setup_environment on.
-  explicit CommunicatorCollectives(ParallelStrategy& owner) : owner_(owner) {}
+  // The strategy that holds this part and outlives it (Note [Part context]); its communicator
+  // exists from setup_environment on.
+  CommunicatorCollectives(const PartContext& context, const ProcessGroupContext& group)
+      : context_(context), group_(group) {}
 
   ProcessTopology topology() const override;
   torch::Device root_device() const override;
@@ -25,7 +27,8 @@ class CommunicatorCollectives : public StrategyCollectives {
   std::vector<StateDict> gather_states(const StateDict& mine, int64_t root = 0) override;  // [collective]
 
  private:
-  ParallelStrategy& owner_;
+  const PartContext& context_;
+  const ProcessGroupContext& group_;
 };
 
 }  // namespace volt

@@ -10,7 +10,8 @@ const char* kWhatToDo =
     "(--strategy single_device). See Note [Sparse gradients]";
 
 bool declares_sparse_gradients(const torch::nn::Module& module) {
-  if (const auto* embedding = dynamic_cast<const torch::nn::EmbeddingImpl*>(&module)) return embedding->options.sparse();
+  if (const auto* embedding = dynamic_cast<const torch::nn::EmbeddingImpl*>(&module))
+    return embedding->options.sparse();
   if (const auto* bag = dynamic_cast<const torch::nn::EmbeddingBagImpl*>(&module)) return bag->options.sparse();
   return false;
 }
@@ -21,7 +22,8 @@ void refuse_sparse_gradient_modules(const torch::nn::Module& module, const std::
   std::string names;
   for (const auto& item : module.named_modules("", /*include_self=*/true)) {
     if (!declares_sparse_gradients(*item.value())) continue;
-    names += (names.empty() ? "'" : ", '") + (item.key().empty() ? std::string("(the module itself)") : item.key()) + "'";
+    names +=
+        (names.empty() ? "'" : ", '") + (item.key().empty() ? std::string("(the module itself)") : item.key()) + "'";
   }
   check<NotSupportedError>(names.empty(), "--strategy ", strategy, ": submodule(s) ", names,
                            " are built with sparse=true and would produce sparse gradients, which distributed "

@@ -5,7 +5,7 @@
 #include "strategies/gradient_norm.h"
 #include "strategies/optimizer_sharding.h"
 #include "strategies/sharded_optimizer.h"
-#include "strategies/strategy.h"
+#include "strategies/part_context.h"
 
 namespace volt {
 namespace {
@@ -36,9 +36,10 @@ void GradientSynchronization::zero_grad(torch::optim::Optimizer& optimizer) {
   }
 }
 
-torch::Tensor GradientSynchronization::clip_norm(torch::optim::Optimizer& optimizer, double max_norm, double norm_type) {
+torch::Tensor GradientSynchronization::clip_norm(torch::optim::Optimizer& optimizer, double max_norm,
+                                                 double norm_type) {
   // Over every rank's shard, each parameter counted once.
-  if (const auto* sharding = owner().optimizer_sharding()) return sharding->clip_norm(optimizer, max_norm, norm_type);
+  if (const auto* sharding = context().optimizer_sharding()) return sharding->clip_norm(optimizer, max_norm, norm_type);
   return clip_grad_norm(parameters_with_grad(optimizer), max_norm, norm_type);
 }
 

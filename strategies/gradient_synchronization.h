@@ -11,12 +11,13 @@
 
 namespace volt {
 
-class Strategy;
+class PartContext;
 
 class GradientSynchronization {
  public:
-  // `owner`: the strategy that holds this part and outlives it.
-  explicit GradientSynchronization(Strategy& owner) : owner_(owner) {}
+  // `context`: the strategy that holds this part and outlives it, as much of it as a part may
+  // read (Note [Part context]).
+  explicit GradientSynchronization(const PartContext& context) : context_(context) {}
   virtual ~GradientSynchronization() = default;
 
   // Micro-batches inside this scope accumulate gradients locally without synchronizing.
@@ -45,10 +46,10 @@ class GradientSynchronization {
   virtual void clip_value(torch::optim::Optimizer& optimizer, double clip_value);
 
  protected:
-  Strategy& owner() const { return owner_; }
+  const PartContext& context() const { return context_; }
 
  private:
-  Strategy& owner_;
+  const PartContext& context_;
   bool zero_in_place_ = false;
 };
 

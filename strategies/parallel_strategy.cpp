@@ -12,8 +12,8 @@
 namespace volt {
 
 ParallelStrategy::ParallelStrategy() {
-  hold(std::make_shared<CommunicatorCollectives>(*this));
-  hold(std::make_shared<AveragingGradientSynchronization>(*this));
+  hold(std::make_shared<CommunicatorCollectives>(*this, *this));
+  hold(std::make_shared<AveragingGradientSynchronization>(*this, *this));
 }
 
 void ParallelStrategy::setup_environment(const StrategyEnvironment& environment) {
@@ -74,15 +74,6 @@ Topology& ParallelStrategy::build_topology(std::optional<int64_t> node_size) {
 Topology& ParallelStrategy::node_topology() const {
   VOLT_INTERNAL_ASSERT(topology_ != nullptr, name(), ": the topology is used before build_topology()");
   return *topology_;
-}
-
-void ParallelStrategy::broadcast_module_buffers(torch::nn::Module& module) {
-  std::vector<torch::Tensor> buffers;
-  for (auto& buffer : module.buffers()) {
-    if (buffer.defined() && buffer.numel() > 0) buffers.push_back(buffer);
-  }
-  // One broadcast per dtype (buffers are few and small: a flat copy beats a collective each).
-  through_flat_buffers(buffers, [this](torch::Tensor& flat) { communicator().broadcast(flat, 0); });
 }
 
 void ParallelStrategy::teardown() {

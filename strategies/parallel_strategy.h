@@ -3,10 +3,10 @@
 // It owns the process group: setup_environment() starts the other local ranks when this process
 // must (through the ProcessLauncher in its StrategyEnvironment) and joins the group through the
 // cluster environment's rendezvous; its collectives part (communicator_collectives.h: metric
-// reduction, decisions, barrier) goes through its Communicator, whose counters it publishes as metrics ("comm/bytes", "comm/step_bytes", ...). A
-// strategy that works within process subgroups (post-local-SGD, SlowMo) builds the run's Topology
-// here (build_topology), so that every such strategy shares one and its groups' counters are
-// published beside the world's.
+// reduction, decisions, barrier) goes through its Communicator, whose counters it publishes as metrics ("comm/bytes",
+// "comm/step_bytes", ...). A strategy that works within process subgroups (post-local-SGD, SlowMo) builds the run's
+// Topology here (build_topology), so that every such strategy shares one and its groups' counters are published beside
+// the world's.
 //
 // Its gradients part averages accumulated gradients over gradient_group()
 // (averaging_gradient_synchronization.h); subclasses hold their own synchronization (a reducer,
@@ -23,7 +23,7 @@
 
 namespace volt {
 
-class ParallelStrategy : public Strategy {
+class ParallelStrategy : public Strategy, public ProcessGroupContext {
  public:
   bool is_distributed() const override { return true; }
 
@@ -41,7 +41,7 @@ class ParallelStrategy : public Strategy {
   ParallelStrategy();
 
   // The cluster's topology once setup_environment ran (one process of one before).
-  ProcessTopology cluster_topology() const;
+  ProcessTopology cluster_topology() const override;
 
   // Communication so far: "comm/<kind>_calls", "comm/<kind>_bytes", "comm/calls", "comm/bytes"
   // (payload bytes since setup, every collective of this process's root communicator, i.e. over
@@ -53,7 +53,7 @@ class ParallelStrategy : public Strategy {
   std::map<std::string, double> metrics() const override;
 
   // The root communicator; throws InternalError before setup_environment().
-  Communicator& communicator() const;
+  Communicator& communicator() const override;
   const ClusterEnvironment& cluster() const;
 
   // Builds the run's Topology over the root communicator: node groups of `node_size` consecutive
@@ -64,12 +64,9 @@ class ParallelStrategy : public Strategy {
   // Throws InternalError before build_topology().
   Topology& node_topology() const;
 
-  // Rank 0's buffers (e.g. BatchNorm statistics) into every rank's, one flat broadcast per dtype:
-  // DDP's broadcast_buffers before each training forward. [collective]
-  void broadcast_module_buffers(torch::nn::Module& module);
   // The ranks whose gradients are averaged every step: the world; SlowMo: this process's node.
   // [collective the first time for a strategy that builds its topology here]
-  virtual Communicator& gradient_group() { return communicator(); }
+  Communicator& gradient_group() override { return communicator(); }
 
  protected:
   // Makes every rank start from rank 0's parameters and buffers (after checking that every rank

@@ -1,12 +1,13 @@
 #include "strategies/placement.h"
 
 #include "data/sampler.h"
-#include "strategies/strategy.h"
+#include "precision/precision.h"
+#include "strategies/part_context.h"
 
 namespace volt {
 
 std::shared_ptr<DataLoader> Placement::distribute_loader(std::shared_ptr<DataLoader> loader, RunningStage stage) const {
-  const auto topology = owner().topology();
+  const auto topology = context().topology();
   if (topology.world_size == 1) return loader;
   // A dataset that deals itself to ranks (a stream's shards) gives this rank its share.
   if (auto share = loader->dataset().share_of_rank(topology.global_rank, topology.world_size)) {
@@ -28,9 +29,9 @@ std::shared_ptr<DataLoader> Placement::distribute_loader(std::shared_ptr<DataLoa
 }
 
 Batch Placement::batch_to_device(const Batch& batch, bool non_blocking) const {
-  return owner().precision().convert_input(batch.to(owner().root_device(), non_blocking));
+  return context().precision().convert_input(batch.to(context().root_device(), non_blocking));
 }
 
-ScopeGuard Placement::forward_context(RunningStage stage) { return owner().precision().forward_context(); }
+ScopeGuard Placement::forward_context(RunningStage stage) { return context().precision().forward_context(); }
 
 }  // namespace volt

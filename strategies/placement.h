@@ -15,12 +15,13 @@
 
 namespace volt {
 
-class Strategy;
+class PartContext;
 
 class Placement {
  public:
-  // `owner`: the strategy that holds this part and outlives it.
-  explicit Placement(Strategy& owner) : owner_(owner) {}
+  // `context`: the strategy that holds this part and outlives it, as much of it as a part may
+  // read (Note [Part context]).
+  explicit Placement(const PartContext& context) : context_(context) {}
   virtual ~Placement() = default;
 
   // Of the `devices_per_node` the user asked for (--devices), how many one process drives; it
@@ -46,10 +47,10 @@ class Placement {
   virtual bool evaluation_needs_equal_steps() const { return false; }
 
  protected:
-  Strategy& owner() const { return owner_; }
+  const PartContext& context() const { return context_; }
 
  private:
-  Strategy& owner_;
+  const PartContext& context_;
 };
 
 }  // namespace volt

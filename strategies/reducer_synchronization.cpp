@@ -1,12 +1,12 @@
 #include "strategies/reducer_synchronization.h"
 
 #include "core/error.h"
-#include "strategies/strategy.h"
+#include "strategies/part_context.h"
 
 namespace volt {
 
 BackwardReducer& ReducerSynchronization::reducer() const {
-  VOLT_INTERNAL_ASSERT(reducer_ != nullptr, owner().name(), ": the reducer is used before the strategy built it");
+  VOLT_INTERNAL_ASSERT(reducer_ != nullptr, context().name(), ": the reducer is used before the strategy built it");
   return *reducer_;
 }
 

@@ -13,8 +13,9 @@ class ReducerSynchronization : public AveragingGradientSynchronization {
  public:
   // `gradients_are_bucket_views`: .grad are views into the reducer's buffers (DDP's
   // gradient_as_bucket_view), zeroed in place by zero_grad, never dropped.
-  ReducerSynchronization(ParallelStrategy& owner, bool gradients_are_bucket_views = false)
-      : AveragingGradientSynchronization(owner), gradients_are_bucket_views_(gradients_are_bucket_views) {}
+  ReducerSynchronization(const PartContext& context, ProcessGroupContext& group,
+                         bool gradients_are_bucket_views = false)
+      : AveragingGradientSynchronization(context, group), gradients_are_bucket_views_(gradients_are_bucket_views) {}
 
   // The reducer this part drives, built by the strategy at setup; nullptr at teardown.
   void attach(BackwardReducer* reducer) { reducer_ = reducer; }

@@ -6,9 +6,9 @@
 
 namespace volt {
 
-torch::Tensor clip_sharded_grad_norm(const std::vector<torch::Tensor>& counted, const std::vector<torch::Tensor>& scaled,
-                                     double max_norm, double norm_type, Communicator& communicator,
-                                     const std::string& owner) {
+torch::Tensor clip_sharded_grad_norm(const std::vector<torch::Tensor>& counted,
+                                     const std::vector<torch::Tensor>& scaled, double max_norm, double norm_type,
+                                     Communicator& communicator, const std::string& owner) {
   check<ConfigurationError>(max_norm > 0 && norm_type > 0, owner, ": expected max_norm and norm_type > 0, got ",
                             max_norm, " and ", norm_type);
   const bool infinity = std::isinf(norm_type);

@@ -17,7 +17,8 @@ namespace volt {
 // torch.nn.utils.clip_grad_norm_ does. Returns the total norm before clipping, a 0-dim float64
 // tensor that is not read on the host (the clipping happens on the device). Throws
 // ConfigurationError for max_norm or norm_type <= 0, naming `owner`. [collective]
-torch::Tensor clip_sharded_grad_norm(const std::vector<torch::Tensor>& counted, const std::vector<torch::Tensor>& scaled,
-                              double max_norm, double norm_type, Communicator& communicator, const std::string& owner);
+torch::Tensor clip_sharded_grad_norm(const std::vector<torch::Tensor>& counted,
+                                     const std::vector<torch::Tensor>& scaled, double max_norm, double norm_type,
+                                     Communicator& communicator, const std::string& owner);
 
 }  // namespace volt

@@ -8,6 +8,11 @@ namespace volt {
 class SingleDeviceStrategy : public Strategy {
  public:
   std::string name() const override { return "single_device"; }
+  // Its step is the module's, the precision's and the optimizer's work alone. A subclass that
+  // names itself otherwise is refused like any strategy unless it overrides this in turn.
+  void check_capturable() const override {
+    if (name() != "single_device") Strategy::check_capturable();
+  }
 };
 
 }  // namespace volt

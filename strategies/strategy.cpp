@@ -63,7 +63,8 @@ Precision& Strategy::precision() const {
 }
 
 void Strategy::set_checkpoint_io(std::shared_ptr<CheckpointIO> checkpoint_io) {
-  check<ConfigurationError>(checkpoint_io != nullptr, "Strategy::set_checkpoint_io: expected a CheckpointIO, got nullptr");
+  check<ConfigurationError>(checkpoint_io != nullptr,
+                            "Strategy::set_checkpoint_io: expected a CheckpointIO, got nullptr");
   check<ConfigurationError>(!background_write_->pending(),
                             "Strategy::set_checkpoint_io: a checkpoint is being written in the background; call "
                             "finish_checkpoint_writes() first");
@@ -94,6 +95,12 @@ bool Strategy::optimizer_step(torch::optim::Optimizer& optimizer,
 }
 
 void Strategy::after_optimizer_steps(int64_t global_step) { precision().update(); }
+
+void Strategy::check_capturable() const {
+  throw NotSupportedError("--cuda-graph: strategy '" + name() +
+                          "' is not captured (its step does work on the host that a replay would skip); use "
+                          "single_device or ddp, or drop --cuda-graph");
+}
 
 torch::Tensor Strategy::clip_gradients_norm(torch::optim::Optimizer& optimizer, double max_norm, double norm_type) {
   precision().unscale_gradients(optimizer);  // once per step: inside optimizer_step it already ran

@@ -42,6 +42,7 @@
 #include "precision/precision.h"
 #include "strategies/checkpoint_state.h"
 #include "strategies/gradient_synchronization.h"
+#include "strategies/part_context.h"
 #include "strategies/placement.h"
 #include "strategies/strategy_collectives.h"
 
@@ -73,20 +74,24 @@ struct StrategyEnvironment {
 // the module it is given (the one set up, or a replica of it).
 using StepFunction = std::function<torch::Tensor(torch::nn::Module& module, const Batch& batch)>;
 
-class Strategy {
+class Strategy : public PartContext {
  public:
   Strategy();
   virtual ~Strategy();
   Strategy(const Strategy&) = delete;
   Strategy& operator=(const Strategy&) = delete;
 
-  virtual std::string name() const = 0;
+  std::string name() const override = 0;
   // Whether this strategy can run several processes (a ParallelStrategy). The Trainer refuses a
   // non-distributed strategy when the cluster environment has more than one process.
   virtual bool is_distributed() const { return false; }
   // Refuses, with a ConfigurationError at Trainer construction, a number of processes this
   // strategy's options cannot work with (e.g. a subgroup size that does not divide it).
   virtual void check_world_size(int64_t world_size) const {}
+  // Refuses, with a NotSupportedError saying what to change, a training step of this strategy that
+  // a CUDA graph cannot hold (--cuda-graph; Note [The Trainer's captured step]): by default every
+  // strategy, whose step may do work on the host that a replay would skip.
+  virtual void check_capturable() const;
   // Whether its optimizers are ShardedOptimizers (setup_optimizers wraps them): it holds an
   // optimizer_sharding() part, which the default checkpoint and clipping parts ask.
   bool shards_optimizer_state() const { return optimizer_sharding_ != nullptr; }
@@ -96,22 +101,22 @@ class Strategy {
   virtual std::vector<torch::Tensor> module_parameters_of(const torch::Tensor& stepped) const { return {stepped}; }
 
   // ---- the parts
-  StrategyCollectives& collectives() const { return *collectives_; }
+  StrategyCollectives& collectives() const override { return *collectives_; }
   GradientSynchronization& gradients() const { return *gradients_; }
   Placement& placement() const { return *placement_; }
   CheckpointState& checkpointing() const { return *checkpointing_; }
   // Null unless the strategy shards optimizer state (optimizer_sharding.h).
-  const OptimizerSharding* optimizer_sharding() const { return optimizer_sharding_.get(); }
+  const OptimizerSharding* optimizer_sharding() const override { return optimizer_sharding_.get(); }
   // Holds `precision` and installs collectives().all_reduce(·, Max) as its found-inf reducer, so
   // that a skipped AMP step is skipped on every rank.
   void set_precision(std::shared_ptr<Precision> precision);
-  Precision& precision() const;
+  Precision& precision() const override;
   void set_checkpoint_io(std::shared_ptr<CheckpointIO> checkpoint_io);  // default: local files
   CheckpointIO& checkpoint_io() const { return *checkpoint_io_; }
   // Who this process is (collectives().topology()), and the device it computes on.
-  ProcessTopology topology() const { return collectives_->topology(); }
+  ProcessTopology topology() const override { return collectives_->topology(); }
   bool is_global_zero() const { return topology().global_rank == 0; }
-  torch::Device root_device() const { return environment_.device; }
+  torch::Device root_device() const override { return environment_.device; }
   const StrategyEnvironment& environment() const { return environment_; }
 
   // ---- lifecycle

@@ -14,8 +14,9 @@
 #include "trainer/loops/epoch_remainder.h"
 #include "trainer/optim/fused_adamw.h"
 #include "trainer/trainer.h"
-#include "trainer/trainer_internals.h"
 #include "trainer/training_state.h"
+#include "strategies/strategy.h"
+#include "trainer/loops/loop_state.h"
 
 namespace volt {
 namespace {
@@ -37,32 +38,32 @@ StateDict CheckpointConnector::dump(bool weights_only) {
   check<ConfigurationError>(state_.module != nullptr, "Trainer::save_checkpoint: no model is attached; call it during "
                                                   "or after fit, validate, test or predict");
   Module& module = *state_.module;
-  Strategy& strategy = TrainerInternals::strategy(t);
-  const auto layout = strategy.checkpointing().layout();
-  const auto topology = strategy.topology();
+  const auto layout = strategy_.checkpointing().layout();
+  const auto topology = strategy_.topology();
 
-  StateDict checkpoint = checkpoint_header(strategy, layout);
+  StateDict checkpoint = checkpoint_header(strategy_, layout);
   checkpoint.set("weights_only", weights_only);
   checkpoint.set("epoch", state_.progress.epoch);
   checkpoint.set("global_step", state_.progress.global_step);
-  checkpoint.set("state_dict", strategy.checkpointing().model_state_dict(module, layout));
+  checkpoint.set("state_dict", strategy_.checkpointing().model_state_dict(module, layout));
   StateDict hparams;
   for (const auto& [name, value] : module.hparams()) hparams.set(name, to_ivalue(value));
   checkpoint.set("hyper_parameters", hparams);
   StateDict strategy_section;
-  strategy_section.set("name", strategy.name());
+  strategy_section.set("name", strategy_.name());
   strategy_section.set("world_size", topology.world_size);
-  if (!weights_only) strategy_section.set("state", strategy.checkpointing().strategy_state_dict(layout));
+  if (!weights_only) strategy_section.set("state", strategy_.checkpointing().strategy_state_dict(layout));
   checkpoint.set("strategy", strategy_section);
   if (layout == CheckpointLayout::Sharded) {
-    checkpoint.set("shard_index", strategy.checkpointing().shard_index(
+    checkpoint.set("shard_index", strategy_.checkpointing().shard_index(
                                       weights_only ? decltype(state_.optimizers){} : state_.optimizers));
   }
 
   if (!weights_only) {
     c10::impl::GenericList optimizers(c10::AnyType::get());
     for (auto& optimizer : state_.optimizers) prepare_optimizer_state_for_save(*optimizer);
-    for (auto& optimizer : state_.optimizers) optimizers.push_back(strategy.checkpointing().optimizer_state_dict(*optimizer, layout).to_ivalue());
+    for (auto& optimizer : state_.optimizers)
+      optimizers.push_back(strategy_.checkpointing().optimizer_state_dict(*optimizer, layout).to_ivalue());
     checkpoint.set("optimizer_states", optimizers);
     c10::impl::GenericList schedulers(c10::AnyType::get());
     for (const auto& config : state_.schedulers) schedulers.push_back(config.scheduler->state_dict().to_ivalue());
@@ -115,30 +116,31 @@ StateDict CheckpointConnector::dump_fit_loop() {
   fit_loop.set("accumulate_grad_batches", state_.accumulate_grad_batches);
   fit_loop.set("accumulate_grad_batches_option", t.options().accumulate_grad_batches);
   fit_loop.set("num_training_batches", state_.num_training_batches);
-  const auto topology = TrainerInternals::strategy(t).topology();
+  const auto topology = strategy_.topology();
   if (state_.train_loader) {
     fit_loop.set("train_data", train_data_state(*state_.train_loader, topology.world_size));
     fit_loop.set("epoch_samples_consumed", epoch_samples_consumed(*state_.train_loader, topology.world_size, p.epoch,
                                                                   p.next_batch, state_.epoch_remainder));
   }
   // What has been logged: the open epoch's aggregates, and the values callbacks monitor.
-  if (state_.train_collector.stage() == RunningStage::Training) fit_loop.set("train_metrics", state_.train_collector.state_dict());
+  if (state_.train_collector.stage() == RunningStage::Training)
+    fit_loop.set("train_metrics", state_.train_collector.state_dict());
   StateDict callback_metrics;
   for (const auto& [name, value] : state_.callback_metrics.values()) callback_metrics.set(name, value);
   fit_loop.set("callback_metrics", callback_metrics);
   // Inside an accumulation window the gradients accumulated so far are part of the state: the
   // step at the window's end needs them. The strategy knows where they live.
   if (p.window_micro_batches > 0 && p.window_has_backward) {
-    const StateDict section = TrainerInternals::strategy(t).checkpointing().accumulated_gradients(*state_.module, TrainerInternals::strategy(t).checkpointing().layout());
+    const StateDict section =
+        strategy_.checkpointing().accumulated_gradients(*state_.module, strategy_.checkpointing().layout());
     for (const auto& key : section.keys()) fit_loop.set(key, section.at(key));
   }
   return fit_loop;
 }
 
 void CheckpointConnector::restore(const LoadedCheckpoint& loaded, const std::string& source) {
-  Trainer& t = trainer_;
   const StateDict& checkpoint = loaded.state;
-  check_checkpoint_readable(checkpoint, TrainerInternals::strategy(t), source);
+  check_checkpoint_readable(checkpoint, strategy_, source);
   state_.module->on_load_checkpoint(checkpoint);
   restore_model(checkpoint, loaded.slices.get(), source);
   if (state_.fn != TrainerFn::Fitting) return;
@@ -155,8 +157,8 @@ void CheckpointConnector::restore(const LoadedCheckpoint& loaded, const std::str
 
 void CheckpointConnector::restore_model(const StateDict& checkpoint, const ShardedCheckpoint* slices,
                                         const std::string& source) {
-  TrainerInternals::strategy(trainer_).checkpointing().load_model_state_dict(
-      *state_.module, checkpoint.child("state_dict"), checkpoint_layout_of(checkpoint), /*strict=*/true, source, slices);
+  strategy_.checkpointing().load_model_state_dict(*state_.module, checkpoint.child("state_dict"),
+                                                  checkpoint_layout_of(checkpoint), /*strict=*/true, source, slices);
 }
 
 void CheckpointConnector::restore_callbacks(const StateDict& checkpoint) {
@@ -184,7 +186,6 @@ void CheckpointConnector::restore_callbacks(const StateDict& checkpoint) {
 void CheckpointConnector::restore_training_state(const StateDict& checkpoint, const ShardedCheckpoint* slices,
                                                  const std::string& source) {
   Trainer& t = trainer_;
-  Strategy& strategy = TrainerInternals::strategy(t);
   const auto layout = checkpoint_layout_of(checkpoint);
 
   const auto precision = checkpoint.child("precision");
@@ -202,9 +203,10 @@ void CheckpointConnector::restore_training_state(const StateDict& checkpoint, co
                          "; it must build the same optimizers as the run that wrote the checkpoint");
   const ParameterNamer name_of = parameter_namer(*state_.module);
   for (size_t i = 0; i < state_.optimizers.size(); ++i) {
-    strategy.checkpointing().load_optimizer_state_dict(*state_.optimizers[i],
-                                       StateDict::from_ivalue(optimizers.toListRef()[i], source + " optimizer " + std::to_string(i)),
-                                       layout, source + ", optimizer " + std::to_string(i), name_of, slices);
+    strategy_.checkpointing().load_optimizer_state_dict(
+        *state_.optimizers[i],
+        StateDict::from_ivalue(optimizers.toListRef()[i], source + " optimizer " + std::to_string(i)), layout,
+        source + ", optimizer " + std::to_string(i), name_of, slices);
   }
   const auto schedulers = checkpoint.at("lr_schedulers");
   check<CheckpointError>(schedulers.isList() && schedulers.toListRef().size() == state_.schedulers.size(), source,
@@ -220,11 +222,11 @@ void CheckpointConnector::restore_training_state(const StateDict& checkpoint, co
 
   const auto strategy_section = checkpoint.child("strategy");
   const auto strategy_state = strategy_section.contains("state") ? strategy_section.child("state") : StateDict();
-  if (strategy_section.get_string("name") == strategy.name()) {
-    strategy.checkpointing().load_strategy_state_dict(strategy_state, layout);
+  if (strategy_section.get_string("name") == strategy_.name()) {
+    strategy_.checkpointing().load_strategy_state_dict(strategy_state, layout);
   } else if (!strategy_state.empty()) {
     warn(t, source + " was written by strategy '" + strategy_section.get_string("name") + "', this run uses '" +
-                strategy.name() + "': that strategy's own state is not restored");
+                strategy_.name() + "': that strategy's own state is not restored");
   }
   state_.pending_rng_state = rng_state_for_this_rank(checkpoint, source);
 }
@@ -232,12 +234,11 @@ void CheckpointConnector::restore_training_state(const StateDict& checkpoint, co
 c10::IValue CheckpointConnector::gather_rng_states() {
   // The CPU generator's state and, on CUDA, that of this rank's device: what a rank's random
   // numbers come from (ranks may be seeded differently).
-  Strategy& strategy = TrainerInternals::strategy(trainer_);
-  const auto device = strategy.root_device();
-  const auto cpu = gather_from_ranks(strategy.collectives(), rng_state_dict().get_tensor("torch"));
+  const auto device = strategy_.root_device();
+  const auto cpu = gather_from_ranks(strategy_.collectives(), rng_state_dict().get_tensor("torch"));
   std::vector<torch::Tensor> cuda;
   if (device.is_cuda()) {
-    cuda = gather_from_ranks(strategy.collectives(), at::globalContext().defaultGenerator(device).get_state());
+    cuda = gather_from_ranks(strategy_.collectives(), at::globalContext().defaultGenerator(device).get_state());
   }
   std::vector<StateDict> per_rank(cpu.size());
   for (size_t r = 0; r < cpu.size(); ++r) {
@@ -248,19 +249,21 @@ c10::IValue CheckpointConnector::gather_rng_states() {
 }
 
 StateDict CheckpointConnector::rng_state_for_this_rank(const StateDict& checkpoint, const std::string& source) {
-  const auto topology = TrainerInternals::strategy(trainer_).topology();
+  const auto topology = strategy_.topology();
   StateDict states = checkpoint.child("rng_states");
   if (!checkpoint.contains("rng_states_per_rank")) {
     if (topology.world_size > 1 && checkpoint_layout_of(checkpoint) == CheckpointLayout::Full) {
-      warn(trainer_, source + " holds one rank's random states; every one of the " + std::to_string(topology.world_size) +
-                         " ranks continues from them");
+      warn(trainer_, source + " holds one rank's random states; every one of the " +
+                         std::to_string(topology.world_size) + " ranks continues from them");
     }
     return states;
   }
-  const auto found = per_rank_entry(checkpoint, "rng_states_per_rank", topology.global_rank, topology.world_size, source);
+  const auto found =
+      per_rank_entry(checkpoint, "rng_states_per_rank", topology.global_rank, topology.world_size, source);
   if (!found.entry) {
     warn(trainer_, source + " holds the random states of " + std::to_string(found.saved_ranks) +
-                       " ranks, this run has " + std::to_string(topology.world_size) + ": every rank continues from rank 0's");
+                       " ranks, this run has " + std::to_string(topology.world_size) +
+                       ": every rank continues from rank 0's");
     return states;
   }
   const StateDict& mine = *found.entry;
@@ -279,8 +282,9 @@ void CheckpointConnector::restore_fit_loop(const StateDict& fit_loop, const std:
     // written (the open window, if any, closes where it would have); a changed option applies
     // from the next epoch on.
     const int64_t in_use = fit_loop.get_int("accumulate_grad_batches");
-    const int64_t option_then =
-        fit_loop.contains("accumulate_grad_batches_option") ? fit_loop.get_int("accumulate_grad_batches_option") : in_use;
+    const int64_t option_then = fit_loop.contains("accumulate_grad_batches_option")
+                                    ? fit_loop.get_int("accumulate_grad_batches_option")
+                                    : in_use;
     state_.accumulate_grad_batches = in_use;
     state_.accumulation_restored_for_epoch = progress.epoch;
     if (option_then != t.options().accumulate_grad_batches) {
@@ -297,8 +301,9 @@ void CheckpointConnector::restore_fit_loop(const StateDict& fit_loop, const std:
                           std::to_string(state_.num_training_batches));
       }
       if (fit_loop.contains("train_data") && state_.train_loader) {
-        for (auto& change : train_data_differences(fit_loop.child("train_data"),
-                                                   train_data_state(*state_.train_loader, TrainerInternals::strategy(t).topology().world_size))) {
+        for (auto& change :
+             train_data_differences(fit_loop.child("train_data"),
+                                    train_data_state(*state_.train_loader, strategy_.topology().world_size))) {
           changes.push_back(std::move(change));
         }
       }
@@ -307,19 +312,21 @@ void CheckpointConnector::restore_fit_loop(const StateDict& fit_loop, const std:
       std::string list;
       for (const auto& change : changes) list += (list.empty() ? "" : "; ") + change;
       warn(t, source + " was written in the middle of epoch " + std::to_string(progress.epoch) + " (before batch " +
-                  std::to_string(progress.next_batch) + ") by a run whose data or accumulation differs from this one (" +
-                  list + "): the rest of this epoch will not see exactly the batches the original run would have");
+                  std::to_string(progress.next_batch) +
+                  ") by a run whose data or accumulation differs from this one (" + list +
+                  "): the rest of this epoch will not see exactly the batches the original run would have");
     }
   }
   state_.progress = progress;
   if (!mid_epoch) state_.epoch_remainder.reset();
-  if (mid_epoch && fit_loop.contains("train_metrics")) state_.train_collector.load_state_dict(fit_loop.child("train_metrics"));
+  if (mid_epoch && fit_loop.contains("train_metrics"))
+    state_.train_collector.load_state_dict(fit_loop.child("train_metrics"));
   if (fit_loop.contains("callback_metrics")) {
     const auto metrics = fit_loop.child("callback_metrics");
     for (const auto& name : metrics.keys()) state_.callback_metrics.set(name, metrics.get_double(name));
   }
   // The gradients of an open accumulation window (none: the window is empty).
-  TrainerInternals::strategy(t).checkpointing().load_accumulated_gradients(*state_.module, fit_loop, source);
+  strategy_.checkpointing().load_accumulated_gradients(*state_.module, fit_loop, source);
 }
 
 bool CheckpointConnector::continue_epoch_in_order(const StateDict& fit_loop, const FitProgress& progress,
@@ -327,7 +334,7 @@ bool CheckpointConnector::continue_epoch_in_order(const StateDict& fit_loop, con
   state_.epoch_remainder.reset();
   if (!fit_loop.contains("train_data") || !state_.train_loader) return false;
   const DataLoader& loader = *state_.train_loader;
-  const auto topology = TrainerInternals::strategy(trainer_).topology();
+  const auto topology = strategy_.topology();
   const StateDict saved = fit_loop.child("train_data");
   const StateDict now = train_data_state(loader, topology.world_size);
   // The same epoch order (dataset, shuffling, seed, drop_last), dealt by volt on both sides, over

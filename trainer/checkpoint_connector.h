@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/state_dict.h"
+#include "trainer/loops/loop_context.h"
 #include "trainer/loops/loop_state.h"
 
 namespace volt {
@@ -12,6 +13,7 @@ namespace volt {
 struct LoadedCheckpoint;
 class ShardedCheckpoint;
 
+class Strategy;
 class Trainer;
 
 // Note [What a checkpoint holds]
@@ -36,7 +38,8 @@ class Trainer;
 // Callbacks' and the module's on_save_checkpoint hooks may add keys of their own.
 class CheckpointConnector {
  public:
-  CheckpointConnector(Trainer& trainer, LoopState& state) : trainer_(trainer), state_(state) {}
+  explicit CheckpointConnector(const LoopContext& context)
+      : trainer_(context.trainer), strategy_(context.strategy), state_(context.state) {}
 
   // The checkpoint of the trainer's current state. [collective when the strategy shards]
   StateDict dump(bool weights_only);
@@ -61,7 +64,8 @@ class CheckpointConnector {
   // The random states this rank continues from.
   StateDict rng_state_for_this_rank(const StateDict& checkpoint, const std::string& source);
 
-  Trainer& trainer_;
+  Trainer& trainer_;  // the LoopContext's, for the callbacks' hooks
+  Strategy& strategy_;
   LoopState& state_;
 };
 

@@ -63,11 +63,12 @@ void check_checkpoint_readable(const StateDict& checkpoint, const Strategy& stra
     const auto shard = checkpoint.child("shard");
     const auto writer = checkpoint.child("strategy").get_string("name");
     const auto topology = strategy.topology();
-    check<CheckpointError>(strategy.checkpointing().layout() == CheckpointLayout::Sharded && writer == strategy.name() &&
-                               shard.get_int("world_size") == topology.world_size,
+    check<CheckpointError>(strategy.checkpointing().layout() == CheckpointLayout::Sharded &&
+                               writer == strategy.name() && shard.get_int("world_size") == topology.world_size,
                            source, ": a sharded checkpoint written by strategy '", writer, "' with ",
                            shard.get_int("world_size"), " ranks; this run uses '", strategy.name(), "' with ",
-                           topology.world_size, " ranks. Resume it with the same strategy and world size, or "
+                           topology.world_size,
+                           " ranks. Resume it with the same strategy and world size, or "
                            "resume from a full checkpoint");
   }
 }

@@ -25,13 +25,14 @@ std::vector<torch::Device> choose_devices(const std::string& accelerator, const 
   check<NotSupportedError>(visible_cuda_devices > 0, "--accelerator cuda: LibTorch sees no CUDA device",
                            compat::kBuiltWithCuda ? "" : " (this LibTorch is CPU-only)", "; ", which,
                            ". Use --accelerator cpu, or run where CUDA devices are visible");
-  const std::string need =
-      devices_per_process == 1
-          ? std::to_string(topology.local_world_size) + " processes per node need a CUDA device each (local rank r "
-                                                        "computes on cuda:r)"
-          : std::to_string(topology.local_world_size) + " processes per node × " + std::to_string(devices_per_process) +
-                " devices each need " + std::to_string(needed) + " CUDA devices (local rank r computes on cuda:r·" +
-                std::to_string(devices_per_process) + " onwards)";
+  const std::string need = devices_per_process == 1
+                               ? std::to_string(topology.local_world_size) +
+                                     " processes per node need a CUDA device each (local rank r "
+                                     "computes on cuda:r)"
+                               : std::to_string(topology.local_world_size) + " processes per node × " +
+                                     std::to_string(devices_per_process) + " devices each need " +
+                                     std::to_string(needed) + " CUDA devices (local rank r computes on cuda:r·" +
+                                     std::to_string(devices_per_process) + " onwards)";
   check<ConfigurationError>(needed <= visible_cuda_devices, "--accelerator ", accelerator, ": ", need,
                             ", but this process sees ", visible_cuda_devices, "; ", which, ". Start at most ",
                             visible_cuda_devices / devices_per_process, " processes per node (--devices ",

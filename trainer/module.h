@@ -13,7 +13,7 @@
 #include "core/error.h"
 #include "core/hyperparameters.h"
 #include "trainer/gradient_clip_algorithm.h"
-#include "trainer/graph/in_step_hook_probe.h"
+#include "core/in_step_hook_probe.h"
 #include "trainer/metrics/log_options.h"
 #include "trainer/optim/manual_optimizer.h"
 #include "trainer/optim/optimizer_config.h"
@@ -22,7 +22,7 @@
 namespace volt {
 
 class Trainer;
-struct LoopState;
+struct LoopContext;
 
 // Thrown by the default validation_step/test_step/predict_step: the Trainer treats it as "this
 // module does not define that step" (skipping validation, or failing test/predict clearly).
@@ -41,7 +41,7 @@ class Module : public torch::nn::Module {
   virtual torch::Tensor predict_step(const Batch& batch, int64_t batch_idx);
   virtual OptimizerConfig configure_optimizers() = 0;
 
-  // Hooks, in the order the loop calls them (every one a no-op by default).
+  // Hooks, in the order the loop calls them; by default they do nothing.
   virtual void on_fit_start() {}
   virtual void on_train_epoch_start() {}
   // The hooks inside a step say that their default body ran (Note [Hooks inside a captured phase]).
@@ -106,11 +106,11 @@ class Module : public torch::nn::Module {
 
  private:
   friend class Trainer;
-  friend struct TrainerInternals;
-  // Set by the Trainer for the duration of fit/validate/test/predict: who runs this module, and
-  // the loop state whose active metric collector log() feeds.
-  Trainer* trainer_ = nullptr;
-  LoopState* loop_state_ = nullptr;
+  friend Module& step_module(torch::nn::Module& given, Module& running);
+  // Set by the Trainer for the duration of fit/validate/test/predict (Note [Loop context]): who
+  // runs this module, the strategy its helpers act through, and the loop state whose active
+  // metric collector log() feeds.
+  const LoopContext* loop_ = nullptr;
   Hyperparameters hparams_;
 };
 

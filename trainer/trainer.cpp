@@ -14,7 +14,12 @@
 #include "loggers/console_logger.h"
 #include "loggers/logger_registry.h"
 #include "strategies/loaded_checkpoint.h"
+#include "core/cpu_threads.h"
+#include "strategies/strategy.h"
 #include "trainer/checkpoint_connector.h"
+#include "trainer/loops/loop_context.h"
+#include "trainer/loops/loop_state.h"
+#include "trainer/run_setup.h"
 #include "trainer/loops/evaluation_loop.h"
 #include "trainer/loops/fit_loop.h"
 #include "trainer/loops/loop_hooks.h"
@@ -43,6 +48,23 @@ std::shared_ptr<T> given(std::shared_ptr<T> object, const char* what) {
 
 }  // namespace
 
+struct Trainer::Run {
+  // Metrics synchronized across ranks through the strategy's collectives, resolved later.
+  explicit Run(Trainer& trainer)
+      : state([&trainer](const torch::Tensor& value, ReduceOp op) {
+          return trainer.strategy_->collectives().all_reduce(value, op);
+        }) {}
+
+  // The cluster environment, this process's devices, the launcher and the strategy, resolved at
+  // construction (run_setup.h); it owns the launcher, which outlives the strategy.
+  RunPlacement placement;
+  CPUThreads cpu_threads;
+  LoopState state;
+  // What the loops, the checkpoint connector and the running Module work through (Note [Loop
+  // context]); set once the strategy is resolved.
+  std::optional<LoopContext> loop;
+};
+
 Trainer::Trainer(TrainerOptions options) : Trainer(std::move(options), TrainerComponents{}) {}
 
 Trainer::Trainer(TrainerOptions options, std::shared_ptr<Strategy> strategy)
@@ -56,15 +78,15 @@ Trainer::Trainer(TrainerOptions options, ProcessLauncher& launcher)
     : Trainer(std::move(options), TrainerComponents{nullptr, nullptr, &launcher}) {}
 
 Trainer::Trainer(TrainerOptions options, TrainerComponents components)
-    : options_(std::move(options)),
-      state_([this](const torch::Tensor& value, ReduceOp op) { return strategy_->collectives().all_reduce(value, op); }) {
+    : options_(std::move(options)), run_(std::make_unique<Run>(*this)) {
   options_.validate();
   // Seeded now as well as at the start of each run: a module built after the Trainer (the
   // order LightningCLI uses: seed_everything, then the model) starts from weights the seed decides.
   if (options_.seed) seed_everything(*options_.seed);
   // Everything about processes is decided now, so that a mismatch fails here, not mid-run.
-  placement_ = resolve_run(options_, std::move(components), "Trainer");
-  strategy_ = placement_.strategy;
+  run_->placement = resolve_run(options_, std::move(components), "Trainer");
+  strategy_ = run_->placement.strategy;
+  run_->loop.emplace(LoopContext{*this, *strategy_, run_->state});
   init();
 }
 
@@ -100,8 +122,8 @@ std::string Trainer::log_dir() const {
 }
 
 int64_t Trainer::estimated_stepping_batches() const {
-  const int64_t k = state_.accumulate_grad_batches;
-  const int64_t per_epoch = (state_.num_training_batches + k - 1) / k;
+  const int64_t k = run_->state.accumulate_grad_batches;
+  const int64_t per_epoch = (run_->state.num_training_batches + k - 1) / k;
   const int64_t epochs = max_epochs();
   const int64_t by_epochs = epochs == -1 ? -1 : per_epoch * epochs;
   if (options_.max_steps == -1) return by_epochs;
@@ -112,16 +134,15 @@ void Trainer::setup(TrainerFn fn, const std::shared_ptr<Module>& module,
                     const std::shared_ptr<DataModule>& data) {
   check<ConfigurationError>(module != nullptr, "Trainer: expected a module, got nullptr");
   check<ConfigurationError>(data != nullptr, "Trainer: expected a data module, got nullptr");
-  check<ConfigurationError>(module->trainer_ == nullptr || module->trainer_ == this,
+  check<ConfigurationError>(module->loop_ == nullptr || module->loop_ == &*run_->loop,
                             "Trainer: this module is already being run by another Trainer");
-  state_.fn = fn;
-  state_.status = TrainerStatus::Running;
-  state_.module = module;
-  state_.data = data;
-  module->trainer_ = this;
-  module->loop_state_ = &state_;
+  run_->state.fn = fn;
+  run_->state.status = TrainerStatus::Running;
+  run_->state.module = module;
+  run_->state.data = data;
+  module->loop_ = &*run_->loop;
   if (!environment_ready_) {
-    cpu_threads_ = setup_run_environment(*strategy_, placement_, options_);
+    run_->cpu_threads = setup_run_environment(*strategy_, run_->placement, options_);
     environment_ready_ = true;
     agree_on_logger_versions();
   }
@@ -149,7 +170,7 @@ void Trainer::setup(TrainerFn fn, const std::shared_ptr<Module>& module,
     if (!options_.enable_progress_bar && !loggers_.empty() && !has_console) {
       loggers_.push_back(std::make_shared<ConsoleLogger>());
     }
-    state_.accumulate_grad_batches = options_.accumulate_grad_batches;
+    run_->state.accumulate_grad_batches = options_.accumulate_grad_batches;
   } else if (options_.enable_progress_bar && !has_callback(CallbackRole::ProgressBar)) {
     callbacks_.push_back(std::make_shared<ProgressBar>());
   }
@@ -165,39 +186,38 @@ bool Trainer::has_callback(CallbackRole role) const {
 }
 
 void Trainer::setup_optimizers() {
-  OptimizerConfig config = state_.module->configure_optimizers();
+  OptimizerConfig config = run_->state.module->configure_optimizers();
   config.validate();
-  state_.optimizers = strategy_->setup_optimizers(config.optimizers);
-  VOLT_INTERNAL_ASSERT(state_.optimizers.size() == config.optimizers.size(),
+  run_->state.optimizers = strategy_->setup_optimizers(config.optimizers);
+  VOLT_INTERNAL_ASSERT(run_->state.optimizers.size() == config.optimizers.size(),
                        "a strategy returns one optimizer for each it is given");
-  state_.schedulers = config.schedulers;
-  state_.manual_optimizers.clear();
-  for (const auto& optimizer : state_.optimizers) {
-    state_.manual_optimizers.push_back(std::make_shared<ManualOptimizer>(*this, state_, optimizer));
+  run_->state.schedulers = config.schedulers;
+  run_->state.manual_optimizers.clear();
+  for (const auto& optimizer : run_->state.optimizers) {
+    run_->state.manual_optimizers.push_back(std::make_shared<ManualOptimizer>(*run_->loop, optimizer));
   }
-  check<ConfigurationError>(state_.module->automatic_optimization() || !options_.gradient_clip_val,
+  check<ConfigurationError>(run_->state.module->automatic_optimization() || !options_.gradient_clip_val,
                             "--gradient-clip-val: the Trainer clips only in automatic optimization; with "
                             "automatic_optimization() false, call clip_gradients(optimizer, value) in "
                             "training_step before the step");
   // A strategy may wrap an optimizer (a sharded one): its schedulers follow the wrapper, whose
   // param groups LearningRateMonitor and checkpoints see too.
-  for (auto& config_entry : state_.schedulers) {
+  for (auto& config_entry : run_->state.schedulers) {
     for (size_t i = 0; i < config.optimizers.size(); ++i) {
       if (&config_entry.scheduler->optimizer() == config.optimizers[i].get() &&
-          state_.optimizers[i] != config.optimizers[i]) {
-        config_entry.scheduler->rebind(*state_.optimizers[i]);
+          run_->state.optimizers[i] != config.optimizers[i]) {
+        config_entry.scheduler->rebind(*run_->state.optimizers[i]);
       }
     }
   }
 }
 
 void Trainer::teardown() {
-  if (state_.module) {
-    call_callbacks(*this, *state_.module, &Callback::teardown, to_string(state_.fn));
-    state_.module->trainer_ = nullptr;
-    state_.module->loop_state_ = nullptr;
+  if (run_->state.module) {
+    call_callbacks(*this, *run_->state.module, &Callback::teardown, to_string(run_->state.fn));
+    run_->state.module->loop_ = nullptr;
   }
-  state_.stage = RunningStage::None;
+  run_->state.stage = RunningStage::None;
 }
 
 template <typename Body>
@@ -207,25 +227,25 @@ void Trainer::run_guarded(TrainerFn fn, const std::shared_ptr<Module>& module,
     setup(fn, module, data);
     body();
     strategy_->finish_checkpoint_writes();  // a run ends with its checkpoints on disk
-    strategy_->restore_module(*state_.module);
-    state_.status = TrainerStatus::Finished;
+    strategy_->restore_module(*run_->state.module);
+    run_->state.status = TrainerStatus::Finished;
     if (loggers_active(*this)) {
-      for (auto& logger : loggers_) logger->finalize(state_.status);
+      for (auto& logger : loggers_) logger->finalize(run_->state.status);
     }
     teardown();
   } catch (const std::exception& error) {
-    state_.status = TrainerStatus::Interrupted;
+    run_->state.status = TrainerStatus::Interrupted;
     strategy_->on_exception(error);
-    if (state_.module) {
+    if (run_->state.module) {
       for (auto& callback : callbacks_) {
         try {
-          callback->on_exception(*this, *state_.module, error);
+          callback->on_exception(*this, *run_->state.module, error);
         } catch (...) {
           // The original error is the one to report; a failing on_exception must not hide it.
         }
       }
       if (loggers_active(*this)) {
-        for (auto& logger : loggers_) logger->finalize(state_.status);
+        for (auto& logger : loggers_) logger->finalize(run_->state.status);
       }
       teardown();
     }
@@ -240,23 +260,24 @@ void Trainer::fit(std::shared_ptr<Module> module, std::shared_ptr<DataLoader> tr
 
 std::shared_ptr<DataLoader> Trainer::prepare_loader(const std::shared_ptr<DataLoader>& loader,
                                                     RunningStage stage) const {
-  return strategy_->placement().distribute_loader(DataLoader::with_default_seed(loader, options_.seed.value_or(0)), stage);
+  return strategy_->placement().distribute_loader(DataLoader::with_default_seed(loader, options_.seed.value_or(0)),
+                                                  stage);
 }
 
 void Trainer::fit(std::shared_ptr<Module> module, std::shared_ptr<DataModule> data,
                   const std::string& ckpt_path) {
   run_guarded(TrainerFn::Fitting, module, data, [&] {
-    auto train = state_.data->train_dataloader();
+    auto train = run_->state.data->train_dataloader();
     check<ConfigurationError>(train != nullptr,
                               "Trainer::fit: the data module provides no train_dataloader()");
-    auto val = state_.data->val_dataloader();
+    auto val = run_->state.data->val_dataloader();
     // The loop resolves the batch limits first, so that configure_optimizers can read
     // estimated_stepping_batches() (e.g. for a schedule over the whole fit).
-    FitLoop loop(*this, state_, prepare_loader(train, RunningStage::Training),
+    FitLoop loop(*run_->loop, prepare_loader(train, RunningStage::Training),
                  val ? prepare_loader(val, RunningStage::Validating) : nullptr);
     setup_optimizers();
-    state_.pending_rng_state.reset();
-    state_.resumed_from.clear();
+    run_->state.pending_rng_state.reset();
+    run_->state.resumed_from.clear();
     const std::string& resume_from = ckpt_path.empty() ? options_.ckpt_path : ckpt_path;
     if (!resume_from.empty()) restore_checkpoint(resume_from);
     loop.run();
@@ -268,7 +289,7 @@ std::map<std::string, double> Trainer::validate(std::shared_ptr<Module> module,
                                                 const std::string& ckpt_path) {
   std::map<std::string, double> metrics;
   run_guarded(TrainerFn::Validating, module, data, [&] {
-    auto loader = state_.data->val_dataloader();
+    auto loader = run_->state.data->val_dataloader();
     check<ConfigurationError>(loader != nullptr, "Trainer::validate: the data module provides no val_dataloader()");
     if (!ckpt_path.empty()) restore_checkpoint(ckpt_path);
     metrics = run_evaluation(RunningStage::Validating, prepare_loader(loader, RunningStage::Validating));
@@ -280,7 +301,7 @@ std::map<std::string, double> Trainer::test(std::shared_ptr<Module> module, std:
                                             const std::string& ckpt_path) {
   std::map<std::string, double> metrics;
   run_guarded(TrainerFn::Testing, module, data, [&] {
-    auto loader = state_.data->test_dataloader();
+    auto loader = run_->state.data->test_dataloader();
     check<ConfigurationError>(loader != nullptr, "Trainer::test: the data module provides no test_dataloader()");
     if (!ckpt_path.empty()) restore_checkpoint(ckpt_path);
     metrics = run_evaluation(RunningStage::Testing, prepare_loader(loader, RunningStage::Testing));
@@ -292,11 +313,11 @@ std::vector<torch::Tensor> Trainer::predict(std::shared_ptr<Module> module, std:
                                             const std::string& ckpt_path) {
   std::vector<torch::Tensor> predictions;
   run_guarded(TrainerFn::Predicting, module, data, [&] {
-    auto loader = state_.data->predict_dataloader();
+    auto loader = run_->state.data->predict_dataloader();
     check<ConfigurationError>(loader != nullptr,
                               "Trainer::predict: the data module provides no predict_dataloader()");
     if (!ckpt_path.empty()) restore_checkpoint(ckpt_path);
-    EvaluationLoop loop(*this, state_, RunningStage::Predicting,
+    EvaluationLoop loop(*run_->loop, RunningStage::Predicting,
                         prepare_loader(loader, RunningStage::Predicting));
     predictions = loop.predict();
   });
@@ -305,7 +326,7 @@ std::vector<torch::Tensor> Trainer::predict(std::shared_ptr<Module> module, std:
 
 std::map<std::string, double> Trainer::run_evaluation(RunningStage stage,
                                                       const std::shared_ptr<DataLoader>& loader) {
-  EvaluationLoop loop(*this, state_, stage, loader);
+  EvaluationLoop loop(*run_->loop, stage, loader);
   return loop.run();
 }
 
@@ -318,31 +339,31 @@ void Trainer::agree_on_logger_versions() {
   }
 }
 
-void Trainer::log_metrics(const std::map<std::string, double>& metrics) { log_to_loggers(*this, state_, metrics); }
+void Trainer::log_metrics(const std::map<std::string, double>& metrics) { log_to_loggers(*this, run_->state, metrics); }
 
 void Trainer::show_on_progress_bar(const std::map<std::string, double>& metrics) {
-  for (const auto& [name, value] : metrics) state_.progress_bar_metrics.set(name, value);
+  for (const auto& [name, value] : metrics) run_->state.progress_bar_metrics.set(name, value);
 }
 
 void Trainer::set_accumulate_grad_batches(int64_t micro_batches) {
   check<ConfigurationError>(micro_batches >= 1, "Trainer: expected accumulate_grad_batches >= 1, got ",
                             micro_batches);
-  if (micro_batches == state_.accumulate_grad_batches) return;
-  const auto& p = state_.progress;
-  const bool resumed_epoch = state_.accumulation_restored_for_epoch == p.epoch;
+  if (micro_batches == run_->state.accumulate_grad_batches) return;
+  const auto& p = run_->state.progress;
+  const bool resumed_epoch = run_->state.accumulation_restored_for_epoch == p.epoch;
   check<ConfigurationError>(p.window_micro_batches == 0 && p.next_batch == 0,
                             "Trainer: accumulate_grad_batches can change only at the start of an epoch "
                             "(on_train_epoch_start); asked for ", micro_batches, " at epoch ", p.epoch,
                             ", batch ", p.next_batch,
                             resumed_epoch ? std::string(", in an epoch resumed from a checkpoint written with ") +
-                                                std::to_string(state_.accumulate_grad_batches) +
+                                                std::to_string(run_->state.accumulate_grad_batches) +
                                                 " micro-batches per step: resume with the same accumulation schedule"
                                           : std::string());
-  state_.accumulate_grad_batches = micro_batches;
+  run_->state.accumulate_grad_batches = micro_batches;
 }
 
 void Trainer::save_checkpoint(const std::filesystem::path& path, bool weights_only, bool in_background) {
-  CheckpointConnector connector(*this, state_);
+  CheckpointConnector connector(*run_->loop);
   strategy_->save_checkpoint(connector.dump(weights_only), path, in_background);
 }
 
@@ -375,7 +396,7 @@ bool Trainer::restore_checkpoint(const std::string& path) {
     }
     file = last.path;
     if (file.empty()) {
-      check<CheckpointError>(state_.fn == TrainerFn::Fitting, "ckpt_path 'last': no checkpoint under '",
+      check<CheckpointError>(run_->state.fn == TrainerFn::Fitting, "ckpt_path 'last': no checkpoint under '",
                              options_.default_root_dir, "'; pass a checkpoint file");
       if (is_global_zero()) {
         std::cerr << "volt: ckpt_path 'last': no checkpoint under '" << options_.default_root_dir
@@ -384,9 +405,38 @@ bool Trainer::restore_checkpoint(const std::string& path) {
       return false;
     }
   }
-  CheckpointConnector(*this, state_).restore(strategy_->load_checkpoint(file), "checkpoint '" + file.string() + "'");
-  if (state_.fn == TrainerFn::Fitting) state_.resumed_from = file.string();
+  CheckpointConnector(*run_->loop).restore(strategy_->load_checkpoint(file), "checkpoint '" + file.string() + "'");
+  if (run_->state.fn == TrainerFn::Fitting) run_->state.resumed_from = file.string();
   return true;
 }
+
+const std::string& Trainer::resumed_from() const { return run_->state.resumed_from; }
+int64_t Trainer::current_epoch() const { return run_->state.progress.epoch; }
+int64_t Trainer::global_step() const { return run_->state.progress.global_step; }
+const FitProgress& Trainer::fit_progress() const { return run_->state.progress; }
+TrainerFn Trainer::fn() const { return run_->state.fn; }
+RunningStage Trainer::stage() const { return run_->state.stage; }
+TrainerStatus Trainer::status() const { return run_->state.status; }
+bool Trainer::should_stop() const { return run_->state.should_stop; }
+void Trainer::set_should_stop(bool stop) { run_->state.should_stop = stop; }
+int64_t Trainer::accumulate_grad_batches() const { return run_->state.accumulate_grad_batches; }
+int64_t Trainer::num_training_batches() const { return run_->state.num_training_batches; }
+bool Trainer::fit_validates() const { return run_->state.fit_validates; }
+int64_t Trainer::num_eval_batches() const { return run_->state.num_eval_batches; }
+const std::map<std::string, double>& Trainer::callback_metrics() const { return run_->state.callback_metrics.values(); }
+const std::map<std::string, double>& Trainer::logged_metrics() const { return run_->state.logged_metrics.values(); }
+const std::map<std::string, double>& Trainer::progress_bar_metrics() const {
+  return run_->state.progress_bar_metrics.values();
+}
+StrategyCollectives& Trainer::collectives() const { return strategy_->collectives(); }
+const ClusterEnvironment& Trainer::cluster_environment() const { return *run_->placement.cluster; }
+Precision& Trainer::precision() const { return strategy_->precision(); }
+torch::Device Trainer::root_device() const { return run_->placement.device; }
+const CPUThreads& Trainer::cpu_threads() const { return run_->cpu_threads; }
+const std::vector<std::shared_ptr<torch::optim::Optimizer>>& Trainer::optimizers() const {
+  return run_->state.optimizers;
+}
+const std::vector<SchedulerConfig>& Trainer::lr_schedulers() const { return run_->state.schedulers; }
+bool Trainer::is_global_zero() const { return strategy_->is_global_zero(); }
 
 }  // namespace volt

@@ -4,8 +4,8 @@
 // other processes, devices and dtypes it delegates to its Strategy (which holds the Precision).
 //
 // One Trainer runs one thing at a time on one thread. The loops and the checkpoint connector work
-// on its LoopState (Note [Loop state]); callbacks and the Module see that state through the
-// const accessors below.
+// on its LoopState (Note [Loop state]) through a LoopContext (Note [Loop context]); callbacks and
+// the Module see that state through the const accessors below.
 #include <torch/torch.h>
 
 #include <chrono>
@@ -17,19 +17,26 @@
 #include <vector>
 
 #include "callbacks/callback.h"
-#include "core/cpu_threads.h"
-#include "loggers/logger.h"
 #include "core/run_stage.h"
 #include "data/data_module.h"
-#include "strategies/strategy.h"
-#include "trainer/loops/loop_state.h"
+#include "loggers/logger.h"
+#include "trainer/loops/fit_progress.h"
 #include "trainer/module.h"
-#include "trainer/run_setup.h"
 #include "trainer/trainer_options.h"
 
 namespace volt {
 
+// What the Trainer's accessors return by reference and a caller that uses it includes itself
+// (strategies/strategy.h, core/cpu_threads.h, distributed/cluster/cluster_environment.h,
+// precision/precision.h, trainer/run_setup.h; trainer/volt.h includes them all): this header
+// stays what every callback needs.
+class ClusterEnvironment;
+class CPUThreads;
+class Precision;
 class ProcessLauncher;
+class Strategy;
+class StrategyCollectives;
+struct TrainerComponents;
 
 class Trainer {
  public:
@@ -79,63 +86,63 @@ class Trainer {
   std::filesystem::path checkpoint_dir() const;
   // The checkpoint the current (or last) fit resumed from; empty when it started afresh. volt
   // never deletes it.
-  const std::string& resumed_from() const { return state_.resumed_from; }
+  const std::string& resumed_from() const;
 
   // ---- state, for callbacks and modules
   const TrainerOptions& options() const { return options_; }
-  int64_t current_epoch() const { return state_.progress.epoch; }
-  int64_t global_step() const { return state_.progress.global_step; }
-  const FitProgress& fit_progress() const { return state_.progress; }
+  int64_t current_epoch() const;
+  int64_t global_step() const;
+  const FitProgress& fit_progress() const;
   int64_t max_epochs() const { return options_.resolved_max_epochs(); }
-  TrainerFn fn() const { return state_.fn; }
-  RunningStage stage() const { return state_.stage; }
-  TrainerStatus status() const { return state_.status; }
-  bool sanity_checking() const { return state_.stage == RunningStage::SanityChecking; }
-  bool should_stop() const { return state_.should_stop; }
+  TrainerFn fn() const;
+  RunningStage stage() const;
+  TrainerStatus status() const;
+  bool sanity_checking() const { return stage() == RunningStage::SanityChecking; }
+  bool should_stop() const;
   // Asks the fit loop to stop at the next step boundary (once min_epochs are done).
-  void set_should_stop(bool stop) { state_.should_stop = stop; }
+  void set_should_stop(bool stop);
   // Micro-batches per optimizer step in the current epoch (options().accumulate_grad_batches
   // unless a callback such as GradientAccumulationScheduler changed it).
-  int64_t accumulate_grad_batches() const { return state_.accumulate_grad_batches; }
+  int64_t accumulate_grad_batches() const;
   // Changes it from the next accumulation window on. Allowed only where no window is open and
   // the epoch has not started (on_train_epoch_start), or to the current value; throws
   // ConfigurationError otherwise or for a value < 1.
   void set_accumulate_grad_batches(int64_t micro_batches);
 
   // Training batches per epoch after limit_train_batches / overfit_batches / fast_dev_run.
-  int64_t num_training_batches() const { return state_.num_training_batches; }
+  int64_t num_training_batches() const;
   // Whether the current (or last) fit validates at all: a val loader with batches and a
   // validation_step.
-  bool fit_validates() const { return state_.fit_validates; }
+  bool fit_validates() const;
   // Batches of the evaluation loop that runs now (or ran last).
-  int64_t num_eval_batches() const { return state_.num_eval_batches; }
+  int64_t num_eval_batches() const;
   // Optimizer steps the whole fit will take given its limits (-1 when unbounded).
   int64_t estimated_stepping_batches() const;
 
-  const std::map<std::string, double>& callback_metrics() const { return state_.callback_metrics.values(); }
-  const std::map<std::string, double>& logged_metrics() const { return state_.logged_metrics.values(); }
-  const std::map<std::string, double>& progress_bar_metrics() const { return state_.progress_bar_metrics.values(); }
+  const std::map<std::string, double>& callback_metrics() const;
+  const std::map<std::string, double>& logged_metrics() const;
+  const std::map<std::string, double>& progress_bar_metrics() const;
 
   const std::vector<std::shared_ptr<Callback>>& callbacks() const { return callbacks_; }
   const std::vector<std::shared_ptr<Logger>>& loggers() const { return loggers_; }
   // The strategy, read-only: its name, topology, metrics, precision. Callbacks reach the other
   // ranks through collectives(); changing the strategy is the Trainer's own loops' business
-  // (trainer_internals.h).
+  // (Note [Loop context]).
   const Strategy& strategy() const { return *strategy_; }
-  StrategyCollectives& collectives() const { return strategy_->collectives(); }
+  StrategyCollectives& collectives() const;
   // Who started the processes of this run and where they meet (torchelastic, slurm, mpi, volt).
-  const ClusterEnvironment& cluster_environment() const { return *placement_.cluster; }
+  const ClusterEnvironment& cluster_environment() const;
   // The strategy's (it holds the precision).
-  Precision& precision() const { return strategy_->precision(); }
+  Precision& precision() const;
   // The device this process computes on: cuda:<local rank> with CUDA, else the CPU
   // (trainer/device_choice.h); chosen at construction, the strategy's root_device() once set up.
-  torch::Device root_device() const { return placement_.device; }
+  torch::Device root_device() const;
   // The CPU threads this process computes with (core/cpu_threads.h), set when the first run starts;
   // ModelSummary prints them.
-  const CPUThreads& cpu_threads() const { return cpu_threads_; }
-  const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers() const { return state_.optimizers; }
-  const std::vector<SchedulerConfig>& lr_schedulers() const { return state_.schedulers; }
-  bool is_global_zero() const { return strategy_->is_global_zero(); }
+  const CPUThreads& cpu_threads() const;
+  const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers() const;
+  const std::vector<SchedulerConfig>& lr_schedulers() const;
+  bool is_global_zero() const;
   // Where this process sits (Lightning's Trainer.global_rank, local_rank, node_rank, world_size,
   // num_nodes): its rank among all processes, on its node, its node's index, how many processes
   // and nodes the run has.
@@ -154,7 +161,6 @@ class Trainer {
   void show_on_progress_bar(const std::map<std::string, double>& metrics);
 
  private:
-  friend struct TrainerInternals;
   // Loggers and callbacks from the options.
   void init();
   // Everything before a loop runs: environment (once), module attach, device, optimizers.
@@ -178,16 +184,16 @@ class Trainer {
   // With several processes: every rank's loggers take global rank 0's version. [collective]
   void agree_on_logger_versions();
 
+  // What a run works with, kept out of this header (trainer.cpp): the resolved placement, the CPU
+  // threads, the LoopState and the LoopContext the loops get.
+  struct Run;
+
   TrainerOptions options_;
-  // The cluster environment, this process's devices, the launcher and the strategy, resolved at
-  // construction (run_setup.h); it owns the launcher, which outlives the strategy.
-  RunPlacement placement_;
-  CPUThreads cpu_threads_;
-  std::shared_ptr<Strategy> strategy_;  // placement_.strategy
+  std::unique_ptr<Run> run_;
+  std::shared_ptr<Strategy> strategy_;  // run_->placement.strategy
   std::vector<std::shared_ptr<Callback>> callbacks_;
   std::vector<std::shared_ptr<Logger>> loggers_;
   bool environment_ready_ = false;
-  LoopState state_;
 };
 
 }  // namespace volt

@@ -64,7 +64,8 @@ ImageFolderDataset::ImageFolderDataset(std::string root, ImageFolderOptions opti
   for (size_t label = 0; label < classes_.size(); ++label) {
     std::vector<std::string> found;
     const fs::path folder = fs::path(root_) / classes_[label];
-    for (const auto& entry : fs::recursive_directory_iterator(folder, fs::directory_options::follow_directory_symlink)) {
+    for (const auto& entry :
+         fs::recursive_directory_iterator(folder, fs::directory_options::follow_directory_symlink)) {
       if (entry.is_regular_file() && extensions.count(lower(entry.path().extension().string()))) {
         found.push_back(entry.path().string());
       }
@@ -100,7 +101,8 @@ Batch ImageFolderDataset::get_batch(const BatchRequest& request) const {
   const auto n = static_cast<int64_t>(request.indices.size());
   std::vector<Sample> per_sample;  // without a fixed size: the samples read, for default_collate
   torch::Tensor images;
-  torch::Tensor labels = torch::empty({n}, torch::TensorOptions().dtype(torch::kLong).pinned_memory(request.pin_memory));
+  torch::Tensor labels =
+      torch::empty({n}, torch::TensorOptions().dtype(torch::kLong).pinned_memory(request.pin_memory));
   int64_t* label = labels.data_ptr<int64_t>();
   std::array<int64_t, 3> shape{};
   if (fixed) {
@@ -141,7 +143,8 @@ Batch ImageFolderDataset::get_batch(const BatchRequest& request) const {
   check<DataError>(kept > 0, "ImageFolderDataset: no sample of a batch could be read (skip_unreadable skipped all ", n,
                    "); check the files under ", root_);
   if (!fixed) {
-    Batch batch = request.pin_memory ? default_collate_pinned(std::move(per_sample)) : default_collate(std::move(per_sample));
+    Batch batch =
+        request.pin_memory ? default_collate_pinned(std::move(per_sample)) : default_collate(std::move(per_sample));
     return batch;
   }
   Batch batch;

@@ -168,11 +168,13 @@ int encode_into(const Pixels* pixels, int quality, unsigned char** out, unsigned
 std::string encode_jpeg(const Pixels& pixels, int quality) {
   check<ConfigurationError>(pixels.channels == 1 || pixels.channels == 3, "encode_jpeg: expected 1 or 3 channels, got ",
                             pixels.channels);
-  check<ConfigurationError>(quality >= 1 && quality <= 100, "encode_jpeg: expected a quality in [1, 100], got ", quality);
-  check<ConfigurationError>(pixels.height > 0 && pixels.width > 0 &&
-                                pixels.data.size() == static_cast<size_t>(pixels.height * pixels.width * pixels.channels),
-                            "encode_jpeg: expected ", pixels.height, "x", pixels.width, "x", pixels.channels,
-                            " bytes, got ", pixels.data.size());
+  check<ConfigurationError>(quality >= 1 && quality <= 100, "encode_jpeg: expected a quality in [1, 100], got ",
+                            quality);
+  check<ConfigurationError>(
+      pixels.height > 0 && pixels.width > 0 &&
+          pixels.data.size() == static_cast<size_t>(pixels.height * pixels.width * pixels.channels),
+      "encode_jpeg: expected ", pixels.height, "x", pixels.width, "x", pixels.channels, " bytes, got ",
+      pixels.data.size());
   ErrorManager manager;
   unsigned char* buffer = nullptr;
   unsigned long size = 0;

@@ -25,11 +25,12 @@ void Resize::apply(Image& image, SampleRandom&) const {
   const int64_t h = image.height(), w = image.width();
   // torchvision: the longer side is int(size * long / short).
   if (w <= h) {
-    image.resize(static_cast<int64_t>(static_cast<double>(shorter_side_) * static_cast<double>(h) / static_cast<double>(w)),
-                 shorter_side_);
+    image.resize(
+        static_cast<int64_t>(static_cast<double>(shorter_side_) * static_cast<double>(h) / static_cast<double>(w)),
+        shorter_side_);
   } else {
-    image.resize(shorter_side_,
-                 static_cast<int64_t>(static_cast<double>(shorter_side_) * static_cast<double>(w) / static_cast<double>(h)));
+    image.resize(shorter_side_, static_cast<int64_t>(static_cast<double>(shorter_side_) * static_cast<double>(w) /
+                                                     static_cast<double>(h)));
   }
 }
 

@@ -108,7 +108,8 @@ std::string TextLineSource::describe(int64_t shard) const {
          files_[static_cast<size_t>(shard / splits_)];
 }
 
-GeneratorSource::GeneratorSource(int64_t num_shards, Generate record) : shards_(num_shards), record_(std::move(record)) {
+GeneratorSource::GeneratorSource(int64_t num_shards, Generate record)
+    : shards_(num_shards), record_(std::move(record)) {
   check<ConfigurationError>(shards_ >= 1, "GeneratorSource: expected at least one shard, got ", shards_);
   check<ConfigurationError>(record_ != nullptr, "GeneratorSource: expected a record function, got none");
 }

@@ -242,9 +242,10 @@ Batch StreamingDataset::get_batch(const BatchRequest& request) const {
   const auto n = static_cast<int64_t>(request.indices.size());
   const int64_t first = request.indices.front();
   for (int64_t i = 0; i < n; ++i) {
-    check<ConfigurationError>(request.indices[static_cast<size_t>(i)] == first + i && first + i < size(),
-                              "StreamingDataset: a batch must be consecutive positions of the rank's epoch, within [0, ",
-                              size(), "); a streaming dataset is read in order, so do not shuffle its loader");
+    check<ConfigurationError>(
+        request.indices[static_cast<size_t>(i)] == first + i && first + i < size(),
+        "StreamingDataset: a batch must be consecutive positions of the rank's epoch, within [0, ", size(),
+        "); a streaming dataset is read in order, so do not shuffle its loader");
   }
   {
     // Where the reader has to be: at this batch, unless the batch continues a run of batches

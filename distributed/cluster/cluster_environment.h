@@ -67,9 +67,9 @@ class ClusterEnvironment {
 const std::vector<std::string>& cluster_environment_names();
 
 // Resolves `name` ("auto": the first detected, in the order of cluster_environment_registry.h;
-// volt's own launcher when no other is detected) against `variables` and `request`. Throws ConfigurationError for an unknown
-// name (listing the valid ones and the closest), a forced environment whose variables are missing
-// (naming them), malformed values, and flags that contradict the environment.
+// volt's own launcher when no other is detected) against `variables` and `request`. Throws ConfigurationError for an
+// unknown name (listing the valid ones and the closest), a forced environment whose variables are missing (naming
+// them), malformed values, and flags that contradict the environment.
 std::shared_ptr<ClusterEnvironment> make_cluster_environment(const std::string& name,
                                                              const EnvironmentVariables& variables,
                                                              const ClusterRequest& request);

@@ -39,8 +39,8 @@ c10::intrusive_ptr<compat::C10dBackend> connected_gloo_group(const c10::intrusiv
 
 bool HierarchicalAllReduce::applies(const std::vector<std::string>& hosts) {
   const auto by_host = ranks_by_host(hosts);
-  return by_host.size() > 1 &&
-         std::any_of(by_host.begin(), by_host.end(), [](const std::vector<int64_t>& ranks) { return ranks.size() > 1; });
+  return by_host.size() > 1 && std::any_of(by_host.begin(), by_host.end(),
+                                           [](const std::vector<int64_t>& ranks) { return ranks.size() > 1; });
 }
 
 std::unique_ptr<HierarchicalAllReduce> HierarchicalAllReduce::join(

@@ -74,7 +74,8 @@ void all_reduce(const std::shared_ptr<gloo::rendezvous::Context>& context, torch
     return;
   }
   std::vector<T> staging(static_cast<size_t>(chunk));
-  gloo::AllreduceHalvingDoubling<T> algorithm(context, {staging.data()}, static_cast<int>(chunk), reduce_function<T>(op));
+  gloo::AllreduceHalvingDoubling<T> algorithm(context, {staging.data()}, static_cast<int>(chunk),
+                                              reduce_function<T>(op));
   for (int64_t offset = 0; offset < numel; offset += chunk) {
     const auto count = static_cast<size_t>(std::min(chunk, numel - offset));
     std::copy(data + offset, data + offset + count, staging.begin());

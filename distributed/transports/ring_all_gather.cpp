@@ -6,8 +6,9 @@
 
 namespace volt {
 
-int64_t ring_all_gather_in_place(compat::C10dBackend& group, C10dEntry& entry, int64_t rank, const std::vector<int64_t>& counts,
-                                 torch::Tensor& flat, std::chrono::milliseconds timeout) {
+int64_t ring_all_gather_in_place(compat::C10dBackend& group, C10dEntry& entry, int64_t rank,
+                                 const std::vector<int64_t>& counts, torch::Tensor& flat,
+                                 std::chrono::milliseconds timeout) {
   const ring::Chunks chunks(counts);
   const int64_t size = chunks.size();
   VOLT_INTERNAL_ASSERT(flat.is_contiguous() && flat.numel() == chunks.total(),

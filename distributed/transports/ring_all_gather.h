@@ -25,7 +25,8 @@ namespace volt {
 // its rank's values. `entry`: the group's (Note [Entering c10d from several threads]). Returns
 // the bytes this rank sent. Throws what c10d throws (a timeout, a lost
 // peer).
-int64_t ring_all_gather_in_place(compat::C10dBackend& group, C10dEntry& entry, int64_t rank, const std::vector<int64_t>& counts,
-                                 torch::Tensor& flat, std::chrono::milliseconds timeout);
+int64_t ring_all_gather_in_place(compat::C10dBackend& group, C10dEntry& entry, int64_t rank,
+                                 const std::vector<int64_t>& counts, torch::Tensor& flat,
+                                 std::chrono::milliseconds timeout);
 
 }  // namespace volt

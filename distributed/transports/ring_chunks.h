@@ -45,10 +45,11 @@ class Chunks {
 
 // One ring step: `send` goes to `right` while `receive` is filled from `left`, both posted before
 // either is waited for (Gloo's unbound buffers, no size limit), each posted through `entry`
-// (Note [Entering c10d from several threads]), then both waited for under `timeout`. An empty tensor is neither sent nor received: its peer skips it too, as every rank
-// cuts the same chunks. Throws what c10d throws (a timeout, a lost peer).
-inline void exchange(compat::C10dBackend& group, C10dEntry& entry, int right, const torch::Tensor& send, int left, torch::Tensor receive,
-                     std::chrono::milliseconds timeout) {
+// (Note [Entering c10d from several threads]), then both waited for under `timeout`. An empty tensor is neither sent
+// nor received: its peer skips it too, as every rank cuts the same chunks. Throws what c10d throws (a timeout, a lost
+// peer).
+inline void exchange(compat::C10dBackend& group, C10dEntry& entry, int right, const torch::Tensor& send, int left,
+                     torch::Tensor receive, std::chrono::milliseconds timeout) {
   c10::intrusive_ptr<c10d::Work> receiving, sending;
   std::vector<at::Tensor> receive_into{receive}, send_from{send};
   if (receive.numel() > 0) receiving = entry.enter([&] { return group.recv(receive_into, left, kTag); });

@@ -21,9 +21,9 @@ void combine(torch::Tensor& into, const torch::Tensor& part, ReduceOp op) {
 
 }  // namespace
 
-int64_t ring_reduce_scatter(compat::C10dBackend& group, C10dEntry& entry, int64_t rank, const std::vector<int64_t>& counts,
-                            torch::Tensor& output, const torch::Tensor& input, ReduceOp op,
-                            std::chrono::milliseconds timeout) {
+int64_t ring_reduce_scatter(compat::C10dBackend& group, C10dEntry& entry, int64_t rank,
+                            const std::vector<int64_t>& counts, torch::Tensor& output, const torch::Tensor& input,
+                            ReduceOp op, std::chrono::milliseconds timeout) {
   const ring::Chunks chunks(counts);
   const int64_t size = chunks.size();
   VOLT_INTERNAL_ASSERT(input.is_contiguous() && output.is_contiguous() && input.numel() == chunks.total() &&

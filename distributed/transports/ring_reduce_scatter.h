@@ -29,8 +29,8 @@ namespace volt {
 // elements, input's dtype) gets chunk `rank` of the result. Mean divides by the group's size at
 // the end. `entry`: the group's (Note [Entering c10d from several threads]). Returns the bytes
 // this rank sent. Throws what c10d throws (a timeout, a lost peer).
-int64_t ring_reduce_scatter(compat::C10dBackend& group, C10dEntry& entry, int64_t rank, const std::vector<int64_t>& counts,
-                            torch::Tensor& output, const torch::Tensor& input, ReduceOp op,
-                            std::chrono::milliseconds timeout);
+int64_t ring_reduce_scatter(compat::C10dBackend& group, C10dEntry& entry, int64_t rank,
+                            const std::vector<int64_t>& counts, torch::Tensor& output, const torch::Tensor& input,
+                            ReduceOp op, std::chrono::milliseconds timeout);
 
 }  // namespace volt

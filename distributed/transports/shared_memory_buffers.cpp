@@ -76,7 +76,8 @@ std::vector<torch::Tensor> SharedMemoryGroup::allocate_buffers(const Exchange& e
   return tensors;
 }
 
-std::pair<const SharedMemoryGroup::Buffers*, int64_t> SharedMemoryGroup::find_buffer(const torch::Tensor& tensor) const {
+std::pair<const SharedMemoryGroup::Buffers*, int64_t> SharedMemoryGroup::find_buffer(
+    const torch::Tensor& tensor) const {
   const auto* begin = static_cast<const char*>(tensor.data_ptr());
   const auto* end = begin + tensor.numel() * static_cast<int64_t>(tensor.element_size());
   std::lock_guard<std::mutex> lock(registry_->mutex);
@@ -87,13 +88,14 @@ std::pair<const SharedMemoryGroup::Buffers*, int64_t> SharedMemoryGroup::find_bu
   return {nullptr, -1};
 }
 
-void SharedMemoryGroup::all_reduce_in_place(torch::Tensor& tensor, ReduceOp op, const Buffers& buffers, int64_t offset) {
+void SharedMemoryGroup::all_reduce_in_place(torch::Tensor& tensor, ReduceOp op, const Buffers& buffers,
+                                            int64_t offset) {
   torch::NoGradGuard no_grad;
   const auto dtype = tensor.scalar_type();
   const auto element = static_cast<int64_t>(tensor.element_size());
   const int64_t numel = tensor.numel();
-  const int64_t generation =
-      begin_chunk(true, kAllReduce, numel, static_cast<int32_t>(dtype), static_cast<int32_t>(op), -1, buffers.id, offset);
+  const int64_t generation = begin_chunk(true, kAllReduce, numel, static_cast<int32_t>(dtype), static_cast<int32_t>(op),
+                                         -1, buffers.id, offset);
   finish_step(0, generation);
   wait_for_all(0, generation, "all_reduce");
   check_calls_agree(kAllReduce);
@@ -103,7 +105,8 @@ void SharedMemoryGroup::all_reduce_in_place(torch::Tensor& tensor, ReduceOp op, 
   for (int64_t at = begin; at < end; at += block) {
     const int64_t n = std::min(block, end - at);
     reduce_into(dtype, op, at, n, in(0) + at * element, in);
-    for (int64_t r = 1; r < size_; ++r) std::memcpy(in(r) + at * element, in(0) + at * element, static_cast<size_t>(n * element));
+    for (int64_t r = 1; r < size_; ++r)
+      std::memcpy(in(r) + at * element, in(0) + at * element, static_cast<size_t>(n * element));
   }
   finish_step(1, generation);
   wait_for_all(1, generation, "all_reduce");

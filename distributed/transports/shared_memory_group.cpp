@@ -130,9 +130,9 @@ bool SharedMemoryGroup::accepts(const torch::Tensor& tensor, ReduceOp op) {
 }
 
 std::unique_ptr<SharedMemoryGroup> SharedMemoryGroup::join(const Exchange& exchange, int64_t rank, int64_t size,
-                                                           std::chrono::milliseconds timeout, const std::string& describe,
-                                                           size_t slot_bytes, std::string* why_not,
-                                                           const std::string& host) {
+                                                           std::chrono::milliseconds timeout,
+                                                           const std::string& describe, size_t slot_bytes,
+                                                           std::string* why_not, const std::string& host) {
   const auto refuse = [&](const std::string& reason) -> std::unique_ptr<SharedMemoryGroup> {
     if (why_not) *why_not = reason;
     return nullptr;
@@ -170,8 +170,8 @@ size_t SharedMemoryGroup::header_bytes_for(int64_t size) {
                   4096);
 }
 
-SharedMemoryGroup::SharedMemoryGroup(int64_t rank, int64_t size, std::chrono::milliseconds timeout, std::string describe,
-                                     size_t slot_bytes, std::unique_ptr<SharedSegment> segment)
+SharedMemoryGroup::SharedMemoryGroup(int64_t rank, int64_t size, std::chrono::milliseconds timeout,
+                                     std::string describe, size_t slot_bytes, std::unique_ptr<SharedSegment> segment)
     : rank_(rank),
       size_(size),
       timeout_(timeout),
@@ -180,7 +180,6 @@ SharedMemoryGroup::SharedMemoryGroup(int64_t rank, int64_t size, std::chrono::mi
       segment_(std::move(segment)),
       header_bytes_(header_bytes_for(size)),
       registry_(std::make_shared<Registry>()) {}
-
 
 SharedMemoryGroup::~SharedMemoryGroup() {
   // A peer still waiting for this rank fails at once rather than at its timeout (a rank whose
@@ -286,7 +285,8 @@ void SharedMemoryGroup::reduce_into(c10::ScalarType dtype, ReduceOp op, int64_t 
 }
 
 void SharedMemoryGroup::check_usable() const {
-  check<DistributedError>(!broken_, describe_, ": the shared-memory group failed earlier; it takes no more collectives");
+  check<DistributedError>(!broken_, describe_,
+                          ": the shared-memory group failed earlier; it takes no more collectives");
 }
 
 int64_t SharedMemoryGroup::begin_chunk(bool first, int32_t kind, int64_t numel, int32_t dtype, int32_t op, int32_t root,
@@ -303,7 +303,8 @@ void SharedMemoryGroup::finish_step(int which, int64_t generation) {
   state(rank_).counters[which].store(generation, std::memory_order_release);
 }
 
-void SharedMemoryGroup::reduce_chunks(int32_t kind, int64_t root, const char* data, int64_t numel, c10::ScalarType dtype, ReduceOp op,
+void SharedMemoryGroup::reduce_chunks(int32_t kind, int64_t root, const char* data, int64_t numel,
+                                      c10::ScalarType dtype, ReduceOp op,
                                       const std::function<void(int64_t offset, int64_t n, const char* reduced)>& take) {
   torch::NoGradGuard no_grad;
   const auto element = static_cast<int64_t>(c10::elementSize(dtype));
@@ -316,8 +317,9 @@ void SharedMemoryGroup::reduce_chunks(int32_t kind, int64_t root, const char* da
   for (int64_t offset = 0; offset < numel || (numel == 0 && offset == 0); offset += chunk, ++index) {
     const int64_t n = std::min(chunk, numel - offset);
     const int64_t half = (index % 2) * half_bytes;
-    const int64_t generation = begin_chunk(offset == 0, kind, numel, static_cast<int32_t>(dtype), static_cast<int32_t>(op),
-                                           static_cast<int32_t>(root), -1, -1, /*alternates=*/offset != 0);
+    const int64_t generation =
+        begin_chunk(offset == 0, kind, numel, static_cast<int32_t>(dtype), static_cast<int32_t>(op),
+                    static_cast<int32_t>(root), -1, -1, /*alternates=*/offset != 0);
     std::memcpy(slot(rank_) + half, data + offset * element, static_cast<size_t>(n * element));
     finish_step(0, generation);
     wait_for_all(0, generation, kind_name(kind));
@@ -398,7 +400,9 @@ void SharedMemoryGroup::reduce_scatter(const torch::Tensor& input, torch::Tensor
   const auto* in = static_cast<const char*>(input.data_ptr());
   auto* out = static_cast<char*>(output.data_ptr());
   for (int64_t offset = 0; offset < longest || (longest == 0 && offset == 0); offset += piece) {
-    const auto part = [&](int64_t r) { return std::max<int64_t>(0, std::min(piece, counts[static_cast<size_t>(r)] - offset)); };
+    const auto part = [&](int64_t r) {
+      return std::max<int64_t>(0, std::min(piece, counts[static_cast<size_t>(r)] - offset));
+    };
     const int64_t generation = begin_chunk(offset == 0, kReduceScatter, total, static_cast<int32_t>(dtype),
                                            static_cast<int32_t>(op), -1);
     for (int64_t d = 0; d < size_; ++d) {
@@ -415,7 +419,8 @@ void SharedMemoryGroup::reduce_scatter(const torch::Tensor& input, torch::Tensor
   }
 }
 
-void SharedMemoryGroup::all_gather(const torch::Tensor& input, torch::Tensor& output, const std::vector<int64_t>& counts) {
+void SharedMemoryGroup::all_gather(const torch::Tensor& input, torch::Tensor& output,
+                                   const std::vector<int64_t>& counts) {
   check_usable();
   VOLT_INTERNAL_ASSERT(moves(input) && input.is_contiguous() && output.is_contiguous() &&
                            output.scalar_type() == input.scalar_type() &&
@@ -431,7 +436,9 @@ void SharedMemoryGroup::all_gather(const torch::Tensor& input, torch::Tensor& ou
   const auto dtype = static_cast<int32_t>(input.scalar_type());
   for (int64_t offset = 0; offset < longest || (longest == 0 && offset == 0); offset += chunk) {
     const int64_t generation = begin_chunk(offset == 0, kAllGather, total, dtype, -1, -1);
-    const auto part = [&](int64_t r) { return std::max<int64_t>(0, std::min(chunk, counts[static_cast<size_t>(r)] - offset)); };
+    const auto part = [&](int64_t r) {
+      return std::max<int64_t>(0, std::min(chunk, counts[static_cast<size_t>(r)] - offset));
+    };
     std::memcpy(slot(rank_), in + offset * element, static_cast<size_t>(part(rank_) * element));
     finish_step(0, generation);
     wait_for_all(0, generation, "all_gather");
@@ -456,8 +463,8 @@ void SharedMemoryGroup::broadcast(torch::Tensor& tensor, int64_t root) {
   auto* data = static_cast<char*>(tensor.data_ptr());
   for (int64_t offset = 0; offset < numel || (numel == 0 && offset == 0); offset += chunk) {
     const int64_t n = std::min(chunk, numel - offset);
-    const int64_t generation =
-        begin_chunk(offset == 0, kBroadcast, numel, static_cast<int32_t>(tensor.scalar_type()), -1, static_cast<int32_t>(root));
+    const int64_t generation = begin_chunk(offset == 0, kBroadcast, numel, static_cast<int32_t>(tensor.scalar_type()),
+                                           -1, static_cast<int32_t>(root));
     if (rank_ == root) std::memcpy(slot(root), data + offset * element, static_cast<size_t>(n * element));
     finish_step(0, generation);
     wait_for_all(0, generation, "broadcast");
@@ -520,8 +527,9 @@ void SharedMemoryGroup::check_calls_agree(int32_t kind) {
         peer.root.load(std::memory_order_relaxed) != me.root.load(std::memory_order_relaxed) ||
         peer.buffers.load(std::memory_order_relaxed) != me.buffers.load(std::memory_order_relaxed) ||
         peer.offset.load(std::memory_order_relaxed) != me.offset.load(std::memory_order_relaxed)) {
-      fail(std::string(kind_name(kind)) + " through shared memory: rank " + std::to_string(r) + " called " + call(peer) +
-           ", this rank " + call(me) + "; every rank must call the same collectives in the same order, with "
+      fail(std::string(kind_name(kind)) + " through shared memory: rank " + std::to_string(r) + " called " +
+           call(peer) + ", this rank " + call(me) +
+           "; every rank must call the same collectives in the same order, with "
            "tensors of the same size and dtype (and, in place, at the same place of the same buffers)");
     }
   }

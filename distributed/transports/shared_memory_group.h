@@ -11,13 +11,11 @@
 //            order, into the result ("reduced"); each rank copies out the result ("done"); a
 //            reduce copies it out on the root only. Pipelined: a call's chunks take the two
 //            halves of the slots and of the result by turns, so a rank copies its next chunk into
-//            one half while slower ranks still copy the last one out of the other. reduce_scatter: each rank reduces only what
-//            it keeps, straight into its output (Note [reduce_scatter through shared memory]), two
-//            steps. all_gather: each rank copies
-//            its chunk into its slot ("written"), then every slot's chunk to its place in the
-//            output ("done"). broadcast: the root copies the chunk into its slot ("written"), the
-//            others copy it out ("done"). A rank writes its slot again only once every rank is
-//            done with the previous chunk.
+//            one half while slower ranks still copy the last one out of the other. reduce_scatter: each rank reduces
+//            only what it keeps, straight into its output (Note [reduce_scatter through shared memory]), two steps.
+//            all_gather: each rank copies its chunk into its slot ("written"), then every slot's chunk to its place in
+//            the output ("done"). broadcast: the root copies the chunk into its slot ("written"), the others copy it
+//            out ("done"). A rank writes its slot again only once every rank is done with the previous chunk.
 // A tensor in buffers the group handed out (allocate_buffers: a segment of its own, a region per
 // rank) is all_reduced in place instead, with no copy through the slots (Note [all_reduce in
 // place through shared memory] in shared_memory_buffers.cpp).
@@ -88,7 +86,8 @@ class SharedMemoryGroup {
   // every rank). Each keeps the segment mapped; the group may go first. Empty on every rank when
   // the segment cannot be had (`why_not` says why). [collective, over `exchange`]
   std::vector<torch::Tensor> allocate_buffers(const Exchange& exchange, const std::vector<int64_t>& numels,
-                                              const std::vector<c10::ScalarType>& dtypes, std::string* why_not = nullptr);
+                                              const std::vector<c10::ScalarType>& dtypes,
+                                              std::string* why_not = nullptr);
   // Reduces `tensor` (contiguous) over the group into `root`'s; the others' are left as they
   // were. [collective]
   void reduce(torch::Tensor& tensor, int64_t root, ReduceOp op);

@@ -14,7 +14,8 @@ void write_tokens(const std::string& bytes, size_t begin, size_t end, const std:
   tokens.reserve(end - begin);
   for (size_t i = begin; i < end; ++i) tokens.push_back(static_cast<unsigned char>(bytes[i]));
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * sizeof(uint16_t)));
+  out.write(reinterpret_cast<const char*>(tokens.data()),
+            static_cast<std::streamsize>(tokens.size() * sizeof(uint16_t)));
   if (!out) throw std::runtime_error("gpt_prepare: could not write " + path.string());
 }
 

@@ -80,11 +80,12 @@ std::shared_ptr<volt::DataLoader> TokenData::train_dataloader() { return loader(
 std::shared_ptr<volt::DataLoader> TokenData::val_dataloader() { return loader(val_, false); }
 
 std::shared_ptr<volt::DataLoader> TokenData::loader(std::shared_ptr<const volt::Dataset> dataset, bool shuffle) const {
-  return std::make_shared<volt::DataLoader>(dataset, volt::DataLoaderOptions{.batch_size = options_.batch_size,
-                                                                            .shuffle = shuffle,
-                                                                            .num_workers = options_.num_workers,
-                                                                            .persistent_workers = options_.num_workers > 0,
-                                                                            .pin_memory = options_.pin_memory});
+  return std::make_shared<volt::DataLoader>(dataset,
+                                            volt::DataLoaderOptions{.batch_size = options_.batch_size,
+                                                                    .shuffle = shuffle,
+                                                                    .num_workers = options_.num_workers,
+                                                                    .persistent_workers = options_.num_workers > 0,
+                                                                    .pin_memory = options_.pin_memory});
 }
 
 }  // namespace gpt

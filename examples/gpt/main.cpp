@@ -24,24 +24,27 @@ int main(int argc, char** argv) {
     gpt::TrainingOptions training;
     double dropout = 0.0, peak_flops = 0.0;
     po::options_description program("GPT example options");
-    program.add_options()
-        ("data-dir", po::value(&data.data_dir)->required(), "train.bin and val.bin (build/examples/gpt_prepare writes them)")
-        ("preset", po::value(&preset)->default_value(preset), "model shape: gpt2 (124M: 12 layers, d768, 12 heads, "
-         "context 1024, vocabulary 50304) or cpu (4 layers, d128, 4 heads, context 128, vocabulary 256)")
-        ("batch-size", po::value(&data.batch_size)->default_value(data.batch_size), "sequences per batch (per process)")
-        ("num-workers", po::value(&data.num_workers)->default_value(data.num_workers), "threads that build batches ahead")
-        ("pin-memory", po::value(&data.pin_memory)->default_value(data.pin_memory),
-         "build batches in page-locked memory and upload the next during the step (CUDA)")
-        ("lr", po::value(&training.lr)->default_value(training.lr), "peak learning rate (AdamW)")
-        ("min-lr", po::value(&training.min_lr)->default_value(training.min_lr), "the learning rate the cosine decays to")
-        ("warmup-steps", po::value(&training.warmup_steps)->default_value(training.warmup_steps), "linear warm-up steps")
-        ("decay-steps", po::value(&training.decay_steps)->default_value(training.decay_steps),
-         "steps of the cosine decay; 0: every step of the fit")
-        ("weight-decay", po::value(&training.weight_decay)->default_value(training.weight_decay),
-         "AdamW's weight decay on the weight matrices")
-        ("dropout", po::value(&dropout)->default_value(dropout), "dropout in the blocks")
-        ("peak-flops", po::value(&peak_flops)->default_value(peak_flops),
-         "the device's peak FLOP/s for MFU; 0: the peak volt knows for it (H100, H200, A100)");
+    program.add_options()("data-dir", po::value(&data.data_dir)->required(),
+                          "train.bin and val.bin (build/examples/gpt_prepare writes them)")(
+        "preset", po::value(&preset)->default_value(preset),
+        "model shape: gpt2 (124M: 12 layers, d768, 12 heads, "
+        "context 1024, vocabulary 50304) or cpu (4 layers, d128, 4 heads, context 128, vocabulary 256)")(
+        "batch-size", po::value(&data.batch_size)->default_value(data.batch_size), "sequences per batch (per process)")(
+        "num-workers", po::value(&data.num_workers)->default_value(data.num_workers),
+        "threads that build batches ahead")(
+        "pin-memory", po::value(&data.pin_memory)->default_value(data.pin_memory),
+        "build batches in page-locked memory and upload the next during the step (CUDA)")(
+        "lr", po::value(&training.lr)->default_value(training.lr), "peak learning rate (AdamW)")(
+        "min-lr", po::value(&training.min_lr)->default_value(training.min_lr),
+        "the learning rate the cosine decays to")(
+        "warmup-steps", po::value(&training.warmup_steps)->default_value(training.warmup_steps),
+        "linear warm-up steps")("decay-steps", po::value(&training.decay_steps)->default_value(training.decay_steps),
+                                "steps of the cosine decay; 0: every step of the fit")(
+        "weight-decay", po::value(&training.weight_decay)->default_value(training.weight_decay),
+        "AdamW's weight decay on the weight matrices")("dropout", po::value(&dropout)->default_value(dropout),
+                                                       "dropout in the blocks")(
+        "peak-flops", po::value(&peak_flops)->default_value(peak_flops),
+        "the device's peak FLOP/s for MFU; 0: the peak volt knows for it (H100, H200, A100)");
     po::variables_map values;
     auto options = volt::TrainerOptions::from_args(argc, argv, program, &values);
     // bf16-mixed where the step runs on a GPU; a CPU without bf16 matrix units (AMX, AVX512-BF16)
@@ -63,7 +66,8 @@ int main(int argc, char** argv) {
 
     volt::Trainer trainer(options, launcher);
     auto model = std::make_shared<gpt::GPTModule>(config, training);
-    const double flops = gpt::flops_per_token(config, model->parameter_count()) * static_cast<double>(config.block_size);
+    const double flops =
+        gpt::flops_per_token(config, model->parameter_count()) * static_cast<double>(config.block_size);
     auto throughput = std::make_shared<volt::ThroughputMonitor>(volt::ThroughputMonitorOptions{
         .window = 20, .flops_per_sample = flops, .peak_flops = peak_flops, .items_per_sample = config.block_size});
     trainer.add_callback(throughput);

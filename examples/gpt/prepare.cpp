@@ -15,12 +15,13 @@ int main(int argc, char** argv) {
   double val_fraction = 0.1;
   int64_t context = 1024;
   po::options_description options("gpt_prepare: a UTF-8 text as byte tokens (train.bin, val.bin)");
-  options.add_options()("help", "this message")
-      ("text", po::value(&text)->required(), "a UTF-8 text file (tools/setup_gpt_text.sh prints one)")
-      ("out", po::value(&out)->required(), "the directory for train.bin and val.bin")
-      ("val-fraction", po::value(&val_fraction)->default_value(val_fraction), "the text's last part kept for validation")
-      ("context", po::value(&context)->default_value(context),
-       "the longest context the files will be used with: each file must hold one window of it");
+  options.add_options()("help", "this message")("text", po::value(&text)->required(),
+                                                "a UTF-8 text file (tools/setup_gpt_text.sh prints one)")(
+      "out", po::value(&out)->required(), "the directory for train.bin and val.bin")(
+      "val-fraction", po::value(&val_fraction)->default_value(val_fraction),
+      "the text's last part kept for validation")(
+      "context", po::value(&context)->default_value(context),
+      "the longest context the files will be used with: each file must hold one window of it");
   try {
     po::variables_map values;
     po::store(po::parse_command_line(argc, argv, options), values);

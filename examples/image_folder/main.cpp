@@ -53,11 +53,12 @@ class ImageFolderData : public volt::DataModule {
 
  private:
   std::shared_ptr<volt::DataLoader> loader(std::shared_ptr<const volt::Dataset> dataset, bool shuffle) const {
-    return std::make_shared<volt::DataLoader>(dataset, volt::DataLoaderOptions{.batch_size = options_.batch_size,
-                                                                              .shuffle = shuffle,
-                                                                              .num_workers = options_.num_workers,
-                                                                              .persistent_workers = options_.num_workers > 0,
-                                                                              .pin_memory = options_.pin_memory});
+    return std::make_shared<volt::DataLoader>(dataset,
+                                              volt::DataLoaderOptions{.batch_size = options_.batch_size,
+                                                                      .shuffle = shuffle,
+                                                                      .num_workers = options_.num_workers,
+                                                                      .persistent_workers = options_.num_workers > 0,
+                                                                      .pin_memory = options_.pin_memory});
   }
   ImageFolderDataOptions options_;
   std::shared_ptr<const volt::Dataset> train_, test_;
@@ -96,15 +97,16 @@ int main(int argc, char** argv) {
     ImageFolderDataOptions data_options;
     fashion_mnist::ClassifierOptions model_options;
     po::options_description program("ImageFolder example options");
-    program.add_options()
-        ("data-dir", po::value(&data_options.data_dir)->required(), "an ImageFolder with train/ and test/ "
-         "(build/examples/make_image_folder writes one)")
-        ("batch-size", po::value(&data_options.batch_size)->default_value(data_options.batch_size), "batch size (per process)")
-        ("num-workers", po::value(&data_options.num_workers)->default_value(data_options.num_workers),
-         "threads that decode and augment the images ahead of the step")
-        ("pin-memory", po::value(&data_options.pin_memory)->default_value(data_options.pin_memory),
-         "build batches in page-locked memory and upload the next during the step (CUDA)")
-        ("lr", po::value(&model_options.lr)->default_value(model_options.lr), "AdamW learning rate");
+    program.add_options()("data-dir", po::value(&data_options.data_dir)->required(),
+                          "an ImageFolder with train/ and test/ "
+                          "(build/examples/make_image_folder writes one)")(
+        "batch-size", po::value(&data_options.batch_size)->default_value(data_options.batch_size),
+        "batch size (per process)")("num-workers",
+                                    po::value(&data_options.num_workers)->default_value(data_options.num_workers),
+                                    "threads that decode and augment the images ahead of the step")(
+        "pin-memory", po::value(&data_options.pin_memory)->default_value(data_options.pin_memory),
+        "build batches in page-locked memory and upload the next during the step (CUDA)")(
+        "lr", po::value(&model_options.lr)->default_value(model_options.lr), "AdamW learning rate");
     po::variables_map values;
     auto options = volt::TrainerOptions::from_args(argc, argv, program, &values);
     if (!options.max_epochs && options.max_steps == -1) options.max_epochs = 2;
@@ -121,7 +123,8 @@ int main(int argc, char** argv) {
     const auto metrics = trainer.test(model, data);
     if (trainer.is_global_zero()) {
       std::cout << "Final test metrics:";
-      for (const auto& [name, value] : metrics) std::cout << " " << name << "=" << std::fixed << std::setprecision(4) << value;
+      for (const auto& [name, value] : metrics)
+        std::cout << " " << name << "=" << std::fixed << std::setprecision(4) << value;
       std::cout << "\nFit time: " << std::setprecision(1) << fit_seconds << " s; between training steps (waiting for "
                 << "data): " << std::setprecision(1) << 100.0 * wait->fraction() << "% of the steps' time" << std::endl;
     }

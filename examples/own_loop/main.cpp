@@ -64,11 +64,13 @@ int main(int argc, char** argv) {
     fashion_mnist::FashionMnistData data(data_options);
     data.setup(volt::TrainerFn::Fitting);
     auto model = std::make_shared<fashion_mnist::Classifier>(model_options);
-    auto [module, optimizer] = fabric.setup(
-        model, std::make_shared<torch::optim::AdamW>(
-                   model->parameters(), torch::optim::AdamWOptions(model_options.lr).weight_decay(model_options.weight_decay)));
+    auto [module, optimizer] =
+        fabric.setup(model, std::make_shared<torch::optim::AdamW>(
+                                model->parameters(),
+                                torch::optim::AdamWOptions(model_options.lr).weight_decay(model_options.weight_decay)));
     auto train = fabric.setup_dataloader(data.train_dataloader(), options.limit_train_batches);
-    auto val = fabric.setup_dataloader(data.val_dataloader(), options.limit_val_batches, volt::RunningStage::Validating);
+    auto val =
+        fabric.setup_dataloader(data.val_dataloader(), options.limit_val_batches, volt::RunningStage::Validating);
 
     double val_acc = 0.0;
     bool done = false;

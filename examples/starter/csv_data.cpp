@@ -16,7 +16,8 @@ std::vector<double> parse_row(const std::string& line, const std::string& path, 
     try {
       size_t used = 0;
       values.push_back(std::stod(cell, &used));
-      if (used != cell.size() && cell.find_first_not_of(" \r", used) != std::string::npos) throw std::invalid_argument(cell);
+      if (used != cell.size() && cell.find_first_not_of(" \r", used) != std::string::npos)
+        throw std::invalid_argument(cell);
     } catch (const std::logic_error&) {
       throw volt::DataError("CsvData: " + path + ":" + std::to_string(line_number) + ": expected a number, got '" +
                             cell + "'; every cell after the header line must be numeric");

@@ -49,7 +49,8 @@ int main(int argc, char** argv) {
       std::cout << "starter: " << trainer.strategy().topology().world_size << " process(es), "
                 << trainer.current_epoch() << " epoch(s), " << trainer.global_step() << " steps";
       for (const char* name : {"val_loss", "val_acc"}) {
-        if (metrics.count(name)) std::cout << ", " << name << "=" << std::fixed << std::setprecision(4) << metrics.at(name);
+        if (metrics.count(name))
+          std::cout << ", " << name << "=" << std::fixed << std::setprecision(4) << metrics.at(name);
       }
       std::cout << std::endl;
     }

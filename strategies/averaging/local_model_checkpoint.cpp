@@ -79,8 +79,9 @@ void load_averager_section(const StateDict& state, ModelAverager* averager, bool
     }
     return;
   }
-  if (const auto mine = per_rank_entry_or_warn(state, "local_models_per_rank", topology.global_rank, topology.world_size, who,
-                                           "every rank continues from rank 0's model and optimizer state")) {
+  if (const auto mine =
+          per_rank_entry_or_warn(state, "local_models_per_rank", topology.global_rank, topology.world_size, who,
+                                 "every rank continues from rank 0's model and optimizer state")) {
     load_local_model_state(local, *mine, topology.global_rank);
   }
 }

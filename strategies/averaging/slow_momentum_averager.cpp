@@ -25,7 +25,8 @@ void SlowMomentumOptions::validate(const std::string& owner) const {
                             std::max<int64_t>(1, slowmo_frequency / localsgd_frequency) * localsgd_frequency);
 }
 
-SlowMomentumAverager::SlowMomentumAverager(Topology& topology, SlowMomentumOptions options, LearningRates learning_rates)
+SlowMomentumAverager::SlowMomentumAverager(Topology& topology, SlowMomentumOptions options,
+                                           LearningRates learning_rates)
     : ModelAverager(/*warmup_steps=*/0),
       topology_(topology),
       options_(options),
@@ -179,9 +180,11 @@ void SlowMomentumAverager::load_state_dict(const StateDict& state) {
                          "that wrote it");
   const int64_t total = state.get_int("total"), begin = state.get_int("begin"), end = state.get_int("end");
   lay_out(total);
-  check<CheckpointError>(begin == begin_ && end == end_, "slowmo: the checkpoint's slow momentum buffers of this "
-                         "rank cover elements [", begin, ", ", end, ") of ", total, "; this run (",
-                         topology_.world_size(), " ranks, memory_efficient=", options_.memory_efficient ? "true" : "false",
+  check<CheckpointError>(begin == begin_ && end == end_,
+                         "slowmo: the checkpoint's slow momentum buffers of this "
+                         "rank cover elements [",
+                         begin, ", ", end, ") of ", total, "; this run (", topology_.world_size(),
+                         " ranks, memory_efficient=", options_.memory_efficient ? "true" : "false",
                          ", num_shards=", options_.num_shards, ") needs [", begin_, ", ", end_,
                          "); resume with the same world size and SlowMo options");
   const auto old = state.get_tensor("old_parameters"), u = state.get_tensor("momentum");

@@ -1,7 +1,7 @@
 #pragma once
 // Which gradients share a bucket, for DDP's reducer and ShardedDDP's. A bucket is one flat buffer
-// reduced by one collective, so its members must share dtype and device; its size trades latency (many small collectives) against
-// overlap (one huge collective can only start when backward is nearly done).
+// reduced by one collective, so its members must share dtype and device; its size trades latency (many small
+// collectives) against overlap (one huge collective can only start when backward is nearly done).
 #include <torch/torch.h>
 
 #include <cstdint>

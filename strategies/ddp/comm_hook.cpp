@@ -13,7 +13,8 @@ std::vector<torch::Tensor> gradient_views(const GradBucket& bucket) {
 }
 
 CollectiveHandle AllReduceHook::run(GradBucket& bucket) {
-  if (communicator_.reduces_through_shared_memory()) return communicator_.all_reduce_async(bucket.buffer, ReduceOp::Mean);
+  if (communicator_.reduces_through_shared_memory())
+    return communicator_.all_reduce_async(bucket.buffer, ReduceOp::Mean);
   bucket.buffer.div_(static_cast<double>(communicator_.size()));
   return communicator_.all_reduce_async(bucket.buffer, ReduceOp::Sum);
 }

@@ -63,7 +63,11 @@ void DDPStrategy::check_comm_hook() const {
 }
 
 bool DDPStrategy::compresses_to_16_bits() const {
-  return options_.comm_wrapper != CommWrapper::None || hook_traits_.compresses_to_16_bits;
+  return options_.comm_wrapper != CommWrapper::None || hook_traits().compresses_to_16_bits;
+}
+
+const ddp::CommHookTraits& DDPStrategy::hook_traits() const {
+  return caller_hook_traits_ ? *caller_hook_traits_ : comm_hook_spec_->traits();
 }
 
 DDPStrategy::DDPStrategy(DDPOptions options, std::shared_ptr<const ddp::CommHookSpec> comm_hook)
@@ -75,10 +79,9 @@ DDPStrategy::DDPStrategy(DDPOptions options, std::shared_ptr<const ddp::CommHook
                             "' that options.comm_hook names, got '", comm_hook->name(),
                             "'; set options.comm_hook to '", comm_hook->name(), "'");
   comm_hook_spec_ = comm_hook;
-  hook_traits_ = comm_hook->traits();
   check_comm_hook();
-  gradients_ = std::make_shared<ReducerSynchronization>(*this, options_.gradient_as_bucket_view);
-  buffers_ = std::make_shared<BufferBroadcastPlacement>(*this, options_.broadcast_buffers);
+  gradients_ = std::make_shared<ReducerSynchronization>(*this, *this, options_.gradient_as_bucket_view);
+  buffers_ = std::make_shared<BufferBroadcastPlacement>(*this, *this, options_.broadcast_buffers);
   hold(gradients_);
   hold(buffers_);
   hold(std::make_shared<DDPCheckpointState>(*this, options_.state_dict_type));
@@ -91,14 +94,14 @@ DDPStrategy::DDPStrategy(DDPOptions options, std::shared_ptr<const ddp::CommHook
 void DDPStrategy::set_comm_hook(std::function<std::unique_ptr<ddp::CommHook>(Communicator&)> make_hook) {
   check<ConfigurationError>(make_hook != nullptr, "ddp: expected a comm-hook factory, got none");
   make_hook_ = std::move(make_hook);
-  hook_traits_ = {};  // a hook of the caller's: it declared no traits
+  caller_hook_traits_ = ddp::CommHookTraits{};
   if (reducer_) reducer_->set_comm_hook(build_hook());
 }
 
 std::unique_ptr<ddp::CommHook> DDPStrategy::build_hook() {
   auto hook = make_hook_(gradient_group());
   if (options_.comm_wrapper == CommWrapper::None) return hook;
-  check<ConfigurationError>(hook_traits_.communicates, "ddp: comm_wrapper around the ",
+  check<ConfigurationError>(hook_traits().communicates, "ddp: comm_wrapper around the ",
                             hook->name(), " hook has nothing to compress");
   const auto dtype = options_.comm_wrapper == CommWrapper::FP16 ? torch::kHalf : torch::kBFloat16;
   return std::make_unique<ddp::CompressionWrapper>(dtype, std::move(hook));
@@ -112,6 +115,22 @@ void DDPStrategy::setup_environment(const StrategyEnvironment& environment) {
                                float16_matmul_available(root_device()),
                            "--strategy ddp: comm_wrapper=fp16 around ", hook, " multiplies float16 matrices, which "
                            "this LibTorch cannot do on ", root_device().str(), "; use comm_wrapper=bf16");
+}
+
+void DDPStrategy::check_capturable() const {
+  if (name() != "ddp") return Strategy::check_capturable();
+  const char* remedy = "; --cuda-graph captures ddp with its default all-reduce only: drop the option or --cuda-graph";
+  check<NotSupportedError>(!options_.find_unused_parameters,
+                           "--cuda-graph: ddp with find_unused_parameters searches the autograd graph on the host at "
+                           "every backward, which a captured step does not run",
+                           remedy);
+  check<NotSupportedError>(options_.comm_hook == "allreduce", "--cuda-graph: ddp's comm hook '", options_.comm_hook,
+                           "' keeps per-step state on the host, which a captured step does not advance", remedy);
+  check<NotSupportedError>(options_.comm_wrapper == CommWrapper::None,
+                           "--cuda-graph: ddp's comm_wrapper is not captured", remedy);
+  check<NotSupportedError>(!options_.shard_optimizer,
+                           "--cuda-graph: ddp's shard_optimizer (ZeRO-1) steps an OSS wrapper, not a FusedAdamW",
+                           remedy);
 }
 
 void DDPStrategy::check_world_size(int64_t world_size) const {

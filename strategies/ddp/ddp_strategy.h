@@ -5,16 +5,17 @@
 //
 // Lifecycle: setup_module converts the module through the precision and moves it to the device,
 // then (wrap_module) broadcasts rank 0's parameters and buffers (after checking that every rank
-// built the same model) and builds the Reducer on the module's final tensors; each synchronized backward is bracketed by
-// prepare_for_backward / finalize_backward; no_sync() turns synchronization off for
-// accumulation micro-batches; forward_context(Training) broadcasts rank 0's buffers first
-// (broadcast_buffers). Not thread-safe (one Trainer, one thread).
+// built the same model) and builds the Reducer on the module's final tensors; each synchronized backward is bracketed
+// by prepare_for_backward / finalize_backward; no_sync() turns synchronization off for accumulation micro-batches;
+// forward_context(Training) broadcasts rank 0's buffers first (broadcast_buffers). Not thread-safe (one Trainer, one
+// thread).
 //
 // Post-local-SGD (comm_hook=post_local_sgd) is this strategy plus a hook plus an averager: the hook
 // (strategies/ddp/hooks/post_local_sgd_hook.h) reduces gradients within a subgroup of the run's
 // Topology after the warm-up, and the model averager (strategies/averaging/) that comes with it
 // averages the parameters in after_optimizer_steps (synchronize_models).
 #include <memory>
+#include <optional>
 
 #include "strategies/averaging/local_model_checkpoint.h"
 #include "strategies/averaging/model_averager.h"
@@ -71,6 +72,11 @@ class DDPStrategy : public ParallelStrategy {
   // The comm hook's group sizes must divide `world_size` (post_local_sgd's subgroup_size and
   // model_averaging_periods).
   void check_world_size(int64_t world_size) const override;
+  // With its defaults only: the reducer's all-reduce into bucket views is captured; the unused-
+  // parameter search, stateful comm hooks, the compression wrapper and ZeRO-1's OSS are refused,
+  // and so is a subclass that names itself otherwise (SlowMo, whose slow-momentum step runs on the
+  // host) unless it overrides this in turn.
+  void check_capturable() const override;
   void teardown() override;
 
   // The Communicator's counters (ParallelStrategy::metrics) plus, after a synchronized iteration,
@@ -110,9 +116,12 @@ class DDPStrategy : public ParallelStrategy {
   void check_comm_hook() const;
   // Whether buckets travel in 16 bits (a compressing hook, or a wrapper).
   bool compresses_to_16_bits() const;
+  // The traits of the hook make_hook_ makes: the spec's, or none for set_comm_hook's.
+  const ddp::CommHookTraits& hook_traits() const;
   DDPOptions options_;
   std::shared_ptr<const ddp::CommHookSpec> comm_hook_spec_;
-  ddp::CommHookTraits hook_traits_;  // of the hook make_hook_ makes: the spec's, or none for set_comm_hook's
+  // Set by set_comm_hook: a hook of the caller's declares no traits.
+  std::optional<ddp::CommHookTraits> caller_hook_traits_;
   torch::nn::Module* module_ = nullptr;
   std::unique_ptr<ddp::Reducer> reducer_;
   std::function<std::unique_ptr<ddp::CommHook>(Communicator&)> make_hook_;

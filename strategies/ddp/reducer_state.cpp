@@ -65,7 +65,8 @@ void Reducer::load_state_dict(const StateDict& state) {
   const size_t n = parameters_.size();
   const bool rebuilt = state.get_bool("buckets_rebuilt");
   auto bucket_order = rebuilt ? permutation(state, "bucket_order", n) : std::vector<size_t>();
-  auto ready_order = state.get_ints("ready_order").empty() ? std::vector<size_t>() : permutation(state, "ready_order", n);
+  auto ready_order =
+      state.get_ints("ready_order").empty() ? std::vector<size_t>() : permutation(state, "ready_order", n);
 
   synchronized_iterations_ = state.get_int("synchronized_iterations");
   rebuild_due_ = state.get_bool("rebuild_due");

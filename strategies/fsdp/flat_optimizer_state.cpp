@@ -107,7 +107,8 @@ StateDict consolidate_optimizer_state(torch::optim::Optimizer& optimizer, const 
 }
 
 void load_consolidated_optimizer_state(torch::optim::Optimizer& optimizer, const std::vector<GroupLayout>& groups,
-                                       const StateDict& state, const std::string& what, const ShardedCheckpoint* source) {
+                                       const StateDict& state, const std::string& what,
+                                       const ShardedCheckpoint* source) {
   const auto states = state.at("state").toGenericDict();
   const auto saved = state.at("param_groups");
   check<CheckpointError>(saved.isList() && saved.toListRef().size() == groups.size(), what, ": expected ",

@@ -10,7 +10,8 @@ namespace volt::fsdp {
 void read_flat_slice_into(const FlatParameter& flat, const std::vector<torch::Tensor>& values,
                           const ShardedCheckpoint* source, const torch::Tensor& out) {
   VOLT_INTERNAL_ASSERT(values.size() == flat.entries().size(), "read_flat_slice: one value per entry");
-  VOLT_INTERNAL_ASSERT(out.numel() == flat.shard_numel() && out.is_contiguous(), "read_flat_slice: a shard-sized output");
+  VOLT_INTERNAL_ASSERT(out.numel() == flat.shard_numel() && out.is_contiguous(),
+                       "read_flat_slice: a shard-sized output");
   torch::NoGradGuard no_grad;
   const bool in_place = out.device().is_cpu();
   auto slice = in_place ? out.view({-1}) : torch::empty({flat.shard_numel()}, out.options().device(torch::kCPU));

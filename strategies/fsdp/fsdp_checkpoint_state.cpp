@@ -37,7 +37,7 @@ StateDict FSDPCheckpointState::model_state_dict(torch::nn::Module& module, Check
   // time on the device too); the other ranks hold nothing more than their shards during the save.
   // The optimizer's per-element state is gathered the same way (consolidate_optimizer_state).
   const int64_t root = 0;
-  const bool is_root = owner().topology().global_rank == root;
+  const bool is_root = context().topology().global_rank == root;
   for (const auto& unit : fsdp_.units_) {
     if (unit->flat().empty()) continue;  // a unit whose parameters all went to its children
     const auto flat = unit->flat().gather_shards_to(unit->flat().shard().detach(), root);
@@ -64,8 +64,8 @@ StateDict FSDPCheckpointState::full_model_state_dict(torch::nn::Module& module) 
   return state;
 }
 
-void FSDPCheckpointState::load_model_state_dict(torch::nn::Module& module, const StateDict& state, CheckpointLayout layout,
-                                                bool strict, const std::string& source,
+void FSDPCheckpointState::load_model_state_dict(torch::nn::Module& module, const StateDict& state,
+                                                CheckpointLayout layout, bool strict, const std::string& source,
                                                 const ShardedCheckpoint* slices) {
   StateDict rest = state;
   for (const auto& unit : fsdp_.units_) {
@@ -153,7 +153,8 @@ bool FSDPCheckpointState::is_own_layout(const StateDict& shard) const {
     }
     for (size_t e = 0; e < index.names.size(); ++e) {
       const auto& entry = flat.entries()[e];
-      if (index.names[e] != entry.name || index.shapes[e] != entry.shape || index.offsets[e] != entry.offset) return false;
+      if (index.names[e] != entry.name || index.shapes[e] != entry.shape || index.offsets[e] != entry.offset)
+        return false;
     }
   }
   return i == saved.size();

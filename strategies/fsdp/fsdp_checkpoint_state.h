@@ -19,7 +19,8 @@ class FSDPCheckpointState : public CheckpointState {
   StateDict model_state_dict(torch::nn::Module& module, CheckpointLayout layout) override;  // [collective]
   void load_model_state_dict(torch::nn::Module& module, const StateDict& state, CheckpointLayout layout, bool strict,
                              const std::string& source, const ShardedCheckpoint* slices) override;
-  StateDict optimizer_state_dict(torch::optim::Optimizer& optimizer, CheckpointLayout layout) override;  // [collective for Full]
+  StateDict optimizer_state_dict(torch::optim::Optimizer& optimizer,
+                                 CheckpointLayout layout) override;  // [collective for Full]
   void load_optimizer_state_dict(torch::optim::Optimizer& optimizer, const StateDict& state, CheckpointLayout layout,
                                  const std::string& what, const ParameterNamer& name_of,
                                  const ShardedCheckpoint* slices) override;

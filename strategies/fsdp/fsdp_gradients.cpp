@@ -8,7 +8,7 @@
 
 namespace volt {
 
-FSDPGradients::FSDPGradients(FSDPStrategy& owner) : AveragingGradientSynchronization(owner), fsdp_(owner) {}
+FSDPGradients::FSDPGradients(FSDPStrategy& owner) : AveragingGradientSynchronization(owner, owner), fsdp_(owner) {}
 
 ScopeGuard FSDPGradients::no_sync() {
   const bool previous = fsdp_.synchronize_;

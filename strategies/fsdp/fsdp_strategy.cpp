@@ -89,7 +89,8 @@ std::map<std::string, double> FSDPStrategy::metrics() const {
   metrics["fsdp/prefetches"] = static_cast<double>(gathered_->prefetches);
   // Read, not reset: the allocator has one peak per device, and the program's own reading (the
   // example's "Peak GPU memory") is of the whole run.
-  if (const auto peak = peak_allocated_bytes(root_device())) metrics["fsdp/peak_device_bytes"] = static_cast<double>(*peak);
+  if (const auto peak = peak_allocated_bytes(root_device()))
+    metrics["fsdp/peak_device_bytes"] = static_cast<double>(*peak);
   return metrics;
 }
 

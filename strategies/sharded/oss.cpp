@@ -19,7 +19,8 @@ OSS::OSS(std::vector<OptimizerParamGroup> groups, std::unique_ptr<OptimizerOptio
       make_local_(std::move(make_local)),
       communicator_(communicator),
       options_(options) {
-  check<ConfigurationError>(make_local_ != nullptr, "OSS: expected a function that makes the local optimizer, got none");
+  check<ConfigurationError>(make_local_ != nullptr,
+                            "OSS: expected a function that makes the local optimizer, got none");
   repartition();
 }
 

@@ -26,7 +26,7 @@ const OptionSchema<ShardedDDPOptions>& ShardedDDPOptions::schema() {
 ShardedDDPStrategy::ShardedDDPStrategy(ShardedDDPOptions options)
     : options_(options),
       gradients_(std::make_shared<Gradients>(*this)),
-      buffers_(std::make_shared<BufferBroadcastPlacement>(*this, options_.broadcast_buffers)) {
+      buffers_(std::make_shared<BufferBroadcastPlacement>(*this, *this, options_.broadcast_buffers)) {
   options_.validate();
   hold(gradients_);
   hold(buffers_);

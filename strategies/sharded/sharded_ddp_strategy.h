@@ -13,9 +13,9 @@
 // is an error: nobody would own its gradient). Its parts: the gradients part drives the reducer
 // (reducer_synchronization.h; no_sync() accumulates locally, full-size gradients on every rank,
 // and reduces once per window), the placement part broadcasts rank 0's buffers before each
-// training forward (buffer_broadcast_placement.h), the checkpoint part is the default over OSS. Gradient clipping by norm runs over the shards (OSS); the
-// GradScaler's inf check is global (any rank's inf in its shard skips the step on all).
-// Not thread-safe (one Trainer, one thread).
+// training forward (buffer_broadcast_placement.h), the checkpoint part is the default over OSS. Gradient clipping by
+// norm runs over the shards (OSS); the GradScaler's inf check is global (any rank's inf in its shard skips the step on
+// all). Not thread-safe (one Trainer, one thread).
 #include <memory>
 
 #include "core/option_schema.h"
@@ -61,7 +61,7 @@ class ShardedDDPStrategy : public ParallelStrategy {
   // then the non-owners drop the gradients (as after a reduce). [collective]
   class Gradients : public ReducerSynchronization {
    public:
-    explicit Gradients(ShardedDDPStrategy& owner) : ReducerSynchronization(owner), sharded_(owner) {}
+    explicit Gradients(ShardedDDPStrategy& owner) : ReducerSynchronization(owner, owner), sharded_(owner) {}
     void synchronize_accumulated_gradients(torch::nn::Module& module) override;
 
    private:

@@ -30,8 +30,9 @@ ShardedReducer::ShardedReducer(std::vector<torch::Tensor> parameters, std::vecto
   const auto n = parameters_.size();
   for (size_t k = 0; k < n; ++k) {
     const auto& p = parameters_[k];
-    check<ConfigurationError>(p.requires_grad() && p.is_leaf() && p.layout() == torch::kStrided, "ddp_sharded: parameter '",
-                              names_[k], "' must be a dense leaf tensor that requires grad");
+    check<ConfigurationError>(p.requires_grad() && p.is_leaf() && p.layout() == torch::kStrided,
+                              "ddp_sharded: parameter '", names_[k],
+                              "' must be a dense leaf tensor that requires grad");
     check<ConfigurationError>(owners_[k] >= 0 && owners_[k] < communicator_.size(), "ddp_sharded: parameter '",
                               names_[k], "' has no owner among the ", communicator_.size(), " ranks");
   }

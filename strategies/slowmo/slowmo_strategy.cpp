@@ -11,16 +11,20 @@ namespace volt {
 const OptionSchema<SlowMoOptions>& SlowMoOptions::schema() {
   static const auto schema =
       OptionSchema<SlowMoOptions>("--strategy slowmo")
-          .option("slowmo_momentum", &SlowMoOptions::slowmo_momentum, "slow momentum β (0 with slowmo_lr=1: no slow "
-                  "momentum, plain local SGD)", at_least(0.0))
+          .option("slowmo_momentum", &SlowMoOptions::slowmo_momentum,
+                  "slow momentum β (0 with slowmo_lr=1: no slow "
+                  "momentum, plain local SGD)",
+                  at_least(0.0))
           .option("slowmo_lr", &SlowMoOptions::slowmo_lr, "slow learning rate α", greater_than(0.0))
           .option("slowmo_frequency", &SlowMoOptions::slowmo_frequency,
-                  "optimizer steps between slow momentum steps (a multiple of localsgd_frequency)", at_least(int64_t{1}))
+                  "optimizer steps between slow momentum steps (a multiple of localsgd_frequency)",
+                  at_least(int64_t{1}))
           .option("localsgd_frequency", &SlowMoOptions::localsgd_frequency,
                   "optimizer steps between averages of the models across nodes", at_least(int64_t{1}))
           .option("nprocs_per_node", &SlowMoOptions::nprocs_per_node,
                   "processes per node, consecutive ranks, a divisor of the world size (unset: the cluster's); "
-                  "also simulates nodes of that size on one machine", at_least(int64_t{1}))
+                  "also simulates nodes of that size on one machine",
+                  at_least(int64_t{1}))
           .option("memory_efficient", &SlowMoOptions::memory_efficient,
                   "shard the slow momentum buffers (x_old, u) across ranks: 2/shards of the model per rank, not 2x")
           .alias("slowmo_memory_efficient")  // fairscale's name
@@ -81,9 +85,12 @@ void SlowMoStrategy::wrap_module(torch::nn::Module& module) {
   set_model_averager(std::move(averager));
   if (topology.num_nodes() == 1 && is_global_zero()) {
     warn("--strategy slowmo: all " + std::to_string(topology.world_size()) + " processes are on one node (" +
-         std::to_string(topology.node_size()) + " per node), so gradients are averaged over all of them every "
-         "step and local SGD is off" + (options_.averaging().slow_momentum() ? "; the slow momentum step still runs every " +
-                                        std::to_string(options_.slowmo_frequency) + " steps" : "") +
+         std::to_string(topology.node_size()) +
+         " per node), so gradients are averaged over all of them every "
+         "step and local SGD is off" +
+         (options_.averaging().slow_momentum()
+              ? "; the slow momentum step still runs every " + std::to_string(options_.slowmo_frequency) + " steps"
+              : "") +
          ". Set nprocs_per_node to simulate several nodes, or run on several");
   }
 }
@@ -91,10 +98,11 @@ void SlowMoStrategy::wrap_module(torch::nn::Module& module) {
 void SlowMoStrategy::check_precision(const Precision& precision) const {
   DDPStrategy::check_precision(precision);
   const auto dtype = precision.parameter_dtype();
-  check<ConfigurationError>(!options_.averaging().slow_momentum() || (dtype != torch::kHalf && dtype != torch::kBFloat16),
-                            "--strategy slowmo: --precision ", precision.name(), " keeps the parameters in ",
-                            c10::toString(dtype), ", and the slow momentum buffers with them, which loses the slow "
-                            "momentum update; use 32-true or a mixed precision (16-mixed, bf16-mixed)");
+  check<ConfigurationError>(
+      !options_.averaging().slow_momentum() || (dtype != torch::kHalf && dtype != torch::kBFloat16),
+      "--strategy slowmo: --precision ", precision.name(), " keeps the parameters in ", c10::toString(dtype),
+      ", and the slow momentum buffers with them, which loses the slow "
+      "momentum update; use 32-true or a mixed precision (16-mixed, bf16-mixed)");
 }
 
 bool SlowMoStrategy::optimizer_step(torch::optim::Optimizer& optimizer,

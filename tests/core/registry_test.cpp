@@ -90,6 +90,66 @@ TEST(Registry, CanonicalNamesAndRegistrationOrder) {
   EXPECT_THROW(lamps().add("bad name", "", {}, nullptr), ConfigurationError);
 }
 
+// ---- options validated once: by the registry, or by what it builds ----
+
+// Counts Options::validate() calls; a heater, like a strategy, validates its options in its
+// constructor (users build it from a struct too).
+int heater_validations = 0;
+
+struct HeaterOptions {
+  double watts = 1000.0;
+  static const OptionSchema<HeaterOptions>& schema(bool validated_by_the_heater) {
+    static const auto plain =
+        OptionSchema<HeaterOptions>("heater").option("watts", &HeaterOptions::watts, "power", greater_than(0.0));
+    static const auto marked = OptionSchema<HeaterOptions>(plain).validated_by_what_it_builds();
+    return validated_by_the_heater ? marked : plain;
+  }
+  void validate() const {
+    ++heater_validations;
+    schema(false).validate(*this);
+  }
+};
+
+struct Heater {
+  Heater(HeaterOptions options, bool validates) : watts(options.watts) {
+    if (validates) options.validate();
+  }
+  double watts;
+};
+
+Registry<Heater> heaters(bool validated_by_the_heater) {
+  Registry<Heater> registry("heater", "--heater");
+  registry.add("radiator", "validates in its constructor when marked so",
+               HeaterOptions::schema(validated_by_the_heater), [validated_by_the_heater](const HeaterOptions& o) {
+                 return std::make_shared<Heater>(o, validated_by_the_heater);
+               });
+  return registry;
+}
+
+TEST(RegistryValidation, AnEntryMarkedValidatedByWhatItBuildsIsValidatedOnceByItsConstructor) {
+  const auto marked = heaters(true);
+  heater_validations = 0;
+  EXPECT_EQ(marked.create("radiator:watts=500")->watts, 500.0);
+  EXPECT_EQ(heater_validations, 1) << "the registry reads the values; the constructor validates them once";
+  heater_validations = 0;
+  EXPECT_EQ(configuration_error_of([&] { marked.create("radiator:watts=-1"); }),
+            "heater: option 'watts' expects a value > 0, got -1; watts: power");
+  EXPECT_EQ(heater_validations, 1) << "the bad value is refused by the constructor's validation, once";
+}
+
+TEST(RegistryValidation, AnUnmarkedEntryIsValidatedOnceByTheRegistry) {
+  const auto plain = heaters(false);
+  heater_validations = 0;
+  EXPECT_EQ(plain.create("radiator:watts=750")->watts, 750.0);
+  EXPECT_EQ(heater_validations, 1) << "the registry validates before building";
+  heater_validations = 0;
+  EXPECT_THROW(plain.create("radiator:watts=0"), ConfigurationError);
+  EXPECT_EQ(heater_validations, 1);
+  heater_validations = 0;
+  EXPECT_THROW(plain.parse("radiator:watts=0"), ConfigurationError);
+  EXPECT_EQ(heater_validations, 1) << "parse() validates without building";
+}
+
 // ---- option extension ----
 
 struct Engine {

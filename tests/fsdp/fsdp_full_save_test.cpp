@@ -11,6 +11,7 @@
 #include "tests/support/regression_problem.h"
 #include "tests/support/test_support.h"
 #include "trainer/trainer.h"
+#include "strategies/strategy.h"
 
 namespace volt::fsdp {
 namespace {

@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "core/named_scope.h"
-#include "trainer/graph/in_step_hook_probe.h"
+#include "core/in_step_hook_probe.h"
 #include "trainer/graph/step_capture.h"
 
 namespace volt::testing {

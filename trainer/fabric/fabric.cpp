@@ -100,8 +100,9 @@ std::vector<std::shared_ptr<torch::optim::Optimizer>> Fabric::setup_optimizers(
     check<ConfigurationError>(optimizers[i] != nullptr, "Fabric::setup_optimizers: optimizer ", i, " is nullptr");
     for (const auto& group : optimizers[i]->param_groups()) {
       for (const auto& p : group.params()) {
-        check<ConfigurationError>(parameters.count(p.unsafeGetTensorImpl()) != 0, "Fabric::setup_optimizers: optimizer ",
-                                  i, " holds a tensor that is not a parameter of the module set up; build it over "
+        check<ConfigurationError>(parameters.count(p.unsafeGetTensorImpl()) != 0,
+                                  "Fabric::setup_optimizers: optimizer ", i,
+                                  " holds a tensor that is not a parameter of the module set up; build it over "
                                   "model->parameters() of the model given to setup");
       }
     }
@@ -226,7 +227,9 @@ CapturedStep Fabric::captured_step(CapturedStep::Step step) {
   return CapturedStep(*this, std::move(step), std::move(run));
 }
 
-void Fabric::zero_grad(torch::optim::Optimizer& optimizer) { strategy_->gradients().zero_grad(stepped_optimizer(optimizer, "zero_grad")); }
+void Fabric::zero_grad(torch::optim::Optimizer& optimizer) {
+  strategy_->gradients().zero_grad(stepped_optimizer(optimizer, "zero_grad"));
+}
 
 torch::Tensor Fabric::all_reduce(const torch::Tensor& value, ReduceOp op) {
   require_launched("all_reduce");
@@ -328,8 +331,9 @@ StateDict Fabric::load(const std::filesystem::path& path, const CheckpointItems&
       case CheckpointItem::Kind::Optimizer: {
         check<ConfigurationError>(item.optimizer() != nullptr, "Fabric::load: item '", name, "' is a null optimizer");
         const ParameterNamer name_of = module_ ? parameter_namer(*module_) : ParameterNamer{};
-        strategy_->checkpointing().load_optimizer_state_dict(stepped_optimizer(*item.optimizer(), "load"), state.child(name), layout,
-                                             source + ", item '" + name + "'", name_of, loaded.slices.get());
+        strategy_->checkpointing().load_optimizer_state_dict(
+            stepped_optimizer(*item.optimizer(), "load"), state.child(name), layout, source + ", item '" + name + "'",
+            name_of, loaded.slices.get());
         break;
       }
       case CheckpointItem::Kind::Value:

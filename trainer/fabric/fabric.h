@@ -13,14 +13,18 @@
 //     auto step = fabric.accumulate(4);                     // no_sync on 3 of every 4 micro-batches
 //     auto loss = criterion(module->forward(batch.input), batch.target) / step.window_size();
 //     fabric.backward(loss);
-//     if (step.syncing()) { fabric.clip_gradients(*optimizer, 1.0); fabric.step(*optimizer); fabric.zero_grad(*optimizer); }
+//     if (step.syncing()) {
+//       fabric.clip_gradients(*optimizer, 1.0);
+//       fabric.step(*optimizer);
+//       fabric.zero_grad(*optimizer);
+//     }
 //   }
 //   fabric.save("run.ckpt", {{"model", model}, {"optimizer", optimizer}});
 //
 // Order: launch, then setup (or setup_module then setup_optimizers), setup_dataloader, then the
-// loop, then (optionally) unwrap_module; each out of order is a ConfigurationError that says what to call first. One Fabric sets up
-// one module (a strategy wraps one). A Fabric is used on one thread; methods marked [collective]
-// must be called by every rank at the same point.
+// loop, then (optionally) unwrap_module; each out of order is a ConfigurationError that says what to call first. One
+// Fabric sets up one module (a strategy wraps one). A Fabric is used on one thread; methods marked [collective] must be
+// called by every rank at the same point.
 #include <torch/torch.h>
 
 #include <filesystem>

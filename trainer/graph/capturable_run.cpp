@@ -15,39 +15,19 @@ FusedAdamW& fused(torch::optim::Optimizer& optimizer) {
   return *adamw;
 }
 
-void refuse_ddp_options(const DDPStrategy& ddp) {
-  const auto& o = ddp.options();
-  const char* remedy = "; --cuda-graph captures ddp with its default all-reduce only: drop the option or --cuda-graph";
-  check<NotSupportedError>(!o.find_unused_parameters,
-                           "--cuda-graph: ddp with find_unused_parameters searches the autograd graph on the host at "
-                           "every backward, which a captured step does not run",
-                           remedy);
-  check<NotSupportedError>(o.comm_hook == "allreduce", "--cuda-graph: ddp's comm hook '", o.comm_hook,
-                           "' keeps per-step state on the host, which a captured step does not advance", remedy);
-  check<NotSupportedError>(o.comm_wrapper == CommWrapper::None, "--cuda-graph: ddp's comm_wrapper is not captured",
-                           remedy);
-  check<NotSupportedError>(!o.shard_optimizer,
-                           "--cuda-graph: ddp's shard_optimizer (ZeRO-1) steps an OSS wrapper, not a FusedAdamW",
-                           remedy);
-}
-
 }  // namespace
 
 void CapturableRun::check_supported(const Strategy& strategy, bool automatic_optimization,
                                     const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers) {
-  const std::string name = strategy.name();
-  check<NotSupportedError>(name == "single_device" || name == "ddp", "--cuda-graph: strategy '", name,
-                           "' is not captured (its step does work on the host that a replay would skip); use "
-                           "single_device or ddp, or drop --cuda-graph");
-  if (const auto* ddp = dynamic_cast<const DDPStrategy*>(&strategy)) refuse_ddp_options(*ddp);
+  strategy.check_capturable();
   check<NotSupportedError>(automatic_optimization,
                            "--cuda-graph: manual optimization (automatic_optimization() false) steps from "
                            "training_step's own code, which a captured step runs once; use automatic optimization "
                            "or drop --cuda-graph");
   check<NotSupportedError>(!optimizers.empty(), "--cuda-graph: there is no optimizer to step");
   for (size_t i = 0; i < optimizers.size(); ++i) {
-    check<NotSupportedError>(dynamic_cast<const FusedAdamW*>(optimizers[i].get()) != nullptr, "--cuda-graph: optimizer ",
-                             i,
+    check<NotSupportedError>(dynamic_cast<const FusedAdamW*>(optimizers[i].get()) != nullptr,
+                             "--cuda-graph: optimizer ", i,
                              " is not a volt::FusedAdamW; a captured step needs an optimizer whose learning rate "
                              "and step count live on the device. Use volt::FusedAdamW, or drop --cuda-graph");
   }
@@ -66,8 +46,9 @@ CapturableRun::CapturableRun(Strategy& strategy, bool automatic_optimization,
     : strategy_(strategy), optimizers_(std::move(optimizers)) {
   check_supported(strategy_, automatic_optimization, optimizers_);
   for (auto& optimizer : optimizers_) fused(*optimizer).set_capturable(true);
-  strategy_.precision().set_device_step(
-      [](torch::optim::Optimizer& optimizer, const torch::Tensor& found_inf) { fused(optimizer).step_unless(found_inf); });
+  strategy_.precision().set_device_step([](torch::optim::Optimizer& optimizer, const torch::Tensor& found_inf) {
+    fused(optimizer).step_unless(found_inf);
+  });
   strategy_.gradients().zero_in_place(true);
 }
 

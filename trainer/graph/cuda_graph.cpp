@@ -46,7 +46,8 @@ class CudaGraph final : public CapturedGraph {
       } catch (const c10::Error& error) {
         // What the device refused (a read on the host, a synchronization, a CPU operation).
         abandon(side, pool);
-        throw NotSupportedError(std::string("the step cannot be captured in a CUDA graph: ") + error.what_without_backtrace());
+        throw NotSupportedError(std::string("the step cannot be captured in a CUDA graph: ") +
+                                error.what_without_backtrace());
       } catch (...) {
         abandon(side, pool);  // the body's own error, which the caller reports as it is
         throw;
@@ -104,8 +105,9 @@ bool capturing_on(const torch::Device& device) {
 bool cuda_graphs_compiled() { return false; }
 
 std::unique_ptr<CapturedGraph> make_cuda_graph(const torch::Device& device) {
-  throw NotSupportedError("this build of volt has no CUDA (its LibTorch is CPU-only), so it cannot capture CUDA graphs; "
-                          "build against a LibTorch with CUDA (docs/building.md)");
+  throw NotSupportedError(
+      "this build of volt has no CUDA (its LibTorch is CPU-only), so it cannot capture CUDA graphs; "
+      "build against a LibTorch with CUDA (docs/building.md)");
 }
 
 bool capturing_on(const torch::Device&) { return false; }

@@ -5,7 +5,7 @@
 #include "core/error.h"
 #include "core/host_sync_observer.h"
 #include "core/warning.h"
-#include "trainer/graph/in_step_hook_probe.h"
+#include "core/in_step_hook_probe.h"
 
 namespace volt {
 

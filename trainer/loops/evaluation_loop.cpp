@@ -4,7 +4,7 @@
 
 #include "trainer/loops/loop_hooks.h"
 #include "trainer/trainer.h"
-#include "trainer/trainer_internals.h"
+#include "strategies/strategy.h"
 
 namespace volt {
 namespace {
@@ -37,9 +37,13 @@ struct EvaluationScope {
 
 }  // namespace
 
-EvaluationLoop::EvaluationLoop(Trainer& trainer, LoopState& state, RunningStage stage,
-                               std::shared_ptr<DataLoader> loader, int64_t max_batches)
-    : trainer_(trainer), state_(state), stage_(stage), loader_(std::move(loader)) {
+EvaluationLoop::EvaluationLoop(const LoopContext& context, RunningStage stage, std::shared_ptr<DataLoader> loader,
+                               int64_t max_batches)
+    : trainer_(context.trainer),
+      strategy_(context.strategy),
+      state_(context.state),
+      stage_(stage),
+      loader_(std::move(loader)) {
   const auto& options = trainer_.options();
   loader_->set_epoch(0);
   num_batches_ = options.fast_dev_run > 0
@@ -50,7 +54,6 @@ EvaluationLoop::EvaluationLoop(Trainer& trainer, LoopState& state, RunningStage 
 
 std::map<std::string, double> EvaluationLoop::run() {
   Trainer& t = trainer_;
-  Strategy& strategy = TrainerInternals::strategy(t);
   Module& module = *state_.module;
   const bool sanity = stage_ == RunningStage::SanityChecking;
   const bool testing = stage_ == RunningStage::Testing;
@@ -63,15 +66,16 @@ std::map<std::string, double> EvaluationLoop::run() {
   call_callbacks(t, module, testing ? &Callback::on_test_epoch_start : &Callback::on_validation_epoch_start);
   testing ? module.on_test_epoch_start() : module.on_validation_epoch_start();
 
-  DeviceFeed feed = DeviceFeed::open(*loader_, 0, num_batches_, strategy);
+  DeviceFeed feed = DeviceFeed::open(*loader_, 0, num_batches_, strategy_);
   for (int64_t b = 0; b < num_batches_; ++b) {
     const Batch batch = feed.next();
-    call_callbacks(t, module, testing ? &Callback::on_test_batch_start : &Callback::on_validation_batch_start, batch, b);
+    call_callbacks(t, module, testing ? &Callback::on_test_batch_start : &Callback::on_validation_batch_start, batch,
+                   b);
     state_.eval_collector.begin_batch();
     state_.eval_collector.set_in_step(true, batch.size());
     try {
-      strategy.run_step(stage_, module, batch, [&](torch::nn::Module& given, const Batch& input) {
-        Module& step = TrainerInternals::step_module(given, module);
+      strategy_.run_step(stage_, module, batch, [&](torch::nn::Module& given, const Batch& input) {
+        Module& step = step_module(given, module);
         testing ? step.test_step(input, b) : step.validation_step(input, b);
         return torch::Tensor();
       });
@@ -102,22 +106,21 @@ std::map<std::string, double> EvaluationLoop::run() {
 
 std::vector<torch::Tensor> EvaluationLoop::predict() {
   Trainer& t = trainer_;
-  Strategy& strategy = TrainerInternals::strategy(t);
   Module& module = *state_.module;
   EvaluationScope scope(module, state_.stage, stage_);
   state_.num_eval_batches = num_batches_;
   state_.eval_collector.reset(stage_);
   std::vector<torch::Tensor> predictions;
   call_callbacks(t, module, &Callback::on_predict_start);
-  DeviceFeed feed = DeviceFeed::open(*loader_, 0, num_batches_, strategy);
+  DeviceFeed feed = DeviceFeed::open(*loader_, 0, num_batches_, strategy_);
   for (int64_t b = 0; b < num_batches_; ++b) {
     const Batch batch = feed.next();
     call_callbacks(t, module, &Callback::on_predict_batch_start, batch, b);
     torch::Tensor prediction;
     try {
-      prediction = strategy.run_step(stage_, module, batch,
+      prediction = strategy_.run_step(stage_, module, batch,
                                      [&](torch::nn::Module& given, const Batch& input) {
-                                       return TrainerInternals::step_module(given, module).predict_step(input, b);
+                                       return step_module(given, module).predict_step(input, b);
                                      });
     } catch (const StepNotDefined& e) {
       throw ConfigurationError(e.what());

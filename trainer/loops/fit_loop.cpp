@@ -6,7 +6,7 @@
 #include "trainer/loops/evaluation_loop.h"
 #include "trainer/loops/loop_hooks.h"
 #include "trainer/trainer.h"
-#include "trainer/trainer_internals.h"
+#include "strategies/strategy.h"
 
 namespace volt {
 namespace {
@@ -21,15 +21,19 @@ std::shared_ptr<DataLoader> sequential_copy(const DataLoader& loader) {
 
 }  // namespace
 
-FitLoop::FitLoop(Trainer& trainer, LoopState& state, std::shared_ptr<DataLoader> train,
-                 std::shared_ptr<DataLoader> val)
-    : trainer_(trainer), state_(state), train_(std::move(train)), val_(std::move(val)) {
+FitLoop::FitLoop(const LoopContext& context, std::shared_ptr<DataLoader> train, std::shared_ptr<DataLoader> val)
+    : context_(context),
+      trainer_(context.trainer),
+      strategy_(context.strategy),
+      state_(context.state),
+      train_(std::move(train)),
+      val_(std::move(val)) {
   const auto& options = trainer_.options();
   int64_t n = 0;
   if (options.fast_dev_run > 0) {
     n = std::min(options.fast_dev_run, train_->num_batches());
   } else if (!options.overfit_batches.is_zero()) {
-    train_ = TrainerInternals::strategy(trainer_).placement().distribute_loader(sequential_copy(*train_), RunningStage::Training);
+    train_ = strategy_.placement().distribute_loader(sequential_copy(*train_), RunningStage::Training);
     val_ = train_;
     n = options.overfit_batches.resolve(train_->num_batches());
     val_max_batches_ = n;
@@ -64,7 +68,7 @@ void FitLoop::run() {
 
   // Refused before anything runs (Note [The Trainer's captured step]).
   if (options.cuda_graph) {
-    captured_ = std::make_unique<CapturedTraining>(TrainerInternals::strategy(t), module.automatic_optimization(),
+    captured_ = std::make_unique<CapturedTraining>(strategy_, module.automatic_optimization(),
                                                    state_.optimizers, state_.train_collector);
   }
   call_callbacks(t, module, &Callback::on_fit_start);
@@ -73,7 +77,7 @@ void FitLoop::run() {
   const int64_t sanity_steps = options.fast_dev_run > 0 ? 0 : options.num_sanity_val_steps;
   if (validation_enabled_ && sanity_steps != 0) {
     const int64_t cap = val_max_batches_ < 0 ? sanity_steps : std::min(sanity_steps, val_max_batches_);
-    EvaluationLoop sanity(t, state_, RunningStage::SanityChecking, val_, sanity_steps < 0 ? val_max_batches_ : cap);
+    EvaluationLoop sanity(context_, RunningStage::SanityChecking, val_, sanity_steps < 0 ? val_max_batches_ : cap);
     sanity.run();
     validation_enabled_ = state_.validation_step_defined;
     state_.fit_validates = validation_enabled_;
@@ -83,7 +87,7 @@ void FitLoop::run() {
   module.train();
   call_callbacks(t, module, &Callback::on_train_start);
   if (state_.pending_rng_state) {
-    load_rng_state_dict(*state_.pending_rng_state, TrainerInternals::strategy(t).root_device());
+    load_rng_state_dict(*state_.pending_rng_state, strategy_.root_device());
     state_.pending_rng_state.reset();
   }
   // No training batches (limit_train_batches=0): nothing to train, like Lightning. An epoch that
@@ -127,15 +131,14 @@ bool FitLoop::done() const {
 }
 
 void FitLoop::agree_on_stopping() {
-  Strategy& strategy = TrainerInternals::strategy(trainer_);
   // One process decides alone; skipping the identity broadcast also keeps the count of decisions
   // a strategy sees to the callbacks' own (EarlyStopping, Timer, ModelCheckpoint).
-  if (strategy.topology().world_size == 1) {
+  if (strategy_.topology().world_size == 1) {
     if (state_.deadline) time_up_ = time_exhausted();
     return;
   }
-  state_.should_stop = strategy.collectives().broadcast_decision(state_.should_stop);
-  if (state_.deadline) time_up_ = strategy.collectives().broadcast_decision(time_exhausted());
+  state_.should_stop = strategy_.collectives().broadcast_decision(state_.should_stop);
+  if (state_.deadline) time_up_ = strategy_.collectives().broadcast_decision(time_exhausted());
 }
 
 // Note [Interrupted epochs]: a stop condition (max_steps, max_time, should_stop) that ends an
@@ -212,17 +215,15 @@ int64_t FitLoop::epoch_batches() const {
 }
 
 DeviceFeed FitLoop::open_feed(int64_t first, int64_t end) {
-  const Strategy& strategy = TrainerInternals::strategy(trainer_);
   if (const EpochRemainder* rest = remainder()) {
-    return DeviceFeed::open(*rest->loader, first - rest->first_batch, end - rest->first_batch, strategy);
+    return DeviceFeed::open(*rest->loader, first - rest->first_batch, end - rest->first_batch, strategy_);
   }
-  return DeviceFeed::open(*train_, first, end, strategy);
+  return DeviceFeed::open(*train_, first, end, strategy_);
 }
 
 void FitLoop::run_batch(int64_t batch_idx, DeviceFeed& feed) {
   NamedScope scope("volt::train_batch");
   Trainer& t = trainer_;
-  Strategy& strategy = TrainerInternals::strategy(t);
   Module& module = *state_.module;
   auto& p = state_.progress;
   const EpochRemainder* rest = remainder();
@@ -247,10 +248,10 @@ void FitLoop::run_batch(int64_t batch_idx, DeviceFeed& feed) {
   // here is device work or runs at capture only under --cuda-graph (Note [The Trainer's captured
   // step]); the loop's own bookkeeping follows outside it.
   auto micro_step = [&](const Batch& input) {
-    auto step_loss = strategy.run_step(RunningStage::Training, module, input,
+    auto step_loss = strategy_.run_step(RunningStage::Training, module, input,
                                        [&](torch::nn::Module& given, const Batch& b) {
                                          NamedScope step("volt::training_step");
-                                         return TrainerInternals::step_module(given, module).training_step(b, batch_idx);
+                                         return step_module(given, module).training_step(b, batch_idx);
                                        });
     state_.train_collector.set_in_step(false);
     if (step_loss.defined() && !manual) {
@@ -262,14 +263,14 @@ void FitLoop::run_batch(int64_t batch_idx, DeviceFeed& feed) {
       // Dividing by 1 changes no bit of the loss or its gradient, and would cost two kernels and
       // an autograd node per step.
       const auto scaled = window.size == 1 ? step_loss : step_loss / static_cast<double>(window.size);
-      backward_with_hooks(t, module, scaled);
+      backward_with_hooks(context_, module, scaled);
     }
     return step_loss;
   };
   torch::Tensor loss;
   {
     // Micro-batches that do not close their window accumulate without synchronizing.
-    ScopeGuard no_sync = window.closes() ? ScopeGuard{} : strategy.gradients().no_sync();
+    ScopeGuard no_sync = window.closes() ? ScopeGuard{} : strategy_.gradients().no_sync();
     loss = captured_ ? captured_->micro_step(batch, window.closes(), window.size, micro_step) : micro_step(batch);
     state_.train_collector.set_in_step(false);
     ++p.window_micro_batches;
@@ -287,7 +288,7 @@ void FitLoop::run_batch(int64_t batch_idx, DeviceFeed& feed) {
     // ranks' collectives in backward would not match either); the strategy synchronizes now,
     // so that no rank steps on gradients it alone computed, on the path a backward would have
     // taken where it has one (DDP: the comm hook, its group and its iteration count).
-    if (p.window_has_backward && !backward_ran) strategy.gradients().synchronize_accumulated_gradients(module);
+    if (p.window_has_backward && !backward_ran) strategy_.gradients().synchronize_accumulated_gradients(module);
     if (p.window_has_backward) {
       step_optimizers();
       stepped = true;
@@ -310,7 +311,7 @@ void FitLoop::run_batch(int64_t batch_idx, DeviceFeed& feed) {
   if (stepped && p.global_step / every != steps_before / every) {
     NamedScope logging("volt::loggers");
     auto metrics = read_metrics(step_values.logger);
-    for (const auto& [name, value] : strategy.metrics()) metrics[name] = value;
+    for (const auto& [name, value] : strategy_.metrics()) metrics[name] = value;
     if (!metrics.empty()) log_to_loggers(t, state_, metrics);
   }
   NamedScope callbacks("volt::on_train_batch_end");
@@ -319,18 +320,16 @@ void FitLoop::run_batch(int64_t batch_idx, DeviceFeed& feed) {
 
 void FitLoop::step_optimizers() {
   if (captured_) return step_optimizers_captured();
-  Trainer& t = trainer_;
-  Strategy& strategy = TrainerInternals::strategy(t);
   Module& module = *state_.module;
   std::vector<bool> stepped;
   for (auto& optimizer : state_.optimizers) {
-    stepped.push_back(
-        step_optimizer_with_hooks(t, module, *optimizer, [&](torch::optim::Optimizer& o) { clip_gradients(o); }));
+    stepped.push_back(step_optimizer_with_hooks(context_, module, *optimizer,
+                                                [&](torch::optim::Optimizer& o) { clip_gradients(o); }));
   }
   ++state_.progress.global_step;
   {
     NamedScope scope("volt::after_optimizer_steps");
-    strategy.after_optimizer_steps(state_.progress.global_step);
+    strategy_.after_optimizer_steps(state_.progress.global_step);
   }
   step_schedulers(/*epoch_interval=*/false, stepped);
   zero_gradients();
@@ -340,18 +339,17 @@ void FitLoop::step_optimizers() {
 // after_optimizer_steps; check_supported admits only strategies that do nothing else there) and
 // zero_grad are one phase; the step count and the schedulers, host work, follow it.
 void FitLoop::step_optimizers_captured() {
-  Trainer& t = trainer_;
-  Strategy& strategy = TrainerInternals::strategy(t);
   Module& module = *state_.module;
   const int64_t next_step = state_.progress.global_step + 1;
   const auto stepped = captured_->optimizer_step(
       [&] {
         for (auto& optimizer : state_.optimizers) {
-          step_optimizer_with_hooks(t, module, *optimizer, [&](torch::optim::Optimizer& o) { clip_gradients(o); });
+          step_optimizer_with_hooks(context_, module, *optimizer,
+                                    [&](torch::optim::Optimizer& o) { clip_gradients(o); });
         }
         {
           NamedScope scope("volt::after_optimizer_steps");
-          strategy.after_optimizer_steps(next_step);
+          strategy_.after_optimizer_steps(next_step);
         }
         zero_gradients();
       },
@@ -366,7 +364,7 @@ void FitLoop::zero_gradients() {
   for (auto& optimizer : state_.optimizers) {
     call_in_step_callbacks(t, module, "on_before_zero_grad", &Callback::on_before_zero_grad, *optimizer);
     probe_in_step_hook(the_module, "on_before_zero_grad", [&] { module.on_before_zero_grad(*optimizer); });
-    TrainerInternals::strategy(t).gradients().zero_grad(*optimizer);
+    strategy_.gradients().zero_grad(*optimizer);
   }
 }
 
@@ -380,7 +378,7 @@ bool FitLoop::steps_a_scheduler(int64_t global_step) const {
 void FitLoop::clip_gradients(torch::optim::Optimizer& optimizer) {
   const auto& options = trainer_.options();
   if (!options.gradient_clip_val) return;
-  volt::clip_gradients(TrainerInternals::strategy(trainer_), optimizer, *options.gradient_clip_val, options.gradient_clip_algorithm);
+  volt::clip_gradients(strategy_, optimizer, *options.gradient_clip_val, options.gradient_clip_algorithm);
 }
 
 void FitLoop::step_schedulers(bool epoch_interval, const std::vector<bool>& stepped) {
@@ -411,7 +409,7 @@ void FitLoop::validate_if_due(int64_t batch_idx) {
 }
 
 void FitLoop::run_validation() {
-  EvaluationLoop validation(trainer_, state_, RunningStage::Validating, val_, val_max_batches_);
+  EvaluationLoop validation(context_, RunningStage::Validating, val_, val_max_batches_);
   validation.run();
   validation_enabled_ = state_.validation_step_defined;
   state_.fit_validates = validation_enabled_;

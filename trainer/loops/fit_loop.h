@@ -4,11 +4,11 @@
 #include "data/data_loader.h"
 #include "strategies/device_feed.h"
 #include "trainer/graph/captured_training.h"
+#include "trainer/loops/loop_context.h"
 #include "trainer/loops/loop_state.h"
 
 namespace volt {
 
-class Trainer;
 
 // Epochs of training batches with validation checks in between: sanity check, then for each
 // epoch its batches (accumulation windows, optimizer steps, schedulers, logging cadence), then
@@ -17,7 +17,7 @@ class Trainer;
 class FitLoop {
  public:
   // `train` and `val` are the loaders as the strategy distributed them.
-  FitLoop(Trainer& trainer, LoopState& state, std::shared_ptr<DataLoader> train, std::shared_ptr<DataLoader> val);
+  FitLoop(const LoopContext& context, std::shared_ptr<DataLoader> train, std::shared_ptr<DataLoader> val);
   void run();
 
  private:
@@ -52,7 +52,9 @@ class FitLoop {
   // leaves the loop while the others wait for it in a collective. [collective]
   void agree_on_stopping();
 
-  Trainer& trainer_;
+  const LoopContext& context_;
+  Trainer& trainer_;  // context_.trainer, for the hooks
+  Strategy& strategy_;
   LoopState& state_;
   std::shared_ptr<DataLoader> train_;
   std::shared_ptr<DataLoader> val_;

@@ -2,23 +2,24 @@
 
 #include "core/named_scope.h"
 #include "trainer/module.h"
-#include "trainer/trainer_internals.h"
 
 namespace volt {
 
-void backward_with_hooks(Trainer& trainer, Module& module, const torch::Tensor& loss) {
+void backward_with_hooks(const LoopContext& context, Module& module, const torch::Tensor& loss) {
+  Trainer& trainer = context.trainer;
   NamedScope scope("volt::backward");
   call_in_step_callbacks(trainer, module, "on_before_backward", &Callback::on_before_backward, loss);
   probe_in_step_hook(the_module, "on_before_backward", [&] { module.on_before_backward(loss); });
-  TrainerInternals::strategy(trainer).backward(loss);
+  context.strategy.backward(loss);
   call_in_step_callbacks(trainer, module, "on_after_backward", &Callback::on_after_backward);
   probe_in_step_hook(the_module, "on_after_backward", [&] { module.on_after_backward(); });
 }
 
-bool step_optimizer_with_hooks(Trainer& trainer, Module& module, torch::optim::Optimizer& optimizer,
+bool step_optimizer_with_hooks(const LoopContext& context, Module& module, torch::optim::Optimizer& optimizer,
                                const std::function<void(torch::optim::Optimizer&)>& clip) {
+  Trainer& trainer = context.trainer;
   NamedScope scope("volt::optimizer_step");
-  return TrainerInternals::strategy(trainer).optimizer_step(optimizer, [&](torch::optim::Optimizer& o) {
+  return context.strategy.optimizer_step(optimizer, [&](torch::optim::Optimizer& o) {
     call_in_step_callbacks(trainer, module, "on_before_optimizer_step", &Callback::on_before_optimizer_step, o);
     probe_in_step_hook(the_module, "on_before_optimizer_step", [&] { module.on_before_optimizer_step(o); });
     if (clip) clip(o);

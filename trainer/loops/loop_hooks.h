@@ -7,10 +7,12 @@
 #include <string>
 
 #include "callbacks/callback.h"
-#include "trainer/graph/in_step_hook_probe.h"
+#include "core/in_step_hook_probe.h"
+#include "trainer/loops/loop_context.h"
 #include "trainer/loops/loop_state.h"
 #include "trainer/metrics/metric_collector.h"
 #include "trainer/trainer.h"
+#include "strategies/strategy.h"
 
 namespace volt {
 
@@ -38,12 +40,12 @@ void call_in_step_callbacks(Trainer& trainer, Module& module, const char* name,
 // The strategy's backward of `loss` (the precision's scaling, the gradient reduction) between the
 // on_before_backward and on_after_backward hooks (callbacks, then the module). The automatic loop
 // and Module::manual_backward both run backward this way.
-void backward_with_hooks(Trainer& trainer, Module& module, const torch::Tensor& loss);
+void backward_with_hooks(const LoopContext& context, Module& module, const torch::Tensor& loss);
 
 // One optimizer step through the strategy, with the on_before_optimizer_step hooks (callbacks,
 // then the module) and then `clip` (may be empty) between the unscaling and the step; returns
 // whether the step was taken. The automatic loop and ManualOptimizer::step both step this way.
-bool step_optimizer_with_hooks(Trainer& trainer, Module& module, torch::optim::Optimizer& optimizer,
+bool step_optimizer_with_hooks(const LoopContext& context, Module& module, torch::optim::Optimizer& optimizer,
                                const std::function<void(torch::optim::Optimizer&)>& clip);
 
 // Clips `optimizer`'s gradients to `value` by `algorithm` through the strategy (at their true scale);
@@ -51,6 +53,11 @@ bool step_optimizer_with_hooks(Trainer& trainer, Module& module, torch::optim::O
 // tensor (Value). --gradient-clip-val and Module::clip_gradients both clip this way.
 torch::Tensor clip_gradients(Strategy& strategy, torch::optim::Optimizer& optimizer, double value,
                                      GradientClipAlgorithm algorithm);
+
+// The module a strategy handed a step function (StepFunction): `running` itself, or a replica of it
+// (a strategy that runs several in one process), which then runs in the same loop as `running`, so
+// that its log() calls count. Throws InternalError for a module that is not a volt::Module.
+Module& step_module(torch::nn::Module& given, Module& running);
 
 // Whether this process writes to the loggers: it has some, and it is global rank 0.
 bool loggers_active(const Trainer& trainer);

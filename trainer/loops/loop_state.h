@@ -1,9 +1,10 @@
 #pragma once
 // Note [Loop state]: what the Trainer's loops and its checkpoint connector read and advance,
 // gathered in one explicit object instead of the Trainer's privates. The Trainer owns it and
-// hands it to the loops (FitLoop, EvaluationLoop) and to the CheckpointConnector; callbacks and
-// the Module see it only through the Trainer's const accessors. A checkpoint stores the parts a
-// resumed run needs (FitProgress, the open epoch's metric aggregates, callback metrics).
+// hands it to the loops (FitLoop, EvaluationLoop), the CheckpointConnector and the Module's helpers
+// in their LoopContext (Note [Loop context]); callbacks see it only through the Trainer's const
+// accessors. A checkpoint stores the parts a resumed run needs (FitProgress, the open epoch's
+// metric aggregates, callback metrics).
 #include <torch/torch.h>
 
 #include <chrono>
@@ -18,6 +19,7 @@
 #include "data/data_loader.h"
 #include "data/data_module.h"
 #include "trainer/loops/epoch_remainder.h"
+#include "trainer/loops/fit_progress.h"
 #include "trainer/metrics/metric_collector.h"
 #include "trainer/metrics/metric_map.h"
 #include "trainer/optim/manual_optimizer.h"
@@ -26,24 +28,6 @@
 namespace volt {
 
 class Module;
-
-// Where the fit loop stands; everything a resumed run needs to continue at the next batch.
-struct FitProgress {
-  int64_t epoch = 0;           // current epoch (0-based)
-  int64_t global_step = 0;     // optimizer steps taken (one per accumulation window)
-  int64_t next_batch = 0;      // index, within `epoch`, of the next training batch to run
-  int64_t window_micro_batches = 0;  // micro-batches accumulated so far in the open window
-  bool window_has_backward = false;  // whether any of them ran backward
-  // Where within a batch's aftermath the loop stands, so that a run resumed from a checkpoint
-  // written in a hook neither repeats nor skips work: whether the validation check due after
-  // batch next_batch - 1 has begun, and whether on_train_epoch_end has run for a *finished*
-  // `epoch` (whose epoch-interval schedulers then still have to step). An epoch that a stop
-  // condition (max_steps, max_time, should_stop) ended before its last batch is not finished:
-  // its end hooks run, but epoch_end_started stays false, so that a run resumed from a
-  // checkpoint written then continues the epoch at next_batch (Note [Interrupted epochs]).
-  bool validation_checked = true;
-  bool epoch_end_started = false;
-};
 
 struct LoopState {
   explicit LoopState(MetricCollector::SyncFn sync) : train_collector(sync), eval_collector(sync) {}

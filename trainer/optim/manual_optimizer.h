@@ -14,7 +14,8 @@
 namespace volt {
 
 class Module;
-class Trainer;
+class Strategy;
+struct LoopContext;
 struct LoopState;
 
 // Refuses (ConfigurationError naming `what`) a call that only a module in manual optimization may
@@ -24,7 +25,7 @@ void require_manual_optimization(const LoopState* state, const Module& module, c
 
 class ManualOptimizer {
  public:
-  ManualOptimizer(Trainer& trainer, LoopState& state, std::shared_ptr<torch::optim::Optimizer> optimizer);
+  ManualOptimizer(const LoopContext& context, std::shared_ptr<torch::optim::Optimizer> optimizer);
 
   // One optimizer step, as the automatic loop takes it: unscales the gradients (mixed precision;
   // once, also when clip_gradients did it already), runs the on_before_optimizer_step hooks, steps
@@ -46,7 +47,8 @@ class ManualOptimizer {
   int64_t skipped_steps() const { return skipped_steps_; }
 
  private:
-  Trainer& trainer_;
+  const LoopContext& context_;
+  Strategy& strategy_;  // context_.strategy
   LoopState& state_;
   std::shared_ptr<torch::optim::Optimizer> optimizer_;
   int64_t skipped_steps_ = 0;

@@ -119,7 +119,8 @@ std::shared_ptr<CommHookSpec> post_local_sgd_spec(const PostLocalSGDOptions& opt
                                                               options.start_local_sgd_iter);
   };
   on_topology.check_world_size = [options](int64_t world_size) { options.check_world_size(world_size); };
-  return std::make_shared<CommHookSpec>("post_local_sgd", std::move(on_topology), CommHookTraits{.steps_locally = true});
+  return std::make_shared<CommHookSpec>("post_local_sgd", std::move(on_topology),
+                                        CommHookTraits{.steps_locally = true});
 }
 
 void add_post_local_sgd_hook(CommHookRegistry& registry) {

@@ -47,11 +47,12 @@ const OptionSchema<PowerSGDOptions>& PowerSGDOptions::batched_schema() {
 
 void PowerSGDOptions::validate() const {
   schema().validate(*this);
-  check<ConfigurationError>(start_powersgd_iter > 1 || (!use_error_feedback && !warm_start),
-                            "--strategy ddp:comm_hook=powersgd: expected start_powersgd_iter > 1 with error feedback or "
-                            "warm start (DDP rebuilds its buckets after the first iteration, which would invalidate "
-                            "their per-bucket state), got ", start_powersgd_iter,
-                            "; raise start_powersgd_iter or set use_error_feedback=false,warm_start=false");
+  check<ConfigurationError>(
+      start_powersgd_iter > 1 || (!use_error_feedback && !warm_start),
+      "--strategy ddp:comm_hook=powersgd: expected start_powersgd_iter > 1 with error feedback or "
+      "warm start (DDP rebuilds its buckets after the first iteration, which would invalidate "
+      "their per-bucket state), got ",
+      start_powersgd_iter, "; raise start_powersgd_iter or set use_error_feedback=false,warm_start=false");
 }
 
 PowerSGDHookBase::PowerSGDHookBase(Communicator& communicator, PowerSGDOptions options)
@@ -81,7 +82,8 @@ torch::Tensor PowerSGDHookBase::add_error_feedback(int64_t bucket, torch::Tensor
   return input.clone();
 }
 
-void PowerSGDHookBase::finish(int64_t bucket, const torch::Tensor& input_with_error, const torch::Tensor& decompressed) {
+void PowerSGDHookBase::finish(int64_t bucket, const torch::Tensor& input_with_error,
+                              const torch::Tensor& decompressed) {
   if (options_.use_error_feedback) error_[bucket] = input_with_error - decompressed;
   if (!options_.warm_start) {
     p_memory_.clear();
@@ -250,7 +252,8 @@ CollectiveHandle PowerSGDHook::compress(GradBucket& bucket) {
         q_memory.div_(world);
         for (auto& f : *factors) {
           torch::bmm_out(f.matrices, f.p, f.q.transpose(1, 2));
-          for (size_t i = 0; i < f.stacked_from.size(); ++i) f.stacked_from[i].copy_(f.matrices[static_cast<int64_t>(i)]);
+          for (size_t i = 0; i < f.stacked_from.size(); ++i)
+            f.stacked_from[i].copy_(f.matrices[static_cast<int64_t>(i)]);
         }
         finish(index, input_with_error, input);
         return input;

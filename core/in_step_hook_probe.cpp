@@ -1,4 +1,4 @@
-#include "trainer/graph/in_step_hook_probe.h"
+#include "core/in_step_hook_probe.h"
 
 namespace volt {
 namespace {

@@ -6,7 +6,7 @@
 // phase (on_before_backward, on_after_backward, on_before_optimizer_step, on_before_zero_grad,
 // of a callback or of the module) would run at capture only: a callback that reads gradients there
 // would silently stop seeing them. Their default bodies say that they ran
-// (default_in_step_hook_ran); while a probe is alive on the thread (StepCapture's eager warm-up
+// (InStepHookProbe::default_body_ran); while a probe is alive on the thread (StepCapture's eager warm-up
 // calls), every in-step hook is called through probe_in_step_hook, which notes the hooks whose
 // default body did not run: overridden ones. A phase whose warm-up met one stays eager, with one
 // warning that names it. An override that calls the base class's hook is taken for the default.
