@@ -51,7 +51,7 @@ std::string position_of(const StateDict& checkpoint) {
 
 }  // namespace
 
-// Note [A save's identity] in trainer/checkpoint_header.cpp.
+// Note [A save's identity] in run/checkpoint_header.cpp.
 int64_t save_id_of(const StateDict& shard) {
   const auto header = shard.child("shard");
   return header.contains("save_id") ? header.get_int("save_id") : -1;

@@ -124,7 +124,7 @@ void prepare_directory(StrategyCollectives& collectives, const fs::path& tempora
 }
 
 // Every rank's own shard belongs to global rank 0's save (Note [A save's identity] in
-// trainer/checkpoint_header.cpp), or every rank throws CheckpointError before any of them trains:
+// run/checkpoint_header.cpp), or every rank throws CheckpointError before any of them trains:
 // naming its file where it differs. [collective]
 void check_one_save(StrategyCollectives& collectives, const StateDict& shard, const fs::path& file,
                     const fs::path& directory) {

@@ -72,7 +72,7 @@ void finish_checkpoint_writes(StrategyCollectives& collectives, CheckpointIO& io
 // rank 0 saying so and what restarts). With `reads_slices` (CheckpointState::reads_slices), that
 // full layout keeps its placeholders and the result's `slices` reads them. Throws CheckpointError when missing or
 // damaged, and on every rank when the shards the ranks read are of different saves (Note [A save's identity] in
-// trainer/checkpoint_header.cpp). [collective for the Sharded layout]
+// run/checkpoint_header.cpp). [collective for the Sharded layout]
 LoadedCheckpoint load_checkpoint_files(StrategyCollectives& collectives, CheckpointIO& io,
                                        const std::filesystem::path& path, const std::string& strategy,
                                        CheckpointLayout layout, bool reads_slices = false,

@@ -1,6 +1,6 @@
 #include "trainer/checkpoint_connector.h"
 
-#include "trainer/optim/fused_adamw.h"
+#include "run/optim/fused_adamw.h"
 
 #include <set>
 
@@ -10,9 +10,9 @@
 #include "core/warning.h"
 #include "strategies/loaded_checkpoint.h"
 #include "strategies/rank_gather.h"
-#include "trainer/checkpoint_header.h"
+#include "run/checkpoint_header.h"
 #include "trainer/loops/epoch_remainder.h"
-#include "trainer/optim/fused_adamw.h"
+#include "run/optim/fused_adamw.h"
 #include "trainer/trainer.h"
 #include "trainer/training_state.h"
 #include "strategies/strategy.h"

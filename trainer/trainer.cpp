@@ -19,7 +19,7 @@
 #include "trainer/checkpoint_connector.h"
 #include "trainer/loops/loop_context.h"
 #include "trainer/loops/loop_state.h"
-#include "trainer/run_setup.h"
+#include "run/run_setup.h"
 #include "trainer/loops/evaluation_loop.h"
 #include "trainer/loops/fit_loop.h"
 #include "trainer/loops/loop_hooks.h"

@@ -28,7 +28,7 @@ namespace volt {
 
 // What the Trainer's accessors return by reference and a caller that uses it includes itself
 // (strategies/strategy.h, core/cpu_threads.h, distributed/cluster/cluster_environment.h,
-// precision/precision.h, trainer/run_setup.h; trainer/volt.h includes them all): this header
+// precision/precision.h, run/run_setup.h; trainer/volt.h includes them all): this header
 // stays what every callback needs.
 class ClusterEnvironment;
 class CPUThreads;
@@ -135,7 +135,7 @@ class Trainer {
   // The strategy's (it holds the precision).
   Precision& precision() const;
   // The device this process computes on: cuda:<local rank> with CUDA, else the CPU
-  // (trainer/device_choice.h); chosen at construction, the strategy's root_device() once set up.
+  // (run/device_choice.h); chosen at construction, the strategy's root_device() once set up.
   torch::Device root_device() const;
   // The CPU threads this process computes with (core/cpu_threads.h), set when the first run starts;
   // ModelSummary prints them.

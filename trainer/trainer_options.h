@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "core/duration.h"  // parse_duration
-#include "trainer/batch_limit.h"
+#include "run/batch_limit.h"
 #include "trainer/gradient_clip_algorithm.h"
 #include "core/error.h"
-#include "trainer/run_options.h"
+#include "run/run_options.h"
 
 namespace boost::program_options {
 class options_description;

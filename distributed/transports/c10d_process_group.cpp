@@ -5,7 +5,7 @@
 namespace volt {
 
 // Note [NCCL and this rank's device]
-// Every process of a node must drive its own GPU (cuda:<local rank>, trainer/device_choice.h).
+// Every process of a node must drive its own GPU (cuda:<local rank>, run/device_choice.h).
 // An NCCL communicator lives on the device that is current when it is created, and c10d's NCCL
 // group creates it lazily, at the first collective, on the device of that collective's tensors;
 // a barrier has no tensor, so c10d guesses a device (rank % visible devices in 1.13), which is

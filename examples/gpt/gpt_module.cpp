@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "data/memmap_token_dataset.h"
-#include "trainer/optim/fused_adamw.h"
+#include "run/optim/fused_adamw.h"
 
 namespace gpt {
 

@@ -11,7 +11,7 @@
 #include "tests/cuda/cuda_test_support.h"
 #include "tests/support/regression_problem.h"
 #include "tests/support/test_support.h"
-#include "trainer/fabric/fabric.h"
+#include "fabric/fabric.h"
 
 namespace volt::testing {
 namespace {

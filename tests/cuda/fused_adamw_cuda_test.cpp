@@ -7,7 +7,7 @@
 #include "tests/cuda/cuda_test_support.h"
 #include "tests/support/fused_adamw_problem.h"
 #include "tests/support/operator_counter.h"
-#include "trainer/optim/fused_adamw.h"
+#include "run/optim/fused_adamw.h"
 
 namespace volt::testing {
 namespace {

@@ -24,7 +24,7 @@ TEST_P(NcclStrategies, EqualTheCpuRunAfterEveryStep) {
 }
 
 // NCCL cannot put two ranks on one GPU. With one GPU visible, two processes asking for CUDA are
-// refused on every rank before the rendezvous (trainer/device_choice.cpp), saying what to do,
+// refused on every rank before the rendezvous (run/device_choice.cpp), saying what to do,
 // rather than hanging in NCCL's initialization.
 TEST(NcclOneGpu, TwoRanksOnOneGpuAreRefusedSayingWhatToDo) {
   VOLT_REQUIRE_CUDA();

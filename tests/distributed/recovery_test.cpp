@@ -3,7 +3,7 @@
 // checkpoint] in checkpoint/checkpoint_io.cpp), and `--ckpt-path last` resumes from the newest
 // complete one, passing over anything incomplete and saying so. Shards of two saves in one
 // directory (another run's shard at the same step, an earlier save's shard) are refused before any
-// rank trains, naming the file (Note [A save's identity] in trainer/checkpoint_header.cpp), by the
+// rank trains, naming the file (Note [A save's identity] in run/checkpoint_header.cpp), by the
 // strategy that wrote them and by volt-ckpt verify.
 #include <gtest/gtest.h>
 

@@ -29,7 +29,8 @@ import sys
 import tempfile
 
 DOC = "docs/architecture.md"
-LIBRARY = ["trainer", "callbacks", "loggers", "strategies", "precision", "distributed", "checkpoint", "data", "core"]
+LIBRARY = ["trainer", "fabric", "callbacks", "loggers", "run", "strategies", "precision", "distributed", "checkpoint",
+           "data", "core"]
 # The sentences each rule enforces, as the doc words them (box-drawing and line breaks aside);
 # main() requires every one to be still in the doc, so that a reworded rule is revisited here.
 DRAWN = "the library's folders include each other only as drawn"
@@ -37,7 +38,10 @@ CORE = "`core/` includes nothing of volt"
 GROUND = "`data/`, `checkpoint/` and `loggers/` include only `core/`"
 PRECISION = "held by the Strategy; includes data/batch.h (a batch's input dtype)"
 DISTRIBUTED = "includes checkpoint/state_dict_bytes.h (per-rank state as bytes)"
-STRATEGIES = "It never includes `trainer/`, `callbacks/` or `loggers/`"
+STRATEGIES = "It never includes `trainer/`, `fabric/`, `run/`, `callbacks/` or `loggers/`"
+FABRIC = "it includes run/ and what lies below, never trainer/, callbacks/ or loggers/"
+RUN = "FusedAdamW (optim/); it includes strategies/ and what lies below"
+UMBRELLA = "trainer/volt.h, the umbrella header, includes every layer, fabric/ too"
 CALLBACKS = "their .cpp files include trainer/trainer.h (the Trainer's public state)"
 TRAINER = ("From `distributed/` it uses only the cluster environments, the launcher and plain types "
            "(reduce ops, the process topology), never the Communicator.")
@@ -52,7 +56,7 @@ LEAN_TRAINER = ("keeps the rest of a run (its placement, CPU threads, loop state
                 "in `trainer.cpp`")
 # What trainer/trainer.h must not include (LEAN_TRAINER): the strategy and the run's internals.
 TRAINER_H_KEEPS_OUT = ["strategies/", "distributed/", "trainer/loops/loop_state.h", "trainer/loops/loop_context.h",
-                       "trainer/run_setup.h", "core/cpu_threads.h"]
+                       "run/run_setup.h", "core/cpu_threads.h"]
 
 # What each library folder may include besides itself: folder prefixes ("core/") or single
 # headers, and the sentence that says so. Everyone sits on core/; strategies/ sees what is drawn
@@ -71,8 +75,11 @@ LAYER_RULES = {
     "strategies": (BELOW_STRATEGIES, STRATEGIES),
     "callbacks.cpp": (["loggers/", "trainer/trainer.h"] + BELOW_STRATEGIES + ["strategies/"], CALLBACKS),
     "callbacks.h": (["loggers/"] + BELOW_STRATEGIES + ["strategies/"], CALLBACKS),
-    "trainer": (["callbacks/", "loggers/", "strategies/", "precision/", "checkpoint/", "data/", "core/"]
+    "trainer": (["callbacks/", "loggers/", "run/", "strategies/", "precision/", "checkpoint/", "data/", "core/"]
                 + TRAINER_DISTRIBUTED, TRAINER),
+    "trainer/volt.h": ([f + "/" for f in LIBRARY], UMBRELLA),
+    "fabric": (["run/", "strategies/"] + BELOW_STRATEGIES, FABRIC),
+    "run": (["strategies/"] + BELOW_STRATEGIES, RUN),
 }
 C10D_HEADERS = "torch/csrc/distributed/c10d/"
 C10D_EXCEPTIONS = ["bench/communicator_overhead.", "tests/distributed/"]
@@ -135,7 +142,8 @@ def check(root):
 
     for f in files:
         folder = f.split("/")[0]
-        rule = LAYER_RULES.get(folder if folder != "callbacks" else "callbacks" + os.path.splitext(f)[1])
+        rule = LAYER_RULES.get(f) or LAYER_RULES.get(
+            folder if folder != "callbacks" else "callbacks" + os.path.splitext(f)[1])
         c10d_allowed = folder == "distributed" or any(f.startswith(e) for e in C10D_EXCEPTIONS)
         for n, quote, name in includes[f]:
             first = name.split("/")[0]
@@ -183,7 +191,7 @@ def check_doc_sentences(root):
     """Every quoted sentence must still be in the doc (box-drawing characters and line breaks aside)."""
     with open(os.path.join(root, DOC), encoding="utf-8") as f:
         doc = " ".join(re.sub(r"[│├└◄►─▼]", " ", f.read()).split())
-    sentences = [PARTS, LEAN_TRAINER, DRAWN, CORE, GROUND, PRECISION, DISTRIBUTED, STRATEGIES, CALLBACKS, TRAINER,
+    sentences = [PARTS, LEAN_TRAINER, FABRIC, RUN, UMBRELLA, DRAWN, CORE, GROUND, PRECISION, DISTRIBUTED, STRATEGIES, CALLBACKS, TRAINER,
                  TRANSPORTS, C10D, COLUMNS, NO_FRIEND]
     return [f'{DOC}: no longer says "{s}": revisit the rule in {os.path.basename(__file__)} that quotes it'
             for s in sentences if " ".join(s.split()) not in doc]
@@ -218,6 +226,11 @@ SELF_TEST_TREE = {
                           '#include "bench/bench_support.h"  // planted: layers', "// The Trainer has no friend:",
                           'const char* why = "a friend is";', "class Trainer {",
                           "  friend class Fit;  // planted: no friend", "};"],
+    "fabric/fabric.cpp": ['#include "run/run_setup.h"', '#include "strategies/strategy.h"',
+                          '#include "trainer/trainer.h"  // planted: layers'],
+    "run/run_setup.cpp": ['#include "strategies/strategy.h"', '#include "fabric/fabric.h"  // planted: layers'],
+    "trainer/volt.h": ['#include "fabric/fabric.h"', '#include "run/run_setup.h"'],
+    "trainer/loop.cpp": ['#include "run/run_setup.h"', '#include "fabric/fabric.h"  // planted: layers'],
     "bench/communicator_overhead.cpp": ['#include "distributed/c10d_compat.h"'],
     "bench/shm.cpp": ['#include "distributed/transports/ring.h"  // planted: transports, c10d',
                       "x" * MAX_COLUMNS + "  // planted: columns", "y" * MAX_COLUMNS],

@@ -17,7 +17,7 @@
 #include "strategies/single_device_strategy.h"
 #include "tests/support/regression_problem.h"
 #include "tests/support/test_support.h"
-#include "trainer/fabric/fabric.h"
+#include "fabric/fabric.h"
 
 namespace volt::testing {
 namespace {

@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "trainer/optim/fused_adamw.h"
+#include "run/optim/fused_adamw.h"
 
 namespace volt::testing {
 

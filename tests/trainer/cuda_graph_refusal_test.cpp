@@ -9,7 +9,7 @@
 
 #include "tests/support/regression_problem.h"
 #include "tests/support/test_support.h"
-#include "trainer/fabric/fabric.h"
+#include "fabric/fabric.h"
 #include "core/in_step_hook_probe.h"
 
 namespace volt::testing {

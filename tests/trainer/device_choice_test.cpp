@@ -11,7 +11,7 @@
 #include "distributed/process_launcher.h"
 #include "tests/support/regression_problem.h"
 #include "tests/support/test_support.h"
-#include "trainer/device_choice.h"
+#include "run/device_choice.h"
 
 namespace volt::testing {
 namespace {

@@ -9,7 +9,7 @@
 #include "core/compat.h"
 #include "core/error.h"
 #include "tests/support/fused_adamw_problem.h"
-#include "trainer/optim/fused_adamw.h"
+#include "run/optim/fused_adamw.h"
 
 namespace volt::testing {
 namespace {

@@ -8,7 +8,7 @@
 #include "checkpoint/optimizer_state.h"
 #include "core/compat.h"
 #include "tests/support/fused_adamw_problem.h"
-#include "trainer/optim/fused_adamw.h"
+#include "run/optim/fused_adamw.h"
 
 namespace volt::testing {
 namespace {

@@ -7,7 +7,7 @@
 #include "core/error.h"
 #include "core/named_scope.h"
 #include "core/in_step_hook_probe.h"
-#include "trainer/graph/step_capture.h"
+#include "run/graph/step_capture.h"
 
 namespace volt::testing {
 namespace {

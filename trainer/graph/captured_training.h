@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "data/batch.h"
-#include "trainer/graph/capturable_run.h"
-#include "trainer/graph/step_capture.h"
+#include "run/graph/capturable_run.h"
+#include "run/graph/step_capture.h"
 #include "trainer/metrics/metric_collector.h"
 
 namespace volt {

@@ -2,7 +2,7 @@
 
 #include "checkpoint/rng_state.h"
 #include "core/named_scope.h"
-#include "trainer/loops/accumulation_window.h"
+#include "run/accumulation_window.h"
 #include "trainer/loops/evaluation_loop.h"
 #include "trainer/loops/loop_hooks.h"
 #include "trainer/trainer.h"

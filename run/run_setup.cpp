@@ -1,11 +1,11 @@
-#include "trainer/run_setup.h"
+#include "run/run_setup.h"
 
 #include "core/cpu_threads.h"
 #include "core/malloc_tuning.h"
 #include "distributed/process_launcher.h"
 #include "strategies/strategy_registry.h"
 #include "core/option_spec.h"
-#include "trainer/device_choice.h"
+#include "run/device_choice.h"
 
 namespace volt {
 

@@ -1,4 +1,4 @@
-#include "trainer/optim/fused_adamw.h"
+#include "run/optim/fused_adamw.h"
 
 #include <map>
 #include <string>
@@ -7,7 +7,7 @@
 
 #include "core/compat.h"
 #include "core/error.h"
-#include "trainer/graph/captured_graph.h"
+#include "run/graph/captured_graph.h"
 
 // ATen's _fused_adamw_ has a CUDA kernel since 2.0 and a CPU one since 2.4.
 #define VOLT_FUSED_ADAMW (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))

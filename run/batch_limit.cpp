@@ -1,4 +1,4 @@
-#include "trainer/batch_limit.h"
+#include "run/batch_limit.h"
 
 #include <cmath>
 #include <sstream>

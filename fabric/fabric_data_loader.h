@@ -20,7 +20,7 @@
 #include "data/data_loader.h"
 #include "strategies/device_feed.h"
 #include "strategies/strategy.h"
-#include "trainer/batch_limit.h"
+#include "run/batch_limit.h"
 
 namespace volt {
 

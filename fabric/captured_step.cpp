@@ -1,7 +1,7 @@
-#include "trainer/fabric/captured_step.h"
+#include "fabric/captured_step.h"
 
 #include "core/error.h"
-#include "trainer/fabric/fabric.h"
+#include "fabric/fabric.h"
 
 namespace volt {
 

@@ -1,4 +1,4 @@
-#include "trainer/graph/captured_graph.h"
+#include "run/graph/captured_graph.h"
 
 #include "core/error.h"
 

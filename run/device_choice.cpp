@@ -1,4 +1,4 @@
-#include "trainer/device_choice.h"
+#include "run/device_choice.h"
 
 #if defined(VOLT_WITH_CUDA)
 #include <c10/cuda/CUDAFunctions.h>

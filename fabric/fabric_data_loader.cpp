@@ -1,4 +1,4 @@
-#include "trainer/fabric/fabric_data_loader.h"
+#include "fabric/fabric_data_loader.h"
 
 #include "core/error.h"
 

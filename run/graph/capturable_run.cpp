@@ -1,10 +1,9 @@
-#include "trainer/graph/capturable_run.h"
+#include "run/graph/capturable_run.h"
 
 #include "core/error.h"
-#include "strategies/ddp/ddp_strategy.h"
 #include "strategies/strategy.h"
-#include "trainer/graph/captured_graph.h"
-#include "trainer/optim/fused_adamw.h"
+#include "run/graph/captured_graph.h"
+#include "run/optim/fused_adamw.h"
 
 namespace volt {
 namespace {

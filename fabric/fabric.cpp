@@ -1,4 +1,4 @@
-#include "trainer/fabric/fabric.h"
+#include "fabric/fabric.h"
 
 #include <optional>
 
@@ -8,8 +8,8 @@
 #include "core/reproducibility.h"
 #include "distributed/process_launcher.h"
 #include "strategies/loaded_checkpoint.h"
-#include "trainer/checkpoint_header.h"
-#include "trainer/optim/fused_adamw.h"
+#include "run/checkpoint_header.h"
+#include "run/optim/fused_adamw.h"
 
 namespace volt {
 

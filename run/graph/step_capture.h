@@ -27,7 +27,7 @@
 #include <string>
 
 #include "data/batch.h"
-#include "trainer/graph/captured_graph.h"
+#include "run/graph/captured_graph.h"
 
 namespace volt {
 

@@ -1,4 +1,4 @@
-#include "trainer/graph/step_capture.h"
+#include "run/graph/step_capture.h"
 
 #include <sstream>
 

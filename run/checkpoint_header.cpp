@@ -1,4 +1,4 @@
-#include "trainer/checkpoint_header.h"
+#include "run/checkpoint_header.h"
 
 #include <random>
 

@@ -14,7 +14,7 @@
 #include "distributed/cluster/cluster_environment.h"
 #include "precision/precision.h"
 #include "strategies/strategy.h"
-#include "trainer/run_options.h"
+#include "run/run_options.h"
 
 namespace volt {
 

@@ -1,4 +1,4 @@
-#include "trainer/run_options.h"
+#include "run/run_options.h"
 
 #include <algorithm>
 

@@ -23,8 +23,8 @@
 #include <memory>
 
 #include "data/batch.h"
-#include "trainer/graph/capturable_run.h"
-#include "trainer/graph/step_capture.h"
+#include "run/graph/capturable_run.h"
+#include "run/graph/step_capture.h"
 
 namespace volt {
 

@@ -41,13 +41,13 @@
 #include "data/data_loader.h"
 #include "distributed/reduce_op.h"
 #include "strategies/strategy.h"
-#include "trainer/fabric/captured_step.h"
-#include "trainer/fabric/checkpoint_item.h"
-#include "trainer/fabric/fabric_data_loader.h"
-#include "trainer/fabric/fabric_module.h"
-#include "trainer/fabric/fabric_options.h"
-#include "trainer/loops/accumulation_window.h"
-#include "trainer/run_setup.h"
+#include "fabric/captured_step.h"
+#include "fabric/checkpoint_item.h"
+#include "fabric/fabric_data_loader.h"
+#include "fabric/fabric_module.h"
+#include "fabric/fabric_options.h"
+#include "run/accumulation_window.h"
+#include "run/run_setup.h"
 
 namespace volt {
 
