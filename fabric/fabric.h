@@ -129,7 +129,7 @@ class Fabric {
 
   // ---- one step
   // The micro-batch last drawn from a FabricDataLoader in its window of `micro_batches`
-  // (the Trainer's accumulation_window: consecutive windows from the epoch's first batch, the
+  // (accumulation_window, as the Trainer counts: consecutive windows from the epoch's first batch, the
   // loader's last batch closing the last, shorter one). Unless it closes its window, the returned
   // step holds the strategy's no_sync region: backward accumulates without communicating.
   AccumulationStep accumulate(int64_t micro_batches);

@@ -3,8 +3,8 @@
 // strategy chose for this rank (Placement::distribute_loader: DistributedSampler's equal, padded
 // shares in training), batches moved to the device and converted by the precision
 // (Placement::batch_to_device). Each batch it gives out also tells the Fabric where in the epoch the
-// loop is, which is how Fabric::accumulate counts accumulation windows exactly (the Trainer's
-// accumulation_window), the loader's last batch closing the last window.
+// loop is, which is how Fabric::accumulate counts accumulation windows exactly (accumulation_window,
+// as the Trainer counts them), the loader's last batch closing the last window.
 //
 // Batches drawn in order (0, 1, 2, ...) are built ahead on the loader's workers and uploaded
 // ahead (DeviceFeed); drawing any other index starts over from there.

@@ -12,7 +12,6 @@
 #include "strategies/rank_gather.h"
 #include "run/checkpoint_header.h"
 #include "trainer/loops/epoch_remainder.h"
-#include "run/optim/fused_adamw.h"
 #include "trainer/trainer.h"
 #include "trainer/training_state.h"
 #include "strategies/strategy.h"
