@@ -49,11 +49,15 @@ std::shared_ptr<T> given(std::shared_ptr<T> object, const char* what) {
 }  // namespace
 
 struct Trainer::Run {
-  // Metrics synchronized across ranks through the strategy's collectives, resolved later.
-  explicit Run(Trainer& trainer)
-      : state([&trainer](const torch::Tensor& value, ReduceOp op) {
-          return trainer.strategy_->collectives().all_reduce(value, op);
+  // Metrics are synchronized across ranks through the collectives of the strategy that
+  // `placement` holds once resolved: state of this Run alone, so the LoopState never reads past
+  // the strategy's owner.
+  Run()
+      : state([this](const torch::Tensor& value, ReduceOp op) {
+          return placement.strategy->collectives().all_reduce(value, op);
         }) {}
+  Run(const Run&) = delete;
+  Run& operator=(const Run&) = delete;
 
   // The cluster environment, this process's devices, the launcher and the strategy, resolved at
   // construction (run_setup.h); it owns the launcher, which outlives the strategy.
@@ -78,7 +82,7 @@ Trainer::Trainer(TrainerOptions options, ProcessLauncher& launcher)
     : Trainer(std::move(options), TrainerComponents{nullptr, nullptr, &launcher}) {}
 
 Trainer::Trainer(TrainerOptions options, TrainerComponents components)
-    : options_(std::move(options)), run_(std::make_unique<Run>(*this)) {
+    : options_(std::move(options)), run_(std::make_unique<Run>()) {
   options_.validate();
   // Seeded now as well as at the start of each run: a module built after the Trainer (the
   // order LightningCLI uses: seed_everything, then the model) starts from weights the seed decides.
