@@ -1,6 +1,8 @@
 #include "core/duration.h"
 
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <regex>
 
 #include "core/error.h"
@@ -31,6 +33,21 @@ std::string format_duration(std::chrono::seconds duration) {
 TextForm<std::chrono::seconds> duration_form() {
   return {"a duration DD:HH:MM:SS", [](const std::string& text) { return parse_duration(text, "duration"); },
           format_duration};
+}
+
+TextForm<std::chrono::milliseconds> seconds_form() {
+  auto parse = [](const std::string& text) {
+    char* end = nullptr;
+    const double seconds = std::strtod(text.c_str(), &end);
+    check<ConfigurationError>(!text.empty() && end == text.c_str() + text.size() && std::isfinite(seconds) &&
+                                  std::abs(seconds) < 1e9,
+                              "expected a number of seconds, got '", text, "'");
+    return std::chrono::milliseconds(std::llround(seconds * 1000.0));
+  };
+  auto format = [](const std::chrono::milliseconds& duration) {
+    return option_detail::format_double(static_cast<double>(duration.count()) / 1000.0);
+  };
+  return {"seconds", parse, format};
 }
 
 }  // namespace volt

@@ -1,6 +1,6 @@
 #pragma once
 // Wall-clock budgets written as Lightning writes them, "DD:HH:MM:SS" (--max-time, the Timer
-// callback, ModelCheckpoint's train_time_interval).
+// callback, ModelCheckpoint's train_time_interval), and bounds written in seconds (--timeout).
 #include <chrono>
 #include <string>
 
@@ -17,5 +17,9 @@ std::string format_duration(std::chrono::seconds duration);
 
 // A duration option's text form, for an OptionSchema.
 TextForm<std::chrono::seconds> duration_form();
+
+// A duration written in seconds, fractions allowed ("12.5"), kept to the millisecond (--timeout):
+// an OptionSchema's text form. Rejects text that is not a finite number below 1e9 seconds.
+TextForm<std::chrono::milliseconds> seconds_form();
 
 }  // namespace volt

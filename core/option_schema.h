@@ -18,13 +18,17 @@
 //   }
 //
 // A member's type says the option's type: bool, int64_t, double, std::string, or std::optional of
-// one (unset unless the user writes it). Enumerations are choice()s; any other type is an option
-// with a TextForm that parses and formats it. A requirement (greater_than, at_least, at_most,
-// in_range, one_of, satisfies, required) fails as "<owner>: option 'k' expects <requirement>,
-// got <value>; k: <help>". Immutable once built; thread-safe to use.
+// one (unset unless the user writes it). Enumerations are choice()s; lists of text repeated()s;
+// any other type is an option with a TextForm that parses and formats it. Members may be declared
+// in a base of Options (a schema for TrainerOptions declares RunOptions's too). A requirement
+// (greater_than, at_least, at_most, in_range, one_of, satisfies, required) fails as
+// "<owner>: option 'k' expects <requirement>, got <value>; k: <help>", or, for a schema of
+// command-line flags (KeyNaming::Flag), "--k expects <requirement>, got <value>; --k: <help>".
+// Immutable once built; thread-safe to use.
 #include <algorithm>
 #include <functional>
 #include <initializer_list>
+#include <map>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -126,8 +130,8 @@ Form<V> custom_form(TextForm<V> text_form) {
     try {
       return text_form.parse(text);
     } catch (const ConfigurationError& error) {
-      throw ConfigurationError(values.owner() + ": option '" + key + "' expects " + text_form.description +
-                               ", got '" + text + "' (" + error.what() + ")");
+      throw ConfigurationError(values.subject(key) + " expects " + text_form.description + ", got '" + text +
+                               "' (" + error.what() + ")");
     }
   };
   return form;
@@ -142,7 +146,7 @@ Form<V> choice_form(std::vector<std::pair<std::string, V>> table) {
     for (const auto& [name, value] : table) {
       if (name == text) return value;
     }
-    throw InternalError(values.owner() + ": option '" + key + "' holds '" + text + "', which is not a choice");
+    throw InternalError(values.subject(key) + " holds '" + text + "', which is not a choice");
   };
   form.format = [table](const V& value) {
     for (const auto& [name, v] : table) {
@@ -203,31 +207,73 @@ inline Required required() { return {}; }
 template <typename Options>
 class OptionSchema {
  public:
-  // `owner` starts every message ("--strategy ddp", "EarlyStopping").
-  explicit OptionSchema(std::string owner) : owner_(std::move(owner)) {}
+  // `owner` starts every message ("--strategy ddp", "EarlyStopping"); `naming` says how messages
+  // name a key (KeyNaming::Flag: "--max-epochs", for a program's flags).
+  explicit OptionSchema(std::string owner, KeyNaming naming = KeyNaming::EntryOption)
+      : owner_(std::move(owner)), naming_(naming) {}
 
   // An option whose type is the member's: bool, int64_t, double, std::string or std::optional of one.
-  template <typename M, typename... Requirements>
-  OptionSchema& option(std::string key, M Options::*member, std::string help, Requirements... requirements) {
-    return bind(std::move(key), member, option_detail::plain_form<option_detail::ValueOf<M>>(), std::move(help),
-                std::move(requirements)...);
+  template <typename C, typename M, typename... Requirements>
+  OptionSchema& option(std::string key, M C::*member, std::string help, Requirements... requirements) {
+    return bind(std::move(key), as_member(member), option_detail::plain_form<option_detail::ValueOf<M>>(),
+                std::move(help), std::move(requirements)...);
   }
 
   // An option of any other type, read and written through `form`.
-  template <typename M, typename... Requirements>
-  OptionSchema& option(std::string key, M Options::*member, TextForm<option_detail::ValueOf<M>> form, std::string help,
+  template <typename C, typename M, typename... Requirements>
+  OptionSchema& option(std::string key, M C::*member, TextForm<option_detail::ValueOf<M>> form, std::string help,
                        Requirements... requirements) {
-    return bind(std::move(key), member, option_detail::custom_form(std::move(form)), std::move(help),
+    return bind(std::move(key), as_member(member), option_detail::custom_form(std::move(form)), std::move(help),
                 std::move(requirements)...);
   }
 
   // An enumeration: the user writes one of the table's names.
-  template <typename M, typename... Requirements>
-  OptionSchema& choice(std::string key, M Options::*member,
+  template <typename C, typename M, typename... Requirements>
+  OptionSchema& choice(std::string key, M C::*member,
                        std::vector<std::pair<std::string, option_detail::ValueOf<M>>> table, std::string help,
                        Requirements... requirements) {
-    return bind(std::move(key), member, option_detail::choice_form(std::move(table)), std::move(help),
+    return bind(std::move(key), as_member(member), option_detail::choice_form(std::move(table)), std::move(help),
                 std::move(requirements)...);
+  }
+
+  // A list of text, one value per time the key is written (`--callback a --callback b`). The value
+  // `empty_word` written alone means the empty list (`--logger none`), and an empty list is
+  // written as it; it may not stand beside other values.
+  template <typename C>
+  OptionSchema& repeated(std::string key, std::vector<std::string> C::*member, std::string help,
+                         std::string empty_word) {
+    const auto list = as_member(member);
+    auto shown = [empty_word](const std::vector<std::string>& values) {
+      return values.empty() ? std::vector<std::string>{empty_word} : values;
+    };
+    Binding binding;
+    binding.spec.key = key;
+    binding.spec.help = help;
+    binding.spec.repeatable = true;
+    binding.spec.default_value = join(shown(Options{}.*list), " ");
+    binding.read = [list, key, empty_word](const OptionValues& values, Options& options) {
+      if (!values.was_set(key)) return;
+      const auto& texts = values.get_strings(key);
+      const bool empty = std::find(texts.begin(), texts.end(), empty_word) != texts.end();
+      check<ConfigurationError>(!empty || texts.size() == 1, values.subject(key), ": '", empty_word,
+                                "' (no value) stands alone, got ", join(texts));
+      options.*list = empty ? std::vector<std::string>{} : texts;
+    };
+    binding.format = [list, shown](const Options& options) {
+      return std::optional<std::vector<std::string>>(shown(options.*list));
+    };
+    bindings_.push_back(std::move(binding));
+    return *this;
+  }
+
+  // What the key declared last means when written without a value (`--deterministic` is
+  // `--deterministic=true`, `--fast-dev-run` is `--fast-dev-run=1`).
+  OptionSchema& implicit_value(std::string text) {
+    check<ConfigurationError>(!bindings_.empty(), owner_, ": implicit value '", text, "' declared before any option");
+    OptionSpec& spec = bindings_.back().spec;
+    OptionValues(owner_, {spec}, std::map<std::string, std::string>{{spec.key, text}}, naming_);  // it must parse
+    spec.implicit_value = std::move(text);
+    return *this;
   }
 
   // Declares the options `declare(*this)` adds: keys that several schemas share, declared once in a
@@ -246,6 +292,7 @@ class OptionSchema {
   }
 
   const std::string& owner() const { return owner_; }
+  KeyNaming naming() const { return naming_; }
 
   std::vector<OptionSpec> specs() const {
     std::vector<OptionSpec> out;
@@ -258,6 +305,19 @@ class OptionSchema {
     for (const auto& binding : bindings_) {
       for (const auto& check_requirement : binding.checks) check_requirement(options);
     }
+  }
+
+  // `given` (key → its values as written) checked against these keys, named as this schema names them.
+  OptionValues values(const std::map<std::string, std::vector<std::string>>& given) const {
+    return OptionValues(owner_, specs(), given, naming_);
+  }
+
+  // Each key with the text that sets `options`'s value (several for a repeated key), or nullopt
+  // for an unset std::optional: what a configuration file writes back (--print-config).
+  std::vector<std::pair<std::string, std::optional<std::vector<std::string>>>> texts(const Options& options) const {
+    std::vector<std::pair<std::string, std::optional<std::vector<std::string>>>> out;
+    for (const auto& binding : bindings_) out.emplace_back(binding.spec.key, binding.format(options));
+    return out;
   }
 
   // The struct with every key the values hold set (the others keep their in-class defaults),
@@ -296,8 +356,16 @@ class OptionSchema {
   struct Binding {
     OptionSpec spec;
     std::function<void(const OptionValues&, Options&)> read;
+    std::function<std::optional<std::vector<std::string>>(const Options&)> format;
     std::vector<std::function<void(const Options&)>> checks;
   };
+
+  // A member of Options or of one of its bases, as a member of Options.
+  template <typename C, typename M>
+  static M Options::*as_member(M C::*member) {
+    static_assert(std::is_base_of_v<C, Options>, "OptionSchema: a member of the options struct or of a base of it");
+    return member;
+  }
 
   template <typename M, typename V, typename... Requirements>
   OptionSchema& bind(std::string key, M Options::*member, option_detail::Form<V> form, std::string help,
@@ -327,6 +395,14 @@ class OptionSchema {
     binding.read = [member, form, key](const OptionValues& values, Options& options) {
       if (values.was_set(key)) options.*member = form.read(values, key);
     };
+    binding.format = [member, form](const Options& options) -> std::optional<std::vector<std::string>> {
+      if constexpr (option_detail::Optional<M>::value) {
+        if (!(options.*member).has_value()) return std::nullopt;
+        return std::vector<std::string>{form.format(*(options.*member))};
+      } else {
+        return std::vector<std::string>{form.format(options.*member)};
+      }
+    };
     (binding.checks.push_back(make_check(key, member, form, help, std::move(requirements))), ...);
     bindings_.push_back(std::move(binding));
     return *this;
@@ -336,9 +412,10 @@ class OptionSchema {
   std::function<void(const Options&)> make_check(const std::string& key, M Options::*member,
                                                  const option_detail::Form<V>& form, const std::string& help,
                                                  R requirement) const {
-    auto fail = [owner = owner_, key, help, text = requirement.text, form](const std::string& got) {
-      throw ConfigurationError(owner + ": option '" + key + "' expects " + text + ", got " + got + "; " + key + ": " +
-                               help);
+    const std::string subject = key_subject(owner_, naming_, key);
+    const std::string named = naming_ == KeyNaming::Flag ? subject : key;
+    auto fail = [subject, named, help, text = requirement.text](const std::string& got) {
+      throw ConfigurationError(subject + " expects " + text + ", got " + got + "; " + named + ": " + help);
     };
     auto shown = [form](const V& value) {
       const std::string text = form.format(value);
@@ -359,6 +436,7 @@ class OptionSchema {
 
   bool validated_by_what_it_builds_ = false;
   std::string owner_;
+  KeyNaming naming_ = KeyNaming::EntryOption;
   std::vector<Binding> bindings_;
 };
 

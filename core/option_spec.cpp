@@ -96,7 +96,13 @@ std::string describe(const OptionSpec& spec) {
   }
   if (!spec.aliases.empty()) out += ", alias " + join(spec.aliases);
   if (!spec.requirement.empty()) out += ", expects " + spec.requirement;
+  if (spec.repeatable) out += ", repeatable";
+  if (!spec.implicit_value.empty()) out += ", bare means " + spec.implicit_value;
   return out + "): " + spec.help;
+}
+
+std::string key_subject(const std::string& owner, KeyNaming naming, const std::string& key) {
+  return naming == KeyNaming::Flag ? "--" + key : owner + ": option '" + key + "'";
 }
 
 std::string to_string(OptionType type) {
@@ -167,62 +173,85 @@ NamedSpec parse_named_spec(const std::string& text, const std::string& what) {
 }
 
 OptionValues::OptionValues(std::string owner, const std::vector<OptionSpec>& specs,
-                           const std::map<std::string, std::string>& given)
-    : owner_(std::move(owner)) {
+                           const std::map<std::string, std::string>& given, KeyNaming naming)
+    : OptionValues(std::move(owner), specs, [&] {
+        std::map<std::string, std::vector<std::string>> lists;
+        for (const auto& [key, text] : given) lists[key] = {text};
+        return lists;
+      }(), naming) {}
+
+OptionValues::OptionValues(std::string owner, const std::vector<OptionSpec>& specs,
+                           const std::map<std::string, std::vector<std::string>>& given, KeyNaming naming)
+    : owner_(std::move(owner)), naming_(naming) {
   std::vector<std::string> keys;
   std::map<std::string, const OptionSpec*> spec_of;
   for (const auto& spec : specs) {
     keys.push_back(spec.key);
     keys.insert(keys.end(), spec.aliases.begin(), spec.aliases.end());
     spec_of[spec.key] = &spec;
-    values_[spec.key] = {spec.type, spec.default_value};
-    set_[spec.key] = false;
+    Entry entry{spec.type, spec.repeatable, {}, false};
+    if (!spec.repeatable) entry.texts = {spec.default_value};
+    entries_[spec.key] = std::move(entry);
   }
-  for (const auto& [key, text] : resolve_aliases(owner_, specs, given)) {
-    auto found = values_.find(key);
-    if (found == values_.end()) {
+  // Aliases resolve on the keys alone; the lists travel with them.
+  std::map<std::string, std::string> names;
+  for (const auto& [name, texts] : given) names[name] = name;
+  for (const auto& [key, name] : resolve_aliases(owner_, specs, names)) {
+    const std::vector<std::string>& texts = given.at(name);
+    auto found = entries_.find(key);
+    if (found == entries_.end()) {
       const auto suggestion = closest_match(key, keys);
-      throw ConfigurationError(owner_ + ": unknown option '" + key + "'" +
-                               (suggestion.empty() ? "" : "; did you mean '" + suggestion + "'?") +
+      const std::string unknown = naming_ == KeyNaming::Flag ? "unknown flag '--" + key + "'"
+                                                             : owner_ + ": unknown option '" + key + "'";
+      throw ConfigurationError(unknown + (suggestion.empty() ? "" : "; did you mean '" + suggestion + "'?") +
                                " Valid options: " + (keys.empty() ? "(none)" : join(keys)));
     }
     const OptionSpec& spec = *spec_of.at(key);
-    check<ConfigurationError>(value_parses(spec.type, text), owner_, ": option '", key, "' expects ",
-                              with_article(spec.type), ", got '", text, "'");
-    check<ConfigurationError>(
-        spec.choices.empty() || std::find(spec.choices.begin(), spec.choices.end(), text) != spec.choices.end(),
-        owner_, ": option '", key, "' expects one of ", join(spec.choices), ", got '", text, "'");
-    found->second.second = text;
-    set_[key] = true;
+    check<ConfigurationError>(spec.repeatable || texts.size() == 1, subject(key), " takes one value, got ",
+                              texts.size(), " (", join(texts), ")");
+    for (const auto& text : texts) {
+      check<ConfigurationError>(value_parses(spec.type, text), subject(key), " expects ", with_article(spec.type),
+                                ", got '", text, "'");
+      check<ConfigurationError>(
+          spec.choices.empty() || std::find(spec.choices.begin(), spec.choices.end(), text) != spec.choices.end(),
+          subject(key), " expects one of ", join(spec.choices), ", got '", text, "'");
+    }
+    found->second.texts = texts;
+    found->second.set = true;
   }
 }
 
+const OptionValues::Entry& OptionValues::entry(const std::string& key, OptionType expected) const {
+  auto found = entries_.find(key);
+  VOLT_INTERNAL_ASSERT(found != entries_.end(), owner_, " reads undeclared option '", key, "'");
+  VOLT_INTERNAL_ASSERT(found->second.type == expected, owner_, " reads option '", key, "' as ", to_string(expected),
+                       " but declared it ", to_string(found->second.type));
+  return found->second;
+}
+
 const std::string& OptionValues::raw(const std::string& key, OptionType expected) const {
-  auto found = values_.find(key);
-  VOLT_INTERNAL_ASSERT(found != values_.end(), owner_, " reads undeclared option '", key, "'");
-  VOLT_INTERNAL_ASSERT(found->second.first == expected, owner_, " reads option '", key, "' as ",
-                       to_string(expected), " but declared it ", to_string(found->second.first));
-  return found->second.second;
+  const Entry& e = entry(key, expected);
+  VOLT_INTERNAL_ASSERT(!e.repeatable, owner_, " reads the repeatable option '", key, "' as one value");
+  return e.texts.front();
 }
 
 bool OptionValues::get_bool(const std::string& key) const {
   bool value = false;
-  check<ConfigurationError>(parse_bool(raw(key, OptionType::Bool), &value), owner_, ": option '",
-                            key, "' has no valid default");
+  check<ConfigurationError>(parse_bool(raw(key, OptionType::Bool), &value), subject(key), " has no valid default");
   return value;
 }
 
 int64_t OptionValues::get_int(const std::string& key) const {
   int64_t value = 0;
-  check<ConfigurationError>(parse_int(raw(key, OptionType::Int), &value), owner_, ": option '", key,
-                            "' has no valid default");
+  check<ConfigurationError>(parse_int(raw(key, OptionType::Int), &value), subject(key),
+                            " has no valid default");
   return value;
 }
 
 double OptionValues::get_double(const std::string& key) const {
   double value = 0;
-  check<ConfigurationError>(parse_double(raw(key, OptionType::Double), &value), owner_,
-                            ": option '", key, "' has no valid default");
+  check<ConfigurationError>(parse_double(raw(key, OptionType::Double), &value), subject(key),
+                            " has no valid default");
   return value;
 }
 
@@ -230,9 +259,15 @@ const std::string& OptionValues::get_string(const std::string& key) const {
   return raw(key, OptionType::String);
 }
 
+const std::vector<std::string>& OptionValues::get_strings(const std::string& key) const {
+  const Entry& e = entry(key, OptionType::String);
+  VOLT_INTERNAL_ASSERT(e.repeatable, owner_, " reads option '", key, "' as a list but declared it one value");
+  return e.texts;
+}
+
 bool OptionValues::was_set(const std::string& key) const {
-  auto found = set_.find(key);
-  return found != set_.end() && found->second;
+  auto found = entries_.find(key);
+  return found != entries_.end() && found->second.set;
 }
 
 }  // namespace volt

@@ -22,9 +22,21 @@ struct OptionSpec {
   bool required = false;             // optional, and a value must be given (an OptionSchema checks)
   std::vector<std::string> choices;  // the only values accepted; empty: any value of `type`
   std::string requirement;           // what a valid value is ("a value > 0"), for describe()
+  // A list: written once per value (`--logger csv --logger tensorboard`); default_value shows the
+  // default list, its values separated by spaces.
+  bool repeatable = false;
+  std::string implicit_value;        // what a flag written without a value means ("" : it needs one)
 };
 
-// One line of `--list-*`: "key (type, default D | unset | required, alias A, expects R): help".
+// How messages name a key: an entry's option ("strategy 'ddp': option 'bucket_cap_mb'") or a
+// program's flag ("--max-epochs").
+enum class KeyNaming { EntryOption, Flag };
+
+// The key as messages name it (see KeyNaming); `owner` names the entry.
+std::string key_subject(const std::string& owner, KeyNaming naming, const std::string& key);
+
+// One line of `--list-*`: "key (type, default D | unset | required, alias A, expects R): help"
+// (", repeatable" and ", bare means V" where they apply).
 std::string describe(const OptionSpec& spec);
 
 // "name:key=value,key=value" split into its parts; values are still text.
@@ -51,23 +63,38 @@ class OptionValues {
   // one; a value that does not parse as the declared type, or is not one of its choices, fails
   // naming the key, value and type. A key may be given under one of its aliases.
   OptionValues(std::string owner, const std::vector<OptionSpec>& specs,
-               const std::map<std::string, std::string>& given);
+               const std::map<std::string, std::string>& given, KeyNaming naming = KeyNaming::EntryOption);
+  // The same, where a repeatable key may hold several values; any other key takes exactly one.
+  OptionValues(std::string owner, const std::vector<OptionSpec>& specs,
+               const std::map<std::string, std::vector<std::string>>& given,
+               KeyNaming naming = KeyNaming::EntryOption);
 
   bool get_bool(const std::string& key) const;
   int64_t get_int(const std::string& key) const;  // accepts 1e6-style integral values
   double get_double(const std::string& key) const;
   const std::string& get_string(const std::string& key) const;
+  // A repeatable key's values, in the order given (empty when not given).
+  const std::vector<std::string>& get_strings(const std::string& key) const;
   // Whether the user wrote the key (as opposed to it holding its default).
   bool was_set(const std::string& key) const;
   // Who these values belong to, for messages ("strategy 'ddp'").
   const std::string& owner() const { return owner_; }
+  // The key as this entry's messages name it (key_subject).
+  std::string subject(const std::string& key) const { return key_subject(owner_, naming_, key); }
 
  private:
-  const std::string& raw(const std::string& key, OptionType expected) const;
+  struct Entry {
+    OptionType type = OptionType::String;
+    bool repeatable = false;
+    std::vector<std::string> texts;  // a single-valued key: exactly one (its default until set)
+    bool set = false;
+  };
+  const Entry& entry(const std::string& key, OptionType expected) const;
+  const std::string& raw(const std::string& key, OptionType expected) const;  // a single-valued key's text
 
   std::string owner_;
-  std::map<std::string, std::pair<OptionType, std::string>> values_;
-  std::map<std::string, bool> set_;
+  KeyNaming naming_ = KeyNaming::EntryOption;
+  std::map<std::string, Entry> entries_;
 };
 
 // `given` with every alias of `specs` replaced by its key. Keys `specs` does not declare pass

@@ -13,6 +13,8 @@
 namespace volt {
 
 struct ClusterRequest;
+template <typename Options>
+class OptionSchema;
 
 struct RunOptions {
   std::string strategy = "auto";      // NAME[:key=value,...], a registered strategy (--list-strategies)
@@ -44,6 +46,13 @@ struct RunOptions {
   void validate() const;
   // What devices, num_nodes, node_rank and master_addr/port ask of the cluster environment.
   ClusterRequest cluster_request() const;
+  // Each field's flag: name, help and requirements (run/run_option_flags.h).
+  static const OptionSchema<RunOptions>& schema();
+
+ protected:
+  // The checks no single key's requirement can make: node_rank below num_nodes, and the precision
+  // and cluster environment against their registries (whose errors suggest the closest name).
+  void check_combinations() const;
 };
 
 }  // namespace volt

@@ -1,15 +1,15 @@
-// Binds TrainerOptions to command-line flags (Boost.Program_options). Names are Lightning's in
-// dash form; a program may add its own flags beside volt's.
+// TrainerOptions from the command line and --config files: the flags are TrainerOptions::schema()'s
+// keys (Note [Flags from the schema]); a program may add its own flags beside volt's.
+#include <boost/make_shared.hpp>
 #include <boost/program_options.hpp>
 
+#include <map>
 #include <sstream>
 
 #include "callbacks/callback_registry.h"
+#include "core/option_schema.h"
 #include "loggers/logger_registry.h"
 #include "strategies/strategy_registry.h"
-#include "distributed/cluster/cluster_environment.h"
-#include "precision/precision.h"
-#include "core/option_spec.h"
 #include "trainer/config_file.h"
 #include "trainer/trainer_options.h"
 
@@ -17,12 +17,6 @@ namespace po = boost::program_options;
 
 namespace volt {
 namespace {
-
-std::string joined(const std::vector<std::string>& items) {
-  std::string out;
-  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
-  return out;
-}
 
 // Flags that act on this command line itself and so are not options a config file sets.
 po::options_description command_line_flags() {
@@ -38,136 +32,79 @@ po::options_description command_line_flags() {
   return flags;
 }
 
-po::options_description volt_flags(const TrainerOptions& d) {
+// Note [Flags from the schema]: the Trainer's flags are TrainerOptions::schema()'s keys, declared
+// once with their help, default and requirements. Boost.Program_options only splits the command
+// line and the --config file into text (each flag a string, or a list of strings for a repeatable
+// one), so that a program's own flags sit beside volt's in one parser and one --help; the schema
+// then parses, checks and stores every value, and writes --print-config back from the options it
+// built. A flag added to the schema is thereby on the command line, in --config, in --help and in
+// --print-config, and tests/docs/doc_links_test.py reads the schema's keys to check that the docs
+// name each one.
+std::string help_of(const OptionSpec& spec) {
+  std::string help = spec.help;
+  if (spec.repeatable) help += " (repeatable; '" + spec.default_value + "' by default)";
+  if (!spec.choices.empty()) help += " (one of: " + join(spec.choices) + ")";
+  return help;
+}
+
+po::options_description volt_flags() {
   po::options_description flags("volt Trainer options");
-  auto limit = [](const BatchLimit& l) { return po::value<std::string>()->default_value(l.to_string()); };
-  flags.add_options()
-      ("accelerator", po::value<std::string>()->default_value(d.accelerator), "cpu | cuda | auto")
-      ("devices", po::value<int64_t>()->default_value(d.devices), "processes per node")
-      ("malloc-tuning", po::value<bool>()->default_value(d.malloc_tuning),
-       "keep freed memory in the heap (glibc) instead of re-faulting it every step")
-      ("threads", po::value<int64_t>()->default_value(d.threads),
-       "LibTorch intra-op threads per process (0: OMP_NUM_THREADS, else cores / processes per node)")
-      ("blas-threads", po::value<int64_t>()->default_value(d.blas_threads),
-       "OpenBLAS threads per process (0: OPENBLAS_NUM_THREADS, else 1: LibTorch's pool runs around BLAS)")
-      ("num-nodes", po::value<int64_t>()->default_value(d.num_nodes), "number of nodes")
-      ("strategy", po::value<std::string>()->default_value(d.strategy),
-       "NAME[:key=value,...] (see --list-strategies)")
-      ("precision", po::value<std::string>()->default_value(d.precision),
-       ("one of: " + joined(precision_names())).c_str())
-      ("cluster-environment", po::value<std::string>()->default_value(d.cluster_environment),
-       ("who started the processes: " + joined(cluster_environment_names()) + " (auto: detected)").c_str())
-      ("node-rank", po::value<int64_t>()->default_value(d.node_rank),
-       "this machine's node with volt's launcher (-1: NODE_RANK or 0)")
-      ("master-addr", po::value<std::string>()->default_value(d.master_addr),
-       "rendezvous host (default: MASTER_ADDR, else 127.0.0.1 on one node)")
-      ("master-port", po::value<int64_t>()->default_value(d.master_port),
-       "rendezvous port (0: MASTER_PORT, else a free port on one node, 29500 on several)")
-      ("timeout", po::value<double>()->default_value(static_cast<double>(d.timeout.count()) / 1000.0),
-       "seconds any collective may take before the run fails")
-      ("shared-memory-collectives", po::value<bool>()->default_value(d.shared_memory_collectives),
-       "CPU collectives among the ranks of one host through shared memory, not Gloo's sockets "
-       "(VOLT_SHM=0 turns it off too)")
-      ("max-epochs", po::value<int64_t>(), "epochs to train (default 1000 unless --max-steps; -1: no limit)")
-      ("min-epochs", po::value<int64_t>()->default_value(d.min_epochs),
-       "epochs before early stopping or --max-time may stop")
-      ("max-steps", po::value<int64_t>()->default_value(d.max_steps), "optimizer steps to train (-1: no limit)")
-      ("max-time", po::value<std::string>()->default_value(d.max_time),
-       "wall-clock limit DD:HH:MM:SS (once --min-epochs are done)")
-      ("accumulate-grad-batches", po::value<int64_t>()->default_value(d.accumulate_grad_batches),
-       "micro-batches per optimizer step")
-      ("gradient-clip-val", po::value<double>(), "clip gradients at this value (default: no clipping)")
-      ("cuda-graph", po::value<bool>()->default_value(d.cuda_graph)->implicit_value(true),
-       "capture the training step in CUDA graphs and replay it (CUDA; single_device or ddp; volt::FusedAdamW)")
-      ("gradient-clip-algorithm", po::value<std::string>()->default_value("norm"), "norm | value")
-      ("val-check-interval", limit(d.val_check_interval), "fraction of an epoch, or batches, between validations")
-      ("check-val-every-n-epoch", po::value<int64_t>()->default_value(d.check_val_every_n_epoch),
-       "validate every n epochs")
-      ("limit-train-batches", limit(d.limit_train_batches), "fraction or number of training batches per epoch")
-      ("limit-val-batches", limit(d.limit_val_batches), "fraction or number of validation batches")
-      ("limit-test-batches", limit(d.limit_test_batches), "fraction or number of test batches")
-      ("limit-predict-batches", limit(d.limit_predict_batches), "fraction or number of predict batches")
-      ("num-sanity-val-steps", po::value<int64_t>()->default_value(d.num_sanity_val_steps),
-       "validation batches run before training (-1: all)")
-      ("log-every-n-steps", po::value<int64_t>()->default_value(d.log_every_n_steps),
-       "optimizer steps between logger writes")
-      ("default-root-dir", po::value<std::string>()->default_value(d.default_root_dir),
-       "root of logs and checkpoints")
-      ("logger", po::value<std::vector<std::string>>()->multitoken(),
-       "NAME[:key=value,...] (repeatable; 'none' for no logger; see --list-loggers; default csv)")
-      ("callback", po::value<std::vector<std::string>>()->multitoken(),
-       "NAME[:key=value,...] (repeatable; see --list-callbacks)")
-      ("enable-checkpointing", po::value<bool>()->default_value(d.enable_checkpointing),
-       "save checkpoints with a default ModelCheckpoint")
-      ("ckpt-path", po::value<std::string>()->default_value(d.ckpt_path),
-       "checkpoint to resume fit from: a file, or 'last' for the newest under --default-root-dir")
-      ("enable-progress-bar", po::value<bool>()->default_value(d.enable_progress_bar), "show a progress bar")
-      ("enable-model-summary", po::value<bool>()->default_value(d.enable_model_summary),
-       "print a model summary at fit start")
-      ("fast-dev-run", po::value<int64_t>()->default_value(d.fast_dev_run)->implicit_value(1),
-       "run n batches of each loop once (no logging, no checkpoints)")
-      ("overfit-batches", limit(d.overfit_batches), "train and validate on this fraction or number of batches")
-      ("deterministic", po::value<bool>()->default_value(d.deterministic)->implicit_value(true),
-       "use deterministic algorithms only")
-      ("seed", po::value<uint64_t>(), "seed for torch and the samplers");
+  for (const auto& spec : TrainerOptions::schema().specs()) {
+    po::value_semantic* value = nullptr;
+    if (spec.repeatable) {
+      value = po::value<std::vector<std::string>>()->multitoken();
+    } else {
+      auto* text = po::value<std::string>();
+      if (!spec.optional) text->default_value(spec.default_value);
+      if (!spec.implicit_value.empty()) text->implicit_value(spec.implicit_value);
+      value = text;
+    }
+    flags.add(boost::make_shared<po::option_description>(spec.key.c_str(), value, help_of(spec).c_str()));
+  }
   return flags;
 }
 
-TrainerOptions options_from(const po::variables_map& vm) {
-  TrainerOptions o;
-  o.accelerator = vm["accelerator"].as<std::string>();
-  o.devices = vm["devices"].as<int64_t>();
-  o.malloc_tuning = vm["malloc-tuning"].as<bool>();
-  o.threads = vm["threads"].as<int64_t>();
-  o.blas_threads = vm["blas-threads"].as<int64_t>();
-  o.num_nodes = vm["num-nodes"].as<int64_t>();
-  o.strategy = vm["strategy"].as<std::string>();
-  o.precision = vm["precision"].as<std::string>();
-  o.cluster_environment = vm["cluster-environment"].as<std::string>();
-  o.node_rank = vm["node-rank"].as<int64_t>();
-  o.master_addr = vm["master-addr"].as<std::string>();
-  o.master_port = vm["master-port"].as<int64_t>();
-  const double timeout_s = vm["timeout"].as<double>();
-  check<ConfigurationError>(timeout_s > 0 && timeout_s < 1e9, "--timeout: expected seconds > 0, got ", timeout_s);
-  o.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0 + 0.5));
-  o.shared_memory_collectives = vm["shared-memory-collectives"].as<bool>();
-  if (vm.count("max-epochs")) o.max_epochs = vm["max-epochs"].as<int64_t>();
-  o.min_epochs = vm["min-epochs"].as<int64_t>();
-  o.max_steps = vm["max-steps"].as<int64_t>();
-  o.max_time = vm["max-time"].as<std::string>();
-  o.accumulate_grad_batches = vm["accumulate-grad-batches"].as<int64_t>();
-  if (vm.count("gradient-clip-val")) o.gradient_clip_val = vm["gradient-clip-val"].as<double>();
-  o.cuda_graph = vm["cuda-graph"].as<bool>();
-  const auto algorithm = vm["gradient-clip-algorithm"].as<std::string>();
-  check<ConfigurationError>(algorithm == "norm" || algorithm == "value",
-                            "--gradient-clip-algorithm: expected norm or value, got '", algorithm, "'");
-  o.gradient_clip_algorithm = algorithm == "norm" ? GradientClipAlgorithm::Norm : GradientClipAlgorithm::Value;
-  auto limit = [&](const char* flag) {
-    return BatchLimit::parse(vm[flag].as<std::string>(), std::string("--") + flag);
-  };
-  o.val_check_interval = limit("val-check-interval");
-  o.check_val_every_n_epoch = vm["check-val-every-n-epoch"].as<int64_t>();
-  o.limit_train_batches = limit("limit-train-batches");
-  o.limit_val_batches = limit("limit-val-batches");
-  o.limit_test_batches = limit("limit-test-batches");
-  o.limit_predict_batches = limit("limit-predict-batches");
-  o.num_sanity_val_steps = vm["num-sanity-val-steps"].as<int64_t>();
-  o.log_every_n_steps = vm["log-every-n-steps"].as<int64_t>();
-  o.default_root_dir = vm["default-root-dir"].as<std::string>();
-  if (vm.count("logger")) {
-    o.loggers = vm["logger"].as<std::vector<std::string>>();
-    if (o.loggers.size() == 1 && o.loggers[0] == "none") o.loggers.clear();
+// The values `vm` holds for volt's flags that were written (not defaulted), as text.
+std::map<std::string, std::vector<std::string>> written_flags(const po::variables_map& vm) {
+  std::map<std::string, std::vector<std::string>> given;
+  for (const auto& spec : TrainerOptions::schema().specs()) {
+    const auto found = vm.find(spec.key);
+    if (found == vm.end() || found->second.defaulted()) continue;
+    given[spec.key] = spec.repeatable ? found->second.as<std::vector<std::string>>()
+                                      : std::vector<std::string>{found->second.as<std::string>()};
   }
-  if (vm.count("callback")) o.callbacks = vm["callback"].as<std::vector<std::string>>();
-  o.enable_checkpointing = vm["enable-checkpointing"].as<bool>();
-  o.ckpt_path = vm["ckpt-path"].as<std::string>();
-  o.enable_progress_bar = vm["enable-progress-bar"].as<bool>();
-  o.enable_model_summary = vm["enable-model-summary"].as<bool>();
-  o.fast_dev_run = vm["fast-dev-run"].as<int64_t>();
-  o.overfit_batches = limit("overfit-batches");
-  o.deterministic = vm["deterministic"].as<bool>();
-  if (vm.count("seed")) o.seed = vm["seed"].as<uint64_t>();
-  return o;
+  return given;
+}
+
+// The options the user's flags and --config file set: each value read by the schema, all validated.
+TrainerOptions options_from(const po::variables_map& vm) {
+  const auto& schema = TrainerOptions::schema();
+  return schema.from(schema.values(written_flags(vm)));
+}
+
+// Stores the values of the --config file at `path` in `vm` (the command line's stay). Each value
+// the file sets is first read and checked on its own, so that a bad one names the file; checks
+// across flags wait for the command line's values (options_from).
+void store_config(const std::string& path, const po::options_description& configurable, po::variables_map& vm) {
+  po::variables_map from_file;
+  store_config_file(path, configurable, from_file);
+  try {
+    const auto& schema = TrainerOptions::schema();
+    schema.validate(schema.read(schema.values(written_flags(from_file))));
+  } catch (const ConfigurationError& error) {
+    throw ConfigurationError("--config " + path + ": " + error.what());
+  }
+  store_config_file(path, configurable, vm);
+}
+
+// What --print-config writes: the program's own flags as parsed, then volt's as `options` holds them.
+std::string printed_config(const po::options_description& program_options, const po::variables_map& vm,
+                           const TrainerOptions& options) {
+  auto entries = config_entries(program_options, vm);
+  const auto specs = TrainerOptions::schema().specs();
+  const auto texts = TrainerOptions::schema().texts(options);
+  for (size_t i = 0; i < specs.size(); ++i) entries.push_back({specs[i].key, texts[i].second, specs[i].help});
+  return format_config(entries);
 }
 
 std::vector<std::string> long_names(const po::options_description& description) {
@@ -188,7 +125,7 @@ TrainerOptions TrainerOptions::from_args(int argc, const char* const argv[],
                                          po::variables_map* program_values) {
   po::options_description configurable;  // what a --config file may set too
   if (!program_options.options().empty()) configurable.add(program_options);
-  configurable.add(volt_flags(TrainerOptions{}));
+  configurable.add(volt_flags());
   po::options_description all;
   all.add(configurable).add(command_line_flags());
   po::variables_map vm;
@@ -198,7 +135,7 @@ TrainerOptions TrainerOptions::from_args(int argc, const char* const argv[],
                       // No abbreviations: a typo such as --max-epoch must not pass for --max-epochs.
                       .style(po::command_line_style::default_style & ~po::command_line_style::allow_guessing)
                       .run(), vm);
-    if (vm.count("config") && !vm.count("help")) store_config_file(vm["config"].as<std::string>(), configurable, vm);
+    if (vm.count("config") && !vm.count("help")) store_config(vm["config"].as<std::string>(), configurable, vm);
     po::notify(vm);
   } catch (const po::unknown_option& e) {
     const auto suggestion = closest_match(e.get_option_name(), long_names(all));
@@ -223,7 +160,7 @@ TrainerOptions TrainerOptions::from_args(int argc, const char* const argv[],
   auto options = options_from(vm);
   options.validate();
   // After validation, so that what is printed is a configuration that runs.
-  if (vm.count("print-config")) throw HelpRequested(format_config(configurable, vm));
+  if (vm.count("print-config")) throw HelpRequested(printed_config(program_options, vm, options));
   return options;
 }
 

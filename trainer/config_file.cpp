@@ -57,25 +57,38 @@ void store_config_file(const std::string& path, const po::options_description& f
   }
 }
 
-std::string format_config(const po::options_description& flags, const po::variables_map& values) {
+std::vector<ConfigEntry> config_entries(const po::options_description& flags, const po::variables_map& values) {
+  std::vector<ConfigEntry> entries;
+  for (const auto& option : flags.options()) {
+    ConfigEntry entry{option->long_name(), std::nullopt, option->description()};
+    const auto found = values.find(entry.name);
+    if (found != values.end() && !found->second.empty()) {
+      entry.lines = as_text(found->second.value());
+      entry.writable = entry.lines.has_value();
+      if (!entry.writable) entry.lines = std::vector<std::string>{};
+    }
+    entries.push_back(std::move(entry));
+  }
+  return entries;
+}
+
+std::string format_config(const std::vector<ConfigEntry>& entries) {
   std::ostringstream out;
   out << "# Read it back with --config FILE; flags on the command line win over it.\n";
-  for (const auto& option : flags.options()) {
-    const auto& name = option->long_name();
-    const auto found = values.find(name);
-    if (found == values.end() || found->second.empty()) {
-      out << "# " << name << " = (not set: " << option->description() << ")\n";
+  for (const auto& entry : entries) {
+    if (!entry.lines) {
+      out << "# " << entry.name << " = (not set: " << entry.description << ")\n";
       continue;
     }
-    const auto lines = as_text(found->second.value());
-    if (!lines) {
-      out << "# " << name << " = (set, of a type --print-config cannot write)\n";
+    if (!entry.writable) {
+      out << "# " << entry.name << " = (set, of a type --print-config cannot write)\n";
       continue;
     }
-    for (const auto& line : *lines) {
+    for (const auto& line : *entry.lines) {
       check<ConfigurationError>(line.find_first_of("#\r\n") == std::string::npos, "--print-config: the value of ",
-                                name, " ('", line, "') has '#' or a line break, which a config file cannot carry");
-      out << name << " = " << line << "\n";
+                                entry.name, " ('", line,
+                                "') has '#' or a line break, which a config file cannot carry");
+      out << entry.name << " = " << line << "\n";
     }
   }
   return out.str();

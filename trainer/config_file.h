@@ -6,9 +6,20 @@
 #include <boost/program_options/options_description.hpp>
 #include <boost/program_options/variables_map.hpp>
 
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace volt {
+
+// One option as --print-config writes it.
+struct ConfigEntry {
+  std::string name;
+  // Its value as lines (several for a repeatable option); nullopt: not set.
+  std::optional<std::vector<std::string>> lines;
+  std::string description;  // what a comment for an unset option says
+  bool writable = true;     // false: set, of a type the format cannot write (a program's own value type)
+};
 
 // Adds the values `path` sets to `values`, where the command line's are already stored (those
 // stay). `flags` are the options a file may set. Throws ConfigurationError naming the file for a
@@ -16,10 +27,14 @@ namespace volt {
 void store_config_file(const std::string& path, const boost::program_options::options_description& flags,
                        boost::program_options::variables_map& values);
 
-// The effective configuration, in the format store_config_file reads: one line per option of
-// `flags` that has a value (a default counts), a comment line for each that has none. Throws
-// ConfigurationError for a value the format cannot carry (one with '#' or a line break).
-std::string format_config(const boost::program_options::options_description& flags,
-                          const boost::program_options::variables_map& values);
+// The options of `flags` (a program's own, described with Boost.Program_options) as `values` holds
+// them (a default counts as set).
+std::vector<ConfigEntry> config_entries(const boost::program_options::options_description& flags,
+                                        const boost::program_options::variables_map& values);
+
+// The effective configuration, in the format store_config_file reads: one line per value of an
+// entry that is set, a comment line for each that is not. Throws ConfigurationError for a value the
+// format cannot carry (one with '#' or a line break).
+std::string format_config(const std::vector<ConfigEntry>& entries);
 
 }  // namespace volt

@@ -89,7 +89,7 @@ Trainer::Trainer(TrainerOptions options, TrainerComponents components)
   if (options_.seed) seed_everything(*options_.seed);
   // Everything about processes is decided now, so that a mismatch fails here, not mid-run.
   run_->placement = resolve_run(options_, std::move(components), "Trainer");
-  strategy_ = run_->placement.strategy;
+  strategy_ = run_->placement.strategy.get();
   run_->loop.emplace(LoopContext{*this, *strategy_, run_->state});
   init();
 }

@@ -190,7 +190,7 @@ class Trainer {
 
   TrainerOptions options_;
   std::unique_ptr<Run> run_;
-  std::shared_ptr<Strategy> strategy_;  // run_->placement.strategy
+  Strategy* strategy_ = nullptr;  // run_->placement.strategy, which owns it; set once resolved
   std::vector<std::shared_ptr<Callback>> callbacks_;
   std::vector<std::shared_ptr<Logger>> loggers_;
   bool environment_ready_ = false;

@@ -1,9 +1,87 @@
 #include "trainer/trainer_options.h"
 
-#include "distributed/cluster/cluster_environment.h"
-#include "precision/precision.h"
+#include "core/duration.h"
+#include "core/option_schema.h"
+#include "run/run_option_flags.h"
 
 namespace volt {
+namespace {
+
+// Lightning's float-or-int limits: "0.25" a fraction, "10" a count (BatchLimit).
+TextForm<BatchLimit> batch_limit_form() {
+  return {"a fraction in [0, 1] written with a decimal point, or a count of batches",
+          [](const std::string& text) { return BatchLimit::parse(text, "the value"); },
+          [](const BatchLimit& limit) { return limit.to_string(); }};
+}
+
+bool is_duration_or_empty(const std::string& text) {
+  if (text.empty()) return true;
+  try {
+    parse_duration(text, "--max-time");
+    return true;
+  } catch (const ConfigurationError&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+const OptionSchema<TrainerOptions>& TrainerOptions::schema() {
+  using O = TrainerOptions;
+  static const auto schema = [] {
+    OptionSchema<O> declared("volt Trainer options", KeyNaming::Flag);
+    declare_run_flags(declared)
+        .option("max-epochs", &O::max_epochs, "epochs to train (default 1000 unless --max-steps; -1: no limit)",
+                satisfies([](const int64_t& n) { return n >= -1; }, "a value >= -1 (-1: no limit)"))
+        .option("min-epochs", &O::min_epochs, "epochs before early stopping or --max-time may stop",
+                at_least<int64_t>(0))
+        .option("max-steps", &O::max_steps, "optimizer steps to train (-1: no limit)",
+                satisfies([](const int64_t& n) { return n >= -1; }, "-1 (no limit) or a value >= 0"))
+        .option("max-time", &O::max_time, "wall-clock limit DD:HH:MM:SS (once --min-epochs are done)",
+                satisfies(is_duration_or_empty, "a duration DD:HH:MM:SS (e.g. 00:12:00:00), or nothing: no limit"))
+        .option("accumulate-grad-batches", &O::accumulate_grad_batches, "micro-batches per optimizer step",
+                at_least<int64_t>(1))
+        .option("gradient-clip-val", &O::gradient_clip_val, "clip gradients at this value (default: no clipping)",
+                greater_than(0.0))
+        .choice("gradient-clip-algorithm", &O::gradient_clip_algorithm,
+                {{"norm", GradientClipAlgorithm::Norm}, {"value", GradientClipAlgorithm::Value}},
+                "norm | value: what --gradient-clip-val bounds")
+        .option("val-check-interval", &O::val_check_interval, batch_limit_form(),
+                "fraction of an epoch, or batches, between validations",
+                satisfies([](const BatchLimit& l) { return !l.is_zero(); },
+                          "a positive fraction or count (--limit-val-batches 0 disables validation)"))
+        .option("check-val-every-n-epoch", &O::check_val_every_n_epoch, "validate every n epochs",
+                at_least<int64_t>(1))
+        .option("limit-train-batches", &O::limit_train_batches, batch_limit_form(),
+                "fraction or number of training batches per epoch")
+        .option("limit-val-batches", &O::limit_val_batches, batch_limit_form(),
+                "fraction or number of validation batches")
+        .option("limit-test-batches", &O::limit_test_batches, batch_limit_form(), "fraction or number of test batches")
+        .option("limit-predict-batches", &O::limit_predict_batches, batch_limit_form(),
+                "fraction or number of predict batches")
+        .option("num-sanity-val-steps", &O::num_sanity_val_steps, "validation batches run before training (-1: all)",
+                satisfies([](const int64_t& n) { return n >= -1; }, "-1 (all) or a value >= 0"))
+        .option("log-every-n-steps", &O::log_every_n_steps, "optimizer steps between logger writes",
+                at_least<int64_t>(1))
+        .option("default-root-dir", &O::default_root_dir, "root of logs and checkpoints",
+                satisfies([](const std::string& dir) { return !dir.empty(); }, "a directory"))
+        .repeated("logger", &O::loggers, "NAME[:key=value,...]: a registered logger (see --list-loggers)", "none")
+        .repeated("callback", &O::callbacks, "NAME[:key=value,...]: a registered callback (see --list-callbacks)",
+                  "none")
+        .option("enable-checkpointing", &O::enable_checkpointing, "save checkpoints with a default ModelCheckpoint")
+        .option("ckpt-path", &O::ckpt_path,
+                "checkpoint to resume fit from: a file, or 'last' for the newest under --default-root-dir")
+        .option("enable-progress-bar", &O::enable_progress_bar, "show a progress bar")
+        .option("enable-model-summary", &O::enable_model_summary, "print a model summary at fit start")
+        .option("fast-dev-run", &O::fast_dev_run, "run n batches of each loop once (no logging, no checkpoints)",
+                at_least<int64_t>(0))
+        .implicit_value("1")
+        .option("overfit-batches", &O::overfit_batches, batch_limit_form(),
+                "train and validate on this fraction or number of batches");
+    return declared;
+  }();
+  return schema;
+}
 
 std::optional<std::chrono::seconds> TrainerOptions::max_time_duration() const {
   if (max_time.empty()) return std::nullopt;
@@ -17,32 +95,10 @@ int64_t TrainerOptions::resolved_max_epochs() const {
 }
 
 void TrainerOptions::validate() const {
-  RunOptions::validate();
-  check<ConfigurationError>(!max_epochs || *max_epochs >= -1, "--max-epochs: expected >= -1, got ",
-                            max_epochs.value_or(0));
-  check<ConfigurationError>(min_epochs >= 0, "--min-epochs: expected >= 0, got ", min_epochs);
+  schema().validate(*this);  // RunOptions's keys among them
+  check_combinations();
   check<ConfigurationError>(!max_epochs || *max_epochs == -1 || min_epochs <= *max_epochs,
-                            "--min-epochs: expected <= --max-epochs (", max_epochs.value_or(0),
-                            "), got ", min_epochs);
-  check<ConfigurationError>(max_steps >= -1, "--max-steps: expected -1 (no limit) or >= 0, got ",
-                            max_steps);
-  max_time_duration();
-  check<ConfigurationError>(accumulate_grad_batches >= 1,
-                            "--accumulate-grad-batches: expected >= 1, got ", accumulate_grad_batches);
-  check<ConfigurationError>(!gradient_clip_val || *gradient_clip_val > 0,
-                            "--gradient-clip-val: expected a value > 0 (or leave it unset), got ",
-                            gradient_clip_val.value_or(0));
-  check<ConfigurationError>(!val_check_interval.is_zero(),
-                            "--val-check-interval: expected a positive fraction or count, got ",
-                            val_check_interval.to_string(), "; use --limit-val-batches 0 to disable validation");
-  check<ConfigurationError>(check_val_every_n_epoch >= 1, "--check-val-every-n-epoch: expected >= 1, got ",
-                            check_val_every_n_epoch);
-  check<ConfigurationError>(num_sanity_val_steps >= -1,
-                            "--num-sanity-val-steps: expected -1 (all) or >= 0, got ", num_sanity_val_steps);
-  check<ConfigurationError>(log_every_n_steps >= 1, "--log-every-n-steps: expected >= 1, got ",
-                            log_every_n_steps);
-  check<ConfigurationError>(!default_root_dir.empty(), "--default-root-dir: expected a directory, got ''");
-  check<ConfigurationError>(fast_dev_run >= 0, "--fast-dev-run: expected >= 0 batches, got ", fast_dev_run);
+                            "--min-epochs: expected <= --max-epochs (", max_epochs.value_or(0), "), got ", min_epochs);
 }
 
 }  // namespace volt

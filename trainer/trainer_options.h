@@ -1,6 +1,7 @@
 #pragma once
 // Everything a Trainer can be told, with Lightning's names and defaults. Each field is also a
-// command-line flag in dash form (max_epochs → --max-epochs); `--help` lists them with defaults.
+// command-line flag in dash form (max_epochs → --max-epochs), declared once in schema(): its help,
+// its default and what values it accepts; `--help` lists them with defaults.
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -8,11 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "core/duration.h"  // parse_duration
-#include "run/batch_limit.h"
-#include "trainer/gradient_clip_algorithm.h"
 #include "core/error.h"
+#include "run/batch_limit.h"
 #include "run/run_options.h"
+#include "trainer/gradient_clip_algorithm.h"
 
 namespace boost::program_options {
 class options_description;
@@ -62,6 +62,9 @@ struct TrainerOptions : RunOptions {
 
   // Throws ConfigurationError naming the flag, the value and what is allowed (RunOptions's checks too).
   void validate() const;
+  // Every field's flag: RunOptions's (run/run_option_flags.h) and the loops'. The command line,
+  // `--config`, `--print-config` and `--help` read it.
+  static const OptionSchema<TrainerOptions>& schema();
   // The run's settings alone: what a Fabric is told (FabricOptions).
   const RunOptions& run_options() const { return *this; }
   // max_time as a duration (unset when empty); throws ConfigurationError when malformed.

@@ -124,7 +124,9 @@ void DDPStrategy::check_capturable() const {
                            "--cuda-graph: ddp with find_unused_parameters searches the autograd graph on the host at "
                            "every backward, which a captured step does not run",
                            remedy);
-  check<NotSupportedError>(options_.comm_hook == "allreduce", "--cuda-graph: ddp's comm hook '", options_.comm_hook,
+  // The hook's canonical name: an alias of allreduce is allreduce.
+  check<NotSupportedError>(comm_hook_spec_->name() == "allreduce", "--cuda-graph: ddp's comm hook '",
+                           comm_hook_spec_->name(),
                            "' keeps per-step state on the host, which a captured step does not advance", remedy);
   check<NotSupportedError>(options_.comm_wrapper == CommWrapper::None,
                            "--cuda-graph: ddp's comm_wrapper is not captured", remedy);

@@ -220,6 +220,87 @@ namespace volt {
 namespace {
 
 // A value may be a comma-separated list: a piece without '=' continues the previous key's value.
+// A command line's flags: members of a base struct too, a repeated key, a bare flag's implied
+// value, and messages that name the key as a flag.
+struct BaseFlags {
+  int64_t workers = 2;
+  bool verbose = false;
+};
+struct ToolFlags : BaseFlags {
+  std::vector<std::string> plugins{"core"};
+  std::optional<int64_t> retries;
+  std::chrono::milliseconds wait{1500};
+
+  static const OptionSchema<ToolFlags>& schema() {
+    using O = ToolFlags;
+    static const auto schema = OptionSchema<O>("tool", KeyNaming::Flag)
+                                   .option("workers", &BaseFlags::workers, "threads", at_least<int64_t>(1))
+                                   .option("verbose", &BaseFlags::verbose, "talk")
+                                   .implicit_value("true")
+                                   .repeated("plugin", &O::plugins, "what to load", "none")
+                                   .option("retries", &O::retries, "how often", at_most<int64_t>(5))
+                                   .option("wait", &O::wait, seconds_form(), "between tries");
+    return schema;
+  }
+};
+
+ToolFlags tool_flags(const std::map<std::string, std::vector<std::string>>& given) {
+  return ToolFlags::schema().from(ToolFlags::schema().values(given));
+}
+
+TEST(OptionSchema, FlagsOfABaseStructAreDeclaredBesideTheirOwn) {
+  const auto flags = tool_flags({{"workers", {"4"}}, {"verbose", {"true"}}, {"wait", {"0.25"}}});
+  EXPECT_EQ(flags.workers, 4);
+  EXPECT_TRUE(flags.verbose);
+  EXPECT_EQ(flags.wait, std::chrono::milliseconds(250));
+  const auto message = configuration_error_of([] { tool_flags({{"workers", {"0"}}}); });
+  EXPECT_NE(message.find("--workers expects a value >= 1, got 0; --workers: threads"), std::string::npos) << message;
+}
+
+TEST(OptionSchema, ARepeatedKeyKeepsItsValuesInOrderAndItsEmptyWordClearsIt) {
+  const auto specs = ToolFlags::schema().specs();
+  EXPECT_TRUE(specs[2].repeatable);
+  EXPECT_EQ(specs[2].default_value, "core");
+  EXPECT_EQ(tool_flags({{"plugin", {"b", "a:x=1,y=2"}}}).plugins, (std::vector<std::string>{"b", "a:x=1,y=2"}));
+  EXPECT_EQ(tool_flags({}).plugins, std::vector<std::string>{"core"});
+  EXPECT_TRUE(tool_flags({{"plugin", {"none"}}}).plugins.empty());
+  const auto beside = configuration_error_of([] { tool_flags({{"plugin", {"a", "none"}}}); });
+  EXPECT_NE(beside.find("--plugin: 'none' (no value) stands alone"), std::string::npos) << beside;
+  const auto twice = configuration_error_of([] { tool_flags({{"workers", {"1", "2"}}}); });
+  EXPECT_NE(twice.find("--workers takes one value, got 2"), std::string::npos) << twice;
+}
+
+TEST(OptionSchema, AnImpliedValueMustParseAndIsDescribed) {
+  EXPECT_EQ(ToolFlags::schema().specs()[1].implicit_value, "true");
+  EXPECT_NE(describe(ToolFlags::schema().specs()[1]).find("bare means true"), std::string::npos);
+  const auto message = configuration_error_of([] {
+    OptionSchema<ToolFlags>("tool", KeyNaming::Flag).option("workers", &BaseFlags::workers, "n").implicit_value("x");
+  });
+  EXPECT_NE(message.find("--workers expects an int, got 'x'"), std::string::npos) << message;
+}
+
+TEST(OptionSchema, TextsWriteBackWhatReadsBackTheSameOptions) {
+  ToolFlags flags;
+  flags.workers = 7;
+  flags.plugins = {};
+  flags.wait = std::chrono::milliseconds(12500);
+  const auto texts = ToolFlags::schema().texts(flags);
+  ASSERT_EQ(texts.size(), 5u);
+  EXPECT_EQ(texts[0].second, std::vector<std::string>{"7"});
+  EXPECT_EQ(texts[2].second, std::vector<std::string>{"none"});
+  EXPECT_FALSE(texts[3].second.has_value());  // retries: unset
+  EXPECT_EQ(texts[4].second, std::vector<std::string>{"12.5"});
+  std::map<std::string, std::vector<std::string>> given;
+  for (const auto& [key, text] : texts) {
+    if (text) given[key] = *text;
+  }
+  const auto back = tool_flags(given);
+  EXPECT_EQ(back.workers, 7);
+  EXPECT_TRUE(back.plugins.empty());
+  EXPECT_FALSE(back.retries.has_value());
+  EXPECT_EQ(back.wait, flags.wait);
+}
+
 TEST(NamedSpec, APieceWithoutEqualsContinuesThePreviousValue) {
   const auto spec = parse_named_spec("ddp:model_averaging_periods=2:4,8:8,start_local_sgd_iter=3", "--strategy");
   EXPECT_EQ(spec.name, "ddp");

@@ -12,7 +12,9 @@ Fails, naming file and line, when a page
   (d) names a strategy, comm hook, callback or logger option key in the `name:key=value` form
       (`ddp:find_unused_parameters=true`, `model_checkpoint:monitor=val_acc`) whose key is no string
       literal of the code that declares such keys (strategies/ and trainer/; callbacks/; loggers/);
-  (e) cites a `Note [Name]` that no source file has.
+  (e) cites a `Note [Name]` that no source file has;
+  (f) and fails when a Trainer flag, a key TrainerOptions::schema() declares (SCHEMA_FILES), is named
+      in no page: every flag the command line accepts is documented.
 
 Usage: doc_links_test.py [REPOSITORY_ROOT]   (default: two folders above this file)
 Standard library only; reads the source tree, never a build tree, so it runs the same in a fresh
@@ -176,7 +178,8 @@ class Page:
 
 
 ERRORS = []
-COUNTS = {"links": 0, "paths": 0, "flags": 0, "option keys": 0, "notes": 0}
+COUNTS = {"links": 0, "paths": 0, "flags": 0, "option keys": 0, "notes": 0, "trainer flags": 0}
+DOCUMENTED_FLAGS = set()  # every flag name a page's code names, braces expanded
 
 
 def fail(page, offset, message):
@@ -271,6 +274,7 @@ def check_flags(p):
                 continue
             for name in expand_braces(m.group(1)):
                 name = name.rstrip("-,")
+                DOCUMENTED_FLAGS.add(name)
                 if name in OTHER_PROGRAMS_FLAGS:
                     continue
                 COUNTS["flags"] += 1
@@ -317,6 +321,30 @@ def check_notes(p):
             fail(p, m.start(), f"Note [{name}] is in no source file")
 
 
+# ---- (f): every Trainer flag documented
+
+# Where TrainerOptions::schema() declares its keys (Note [Flags from the schema]): each
+# `.option("name"`, `.choice("name"` or `.repeated("name"` there is a flag.
+SCHEMA_FILES = ["run/run_option_flags.h", "trainer/trainer_options.cpp"]
+# The Trainer has about 40 flags; far fewer found means the declarations changed shape and this
+# check would pass without looking.
+MIN_SCHEMA_FLAGS = 35
+
+
+def check_schema_flags_documented():
+    declared = []
+    for relative in SCHEMA_FILES:
+        declared += re.findall(r'\.(?:option|choice|repeated)\(\s*"([a-z][a-z0-9-]*)"', read(relative))
+    COUNTS["trainer flags"] = len(declared)
+    if len(declared) < MIN_SCHEMA_FLAGS:
+        ERRORS.append(f"{', '.join(SCHEMA_FILES)}: found {len(declared)} flag declarations, expected at least "
+                      f"{MIN_SCHEMA_FLAGS}; update check_schema_flags_documented to how flags are declared")
+    for name in declared:
+        if name not in DOCUMENTED_FLAGS:
+            ERRORS.append(f"the Trainer flag '--{name}' ({' or '.join(SCHEMA_FILES)}) is named in no page "
+                          "of README.md or docs/; document it (docs/training_loop.md lists the Trainer's flags)")
+
+
 def main():
     pages = ["README.md"] + sorted(os.path.relpath(f, ROOT) for f in glob.glob(os.path.join(ROOT, "docs", "*.md")))
     for relative in pages:
@@ -326,6 +354,7 @@ def main():
         check_flags(p)
         check_option_keys(p)
         check_notes(p)
+    check_schema_flags_documented()
     for error in ERRORS:
         print(error)
     if ERRORS:

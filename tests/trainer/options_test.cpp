@@ -168,6 +168,45 @@ TEST(Options, HelpListsEveryFlagWithItsDefault) {
   }
 }
 
+// Note [Flags from the schema]: each key TrainerOptions::schema() declares is a flag, listed by
+// --help and written by --print-config, with no second list to keep in step.
+TEST(Options, EveryKeyOfTheSchemaIsAFlagInHelpAndInPrintConfig) {
+  std::string help, printed;
+  try {
+    parse({"--help"});
+  } catch (const HelpRequested& h) {
+    help = h.what();
+  }
+  try {
+    parse({"--print-config"});
+  } catch (const HelpRequested& h) {
+    printed = h.what();
+  }
+  const auto specs = TrainerOptions::schema().specs();
+  EXPECT_GE(specs.size(), 40u);
+  for (const auto& spec : specs) {
+    EXPECT_NE(help.find("--" + spec.key + " "), std::string::npos) << spec.key << " not in --help";
+    const bool written = printed.find("\n" + spec.key + " = ") != std::string::npos ||
+                         printed.find("\n# " + spec.key + " = (not set") != std::string::npos;
+    EXPECT_TRUE(written) << spec.key << " not in --print-config:\n" << printed;
+  }
+  EXPECT_NE(printed.find("\nlogger = csv\n"), std::string::npos) << printed;      // a repeated key's default
+  EXPECT_NE(printed.find("\ncallback = none\n"), std::string::npos) << printed;   // an empty list
+}
+
+TEST(Options, RepeatedAndBareFlagsFollowTheSchema) {
+  EXPECT_EQ(parse({"--callback", "none"}).callbacks, std::vector<std::string>{});
+  EXPECT_TRUE(parse({"--cuda-graph"}).cuda_graph);
+  EXPECT_FALSE(parse({"--cuda-graph=false"}).cuda_graph);
+  EXPECT_EQ(*parse({"--seed", "18446744073709551615"}).seed, 18446744073709551615ull);  // exact, not via a double
+  const auto beside = error_for({"--logger", "csv", "none"});
+  EXPECT_NE(beside.find("--logger: 'none' (no value) stands alone"), std::string::npos) << beside;
+  const auto negative = error_for({"--seed", "-1"});
+  EXPECT_NE(negative.find("--seed expects an integer >= 0, got '-1'"), std::string::npos) << negative;
+  const auto timeout = error_for({"--timeout", "0"});
+  EXPECT_NE(timeout.find("--timeout expects a value > 0, got '0'"), std::string::npos) << timeout;
+}
+
 TEST(Options, AProgramAddsItsOwnFlagsBesideVolts) {
   namespace po = boost::program_options;
   po::options_description own("example");
