@@ -8,7 +8,7 @@ include(GNUInstallDirs)
 
 set(VOLT_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/volt)
 
-foreach(layer trainer fabric callbacks loggers run strategies precision checkpoint distributed data core)
+foreach(layer trainer fabric callbacks loggers run strategies precision checkpoint distributed data nn core)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${layer}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/volt/${layer}
           FILES_MATCHING PATTERN "*.h")
 endforeach()

@@ -30,6 +30,16 @@ std::optional<int64_t> peak_allocated_bytes(const torch::Device& device) {
   return std::nullopt;
 }
 
+std::optional<int64_t> allocated_bytes(const torch::Device& device) {
+#if defined(VOLT_WITH_CUDA)
+  if (device.is_cuda()) {
+    return c10::cuda::CUDACachingAllocator::getDeviceStats(index_of(device)).allocated_bytes[0].current;
+  }
+#endif
+  (void)device;
+  return std::nullopt;
+}
+
 void reset_peak_allocated_bytes(const torch::Device& device) {
 #if defined(VOLT_WITH_CUDA)
   if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(index_of(device));

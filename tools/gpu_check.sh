@@ -39,8 +39,8 @@ packages=(
 )
 
 prebuilt_programs=(tests/cuda_tests tests/core_tests tests/distributed_worker bench/trainer_vs_lightning
-                   bench/data_loader examples/fashion_mnist examples/make_image_folder examples/image_folder
-                   examples/gpt_prepare examples/gpt)
+                   bench/data_loader bench/activation_checkpointing examples/fashion_mnist examples/make_image_folder
+                   examples/image_folder examples/gpt_prepare examples/gpt)
 if [[ ${1:-} == --pack ]]; then
   rm -rf "$gpu/prebuilt" && mkdir -p "$gpu/prebuilt"
   for program in "${prebuilt_programs[@]}"; do
@@ -148,7 +148,7 @@ configure() {
   ((!has_gpu)) || grep -q 'CUDA and NCCL code paths compiled in' "$out/configure.txt"
 }
 targets=(cuda_tests core_tests fashion_mnist distributed_worker trainer_vs_lightning data_loader make_image_folder
-         image_folder gpt_prepare gpt)
+         image_folder gpt_prepare gpt activation_checkpointing)
 build_targets() { timeout 900 ninja -C "$build" -j "$jobs" "${targets[@]}"; }
 
 # Programs built elsewhere against the same wheel: the machine's torch/lib stands in for the
@@ -298,6 +298,19 @@ for strategy in single_device ddp fsdp; do
   check "gpt_$strategy" gpt_job "$strategy"
 done
 check gpt_captured gpt_job single_device captured
+
+# ---- 6. activation checkpointing (docs/activation_checkpointing.md): the GPT decoder at the 124M
+# shape with a volt::checkpoint per block against the same model keeping its activations, bf16
+# autocast on cuda:0; its table goes into the results (no file of its own: $OUT's count is spent).
+activation_checkpointing_bench() {
+  ((has_gpu)) || { skip "no CUDA device visible"; return; }
+  local table=$build/activation_checkpointing.txt
+  timeout 240 "$build/bench/activation_checkpointing" --device cuda --preset gpt2 --layers 12 --batch 8 --steps 5 \
+    >"$table" 2>&1 || { tail -20 "$table"; return 1; }
+  cat "$table"
+  sed 's/^/  /' "$table" | tee -a "$results" >/dev/null
+}
+check activation_checkpointing activation_checkpointing_bench
 
 record "failures: $failures"
 exit $((failures > 0))

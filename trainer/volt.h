@@ -28,6 +28,7 @@
 #include "data/streaming/streaming_dataset.h"
 #include "core/error.h"
 #include "fabric/fabric.h"
+#include "nn/activation_checkpoint.h"
 #include "trainer/module.h"
 #include "run/optim/fused_adamw.h"
 #include "trainer/optim/lr_scheduler.h"

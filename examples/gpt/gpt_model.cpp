@@ -4,6 +4,8 @@
 #include <limits>
 #include <stdexcept>
 
+#include "nn/activation_checkpoint.h"
+
 namespace gpt {
 
 GPTConfig GPTConfig::preset(const std::string& name) {
@@ -101,7 +103,19 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& idx) {
               config_.block_size, ")");
   const auto positions = torch::arange(time, torch::dtype(torch::kLong).device(idx.device()));
   auto x = dropout_->forward(wte_->forward(idx) + wpe_->forward(positions));
-  x = ln_f_->forward(blocks_->forward(x));
+  if (config_.activation_checkpointing && is_training()) {
+    for (const auto& entry : *blocks_) {
+      // fsdp's auto-wrap replaces the blocks by its units, whose gathered parameters the
+      // recompute would need again: not supported yet.
+      auto block = std::dynamic_pointer_cast<BlockImpl>(entry.ptr());
+      TORCH_CHECK(block != nullptr, "GPT: activation checkpointing needs the blocks themselves, got a ",
+                  entry.ptr()->name(), "; use it with single_device or ddp");
+      x = volt::checkpoint(block, x);
+    }
+  } else {
+    x = blocks_->forward(x);
+  }
+  x = ln_f_->forward(x);
   return torch::nn::functional::linear(x, wte_->weight);  // tied output projection
 }
 

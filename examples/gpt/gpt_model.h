@@ -16,6 +16,9 @@ struct GPTConfig {
   int64_t block_size = 1024;  // context length
   int64_t vocab_size = 50304;  // GPT-2's 50257 rounded up to a multiple of 64
   double dropout = 0.0;
+  // Recompute each block's forward in the backward instead of keeping its activations
+  // (volt::checkpoint): a block's saved activations shrink to its input, for one more forward.
+  bool activation_checkpointing = false;
 
   // "gpt2": the 124M shape above. "cpu": 4 layers, 4 heads, d128, context 128, a byte vocabulary
   // (256), sized to train on a CPU in minutes. Throws std::invalid_argument naming the presets.

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
     gpt::TokenDataOptions data;
     gpt::TrainingOptions training;
     double dropout = 0.0, peak_flops = 0.0;
+    bool activation_checkpointing = false;
     po::options_description program("GPT example options");
     program.add_options()("data-dir", po::value(&data.data_dir)->required(),
                           "train.bin and val.bin (build/examples/gpt_prepare writes them)")(
@@ -44,7 +45,9 @@ int main(int argc, char** argv) {
         "AdamW's weight decay on the weight matrices")("dropout", po::value(&dropout)->default_value(dropout),
                                                        "dropout in the blocks")(
         "peak-flops", po::value(&peak_flops)->default_value(peak_flops),
-        "the device's peak FLOP/s for MFU; 0: the peak volt knows for it (H100, H200, A100)");
+        "the device's peak FLOP/s for MFU; 0: the peak volt knows for it (H100, H200, A100)")(
+        "activation-checkpointing", po::value(&activation_checkpointing)->default_value(false),
+        "recompute each block's forward in the backward instead of keeping its activations (volt::checkpoint)");
     po::variables_map values;
     auto options = volt::TrainerOptions::from_args(argc, argv, program, &values);
     // bf16-mixed where the step runs on a GPU; a CPU without bf16 matrix units (AMX, AVX512-BF16)
@@ -57,6 +60,7 @@ int main(int argc, char** argv) {
 
     auto config = gpt::GPTConfig::preset(preset);
     config.dropout = dropout;
+    config.activation_checkpointing = activation_checkpointing;
     config.validate();
     data.block_size = config.block_size;
     data.vocab_size = config.vocab_size;

@@ -14,6 +14,7 @@
 #include "precision/mixed_precision.h"
 #include "tests/cuda/cuda_test_support.h"
 #include "tests/distributed/worker_runs.h"
+#include "tests/support/regression_problem.h"
 #include "trainer/volt.h"
 
 namespace volt::testing {
