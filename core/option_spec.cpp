@@ -1,6 +1,7 @@
 #include "core/option_spec.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <sstream>
 
@@ -36,6 +37,11 @@ bool parse_double(const std::string& text, double* out) {
 }
 
 bool parse_int(const std::string& text, int64_t* out) {
+  // Exactly, as written ("9007199254740993"); through a double only for the 1e6 form.
+  if (const auto r = std::from_chars(text.data(), text.data() + text.size(), *out);
+      r.ec == std::errc() && r.ptr == text.data() + text.size()) {
+    return true;
+  }
   double value = 0;
   if (!parse_double(text, &value) || !std::isfinite(value) || std::floor(value) != value ||
       std::abs(value) > 9.0e18) {

@@ -1,6 +1,7 @@
 #include "nn/activation_checkpoint.h"
 
 #include <ATen/Context.h>
+#include <ATen/SequenceNumber.h>
 #include <ATen/autocast_mode.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -94,10 +95,14 @@ struct Recompute : torch::CustomClassHolder {
 };
 
 // Walks the recomputed graph from `outputs`, stopping at `allowed` (the detached inputs' and the
-// parameters' nodes), and fails naming what to do when it reaches a leaf that requires a gradient
-// past them: a tensor fn read that is neither an input nor a parameter (or an earlier layer's
-// output, whose graph leads to that layer's parameters) would otherwise get no gradient.
-void check_reaches_only(const variable_list& outputs, const std::unordered_set<const torch::autograd::Node*>& allowed) {
+// parameters' nodes), and fails naming what to do when it leaves the recompute: at a leaf that
+// requires a gradient (a tensor fn read that is neither an input nor a parameter would get no
+// gradient), or at a node made before the recompute began (`first_node`, this thread's sequence
+// number then: a tensor computed outside fn, whose graph the inner differentiation would run and
+// free). Nodes made on another thread (the forward's, when the backward runs on a device's
+// thread) are not told apart by number; their leaves still are.
+void check_reaches_only(const variable_list& outputs, const std::unordered_set<const torch::autograd::Node*>& allowed,
+                        uint64_t first_node) {
   std::vector<const torch::autograd::Node*> stack;
   std::unordered_set<const torch::autograd::Node*> seen;
   for (const auto& output : outputs) {
@@ -112,10 +117,24 @@ void check_reaches_only(const variable_list& outputs, const std::unordered_set<c
         !is_leaf, "volt::checkpoint: the function reads a tensor that requires a gradient but is neither one of its "
                   "inputs nor one of its parameters, so its gradient would be lost; pass it in `inputs` or "
                   "`parameters`");
+    check<ConfigurationError>(
+        node->sequence_nr() >= first_node,
+        "volt::checkpoint: the function reads a tensor that was computed outside it and requires a gradient (an "
+        "earlier layer's output, a view of a parameter made outside); pass it in `inputs`, or compute it inside");
     for (const auto& edge : node->next_edges()) {
       if (edge.function) stack.push_back(edge.function.get());
     }
   }
+}
+
+// Autocast's cache of cast weights off until the guard ends. A cast made without recording (the
+// checkpointed forward) has no gradient history; cached, it would be reused by a later use of the
+// weight in the same autocast scope (the recompute, when the backward runs inside the scope, or
+// the weight's use outside the checkpoint), whose gradient would then be lost.
+ScopeGuard without_autocast_cache() {
+  const bool before = at::autocast::is_autocast_cache_enabled();
+  at::autocast::set_autocast_cache_enabled(false);
+  return ScopeGuard([before] { at::autocast::set_autocast_cache_enabled(before); });
 }
 
 // The autograd function: its forward runs fn without recording; its backward runs fn again with
@@ -125,11 +144,14 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
                                torch::TensorList inputs, torch::TensorList /*parameters*/) {
     ctx->save_for_backward(std::vector<torch::Tensor>(inputs.begin(), inputs.end()));
     ctx->saved_data["recompute"] = c10::IValue::make_capsule(recompute);
+    ScopeGuard no_cache = without_autocast_cache();
     return recompute->fn(std::vector<torch::Tensor>(inputs.begin(), inputs.end()));
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     auto recompute = c10::static_intrusive_pointer_cast<Recompute>(ctx->saved_data["recompute"].toCapsule());
+    // Recording here means the outer backward builds a graph of its own (create_graph): so does ours.
+    const bool create_graph = torch::GradMode::is_enabled();
     const variable_list saved = ctx->get_saved_variables();
     std::vector<torch::Tensor> detached;
     for (size_t i = 0; i < saved.size(); ++i) {
@@ -145,13 +167,16 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     });
 
     variable_list outputs;
+    uint64_t first_node = 0;
     {
       const GeneratorStates current =
           recompute->preserve_rng_state ? GeneratorStates::of(recompute->devices) : GeneratorStates{};
       if (recompute->preserve_rng_state) recompute->rng.restore();
       ScopeGuard put_back_rng([&current] { current.restore(); });
       ScopeGuard autocast = recompute->autocast.enter();
+      ScopeGuard no_cache = without_autocast_cache();
       torch::AutoGradMode recording(true);
+      first_node = at::sequence_number::peek();
       outputs = recompute->fn(detached);
     }
     check<ConfigurationError>(outputs.size() == grad_outputs.size(), "volt::checkpoint: the function returned ",
@@ -181,11 +206,11 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     };
     for (const auto& t : detached) consider(t);
     for (const auto& t : recompute->parameters) consider(t);
-    check_reaches_only(targets, allowed);
+    check_reaches_only(targets, allowed, first_node);
 
     variable_list grads;
     if (!targets.empty() && !wrt.empty()) {
-      grads = torch::autograd::grad(targets, wrt, target_grads, /*retain_graph=*/false, /*create_graph=*/false,
+      grads = torch::autograd::grad(targets, wrt, target_grads, /*retain_graph=*/create_graph, create_graph,
                                     /*allow_unused=*/true);
     }
     // One gradient per forward argument: none for the Recompute, then inputs, then parameters.
@@ -209,7 +234,12 @@ std::vector<torch::Tensor> checkpoint(const CheckpointedFunction& fn, const std:
   recompute->fn = fn;
   recompute->input_count = inputs.size();
   for (const auto& input : inputs) recompute->input_requires_grad.push_back(input.requires_grad());
-  recompute->parameters = parameters;
+  // Each parameter once: a module reached twice (shared) lists its parameters twice, and two
+  // copies would each return the whole gradient to the one accumulator.
+  std::unordered_set<const c10::TensorImpl*> listed;
+  for (const auto& p : parameters) {
+    if (listed.insert(p.unsafeGetTensorImpl()).second) recompute->parameters.push_back(p);
+  }
   recompute->buffers = buffers;
   recompute->preserve_rng_state = options.preserve_rng_state;
   auto note_device = [&](const torch::Device& device) {
@@ -221,7 +251,7 @@ std::vector<torch::Tensor> checkpoint(const CheckpointedFunction& fn, const std:
   for (const auto& t : parameters) note_device(t.device());
   if (options.preserve_rng_state) recompute->rng = GeneratorStates::of(recompute->devices);
   recompute->autocast = AutocastState::now();
-  return CheckpointFunction::apply(recompute, torch::TensorList(inputs), torch::TensorList(parameters));
+  return CheckpointFunction::apply(recompute, torch::TensorList(inputs), torch::TensorList(recompute->parameters));
 }
 
 }  // namespace volt

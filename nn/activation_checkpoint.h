@@ -14,9 +14,11 @@
 // device type). Around the recompute the generators are put back as they were, so the rest of the
 // backward and the next step draw as they would have without checkpointing. Gradients reach the
 // parameters through this node, not by a second backward inside it: the engine accumulates them
-// and fires their hooks (DDP's, FSDP's) as it would without checkpointing. A function must depend
-// on nothing that requires a gradient besides its inputs and the parameters it is given; the
-// backward checks that and fails naming what to pass. Side effects of the forward run twice;
+// and fires their accumulators' hooks (DDP's, FSDP's) as it would without checkpointing. A
+// function must depend on nothing that requires a gradient besides its inputs and the parameters
+// it is given; the backward checks that and fails naming what to pass. Autocast's cache is off
+// while the function runs (a cast made without recording must not be reused by the recompute).
+// Side effects of the forward run twice;
 // checkpoint(module, ...) puts the module's buffers back after the recompute, so BatchNorm's
 // running statistics move once per step. Gradients come through backward(); torch::autograd::grad
 // works too. The recompute happens in the backward, so a forward under NoGradGuard checkpoints

@@ -65,9 +65,10 @@ const OptionSchema<TrainerOptions>& TrainerOptions::schema() {
                 at_least<int64_t>(1))
         .option("default-root-dir", &O::default_root_dir, "root of logs and checkpoints",
                 satisfies([](const std::string& dir) { return !dir.empty(); }, "a directory"))
-        .repeated("logger", &O::loggers, "NAME[:key=value,...]: a registered logger (see --list-loggers)", "none")
-        .repeated("callback", &O::callbacks, "NAME[:key=value,...]: a registered callback (see --list-callbacks)",
-                  "none")
+        .repeated("logger", &O::loggers,
+                  "NAME[:key=value,...]: a registered logger (see --list-loggers); 'none': no logger", "none")
+        .repeated("callback", &O::callbacks,
+                  "NAME[:key=value,...]: a registered callback (see --list-callbacks); 'none': no callback", "none")
         .option("enable-checkpointing", &O::enable_checkpointing, "save checkpoints with a default ModelCheckpoint")
         .option("ckpt-path", &O::ckpt_path,
                 "checkpoint to resume fit from: a file, or 'last' for the newest under --default-root-dir")

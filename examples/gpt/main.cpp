@@ -61,6 +61,10 @@ int main(int argc, char** argv) {
     auto config = gpt::GPTConfig::preset(preset);
     config.dropout = dropout;
     config.activation_checkpointing = activation_checkpointing;
+    // A captured step would replay the recompute's saved random states as they were at capture.
+    if (activation_checkpointing && options.cuda_graph) {
+      throw volt::ConfigurationError("gpt: --activation-checkpointing is not supported with --cuda-graph; drop one");
+    }
     config.validate();
     data.block_size = config.block_size;
     data.vocab_size = config.vocab_size;

@@ -187,6 +187,43 @@ TEST(ActivationCheckpoint, TheRecomputeRunsUnderTheForwardsAutocast) {
   EXPECT_FALSE(torch::equal(outcomes[0].grads[0], run(net, x, false, {}, 2).grads[0]));
 }
 
+// Manual optimization runs the backward inside the step's autocast scope. The checkpointed forward's
+// casts have no gradient history, so they must not be cached for the recompute to reuse.
+TEST(ActivationCheckpoint, ABackwardInsideTheAutocastScopeStillReachesTheWeights) {
+  Net net(2, 16);
+  const auto x = torch::randn({8, 16});
+  std::vector<torch::Tensor> grads[2];
+  for (bool checkpointed : {false, true}) {
+    net.zero_grad();
+    torch::manual_seed(2);
+    auto autocast = autocast_scope(torch::kCPU, torch::kBFloat16);
+    torch::Tensor h = x;
+    for (auto& block : net.blocks) h = checkpointed ? checkpoint(block, h) : block->forward(h);
+    h.to(torch::kFloat).pow(2).mean().backward();
+    for (const auto& p : net.parameters()) grads[checkpointed].push_back(p.grad());
+  }
+  for (size_t i = 0; i < grads[0].size(); ++i) {
+    ASSERT_TRUE(grads[1][i].defined()) << "parameter " << i << " got no gradient";
+    EXPECT_TRUE(torch::equal(grads[0][i], grads[1][i])) << "parameter " << i;
+  }
+}
+
+// A module used twice lists its parameters twice; each still gets its gradient once.
+TEST(ActivationCheckpoint, ASharedModuleGetsItsGradientOnce) {
+  torch::manual_seed(0);
+  torch::nn::Linear shared(4, 4);
+  const auto x = torch::randn({3, 4});
+  auto twice = [&shared](const std::vector<torch::Tensor>& in) { return std::vector{shared(torch::tanh(shared(in[0])))}; };
+  twice({x})[0].sum().backward();
+  const auto expected = shared->weight.grad().clone();
+  shared->weight.mutable_grad() = torch::Tensor();
+  auto parameters = shared->parameters();
+  const auto again = shared->parameters();
+  parameters.insert(parameters.end(), again.begin(), again.end());
+  checkpoint(twice, {x}, parameters)[0].sum().backward();
+  EXPECT_TRUE(torch::equal(shared->weight.grad(), expected));
+}
+
 TEST(ActivationCheckpoint, UnderNoGradItKeepsNothingAndComputesTheSame) {
   Net net(1, 8);
   net.blocks[0]->eval();
@@ -204,6 +241,12 @@ TEST(ActivationCheckpoint, ATensorTheFunctionReadsButWasNotGivenIsAnError) {
   const auto y = checkpoint(reads_weight, {x}, {})[0];
   const auto message = testing::configuration_error_of([&] { y.sum().backward(); });
   EXPECT_NE(message.find("neither one of its inputs nor one of its parameters"), std::string::npos) << message;
+  // A view of a parameter made outside the function: its graph is the caller's, not the recompute's.
+  auto transposed = weight.t();
+  auto reads_view = [&transposed](const std::vector<torch::Tensor>& in) { return std::vector{in[0].mm(transposed)}; };
+  const auto v = checkpoint(reads_view, {x}, {weight})[0];
+  const auto outside = testing::configuration_error_of([&] { v.sum().backward(); });
+  EXPECT_NE(outside.find("computed outside it"), std::string::npos) << outside;
   // Given as a parameter, it gets its gradient.
   const auto z = checkpoint(reads_weight, {x}, {weight})[0];
   z.sum().backward();

@@ -131,6 +131,15 @@ TEST(ConfigFile, BadValueAndMissingFileAreErrors) {
   EXPECT_NE(message.find("cannot read"), std::string::npos) << message;
 }
 
+// What the command line sets, the file's value for it is not read at all.
+TEST(ConfigFile, AFileValueTheCommandLineOverridesIsNotChecked) {
+  TemporaryDirectory dir;
+  write_file(dir.file("run.ini"), "max-epochs = three\nmax-steps = 4\n");
+  const auto options = options_from_args({"--config", dir.file("run.ini"), "--max-epochs", "2"});
+  EXPECT_EQ(options.max_epochs, 2);
+  EXPECT_EQ(options.max_steps, 4);
+}
+
 TEST(ConfigFile, InvalidValuesFromTheFileAreCaughtLikeFlags) {
   TemporaryDirectory dir;
   write_file(dir.file("run.ini"), "accumulate-grad-batches = 0\n");
