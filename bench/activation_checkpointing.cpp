@@ -14,6 +14,7 @@
 
 #include "bench/bench_support.h"
 #include "bench/counting_allocator.h"
+#include "bench/step_clock.h"  // synchronize
 #include "core/device_memory.h"
 #include "gpt/gpt_model.h"
 #include "precision/autocast.h"
@@ -47,10 +48,6 @@ struct MemoryCounter {
   }
 };
 
-void synchronize(const torch::Device& device) {
-  if (device.is_cuda()) torch::cuda::synchronize();
-}
-
 // One model's steps: each call runs and measures one (forward, loss, backward).
 class Runner {
  public:
@@ -68,7 +65,7 @@ class Runner {
 
   void step(bool timed) {
     for (auto& p : model_->parameters()) p.mutable_grad() = torch::Tensor();
-    synchronize(device_);
+    volt::bench::synchronize(device_);
     const int64_t before = counter_.live();
     counter_.reset_peak();
     torch::manual_seed(1);
@@ -80,7 +77,7 @@ class Runner {
       loss = torch::nn::functional::cross_entropy(logits.view({-1, config_.vocab_size}).to(torch::kFloat),
                                                   target_.reshape(-1));
     }
-    synchronize(device_);
+    volt::bench::synchronize(device_);
     const auto forward_end = std::chrono::steady_clock::now();
     const int64_t saved = counter_.live() - before;
     loss.backward();

@@ -84,7 +84,6 @@ struct AutocastState {
 // of the node's tensors are inputs, parameters and buffers.
 struct Recompute : torch::CustomClassHolder {
   CheckpointedFunction fn;
-  size_t input_count = 0;
   std::vector<bool> input_requires_grad;
   std::vector<torch::Tensor> parameters;
   std::vector<torch::Tensor> buffers;
@@ -232,7 +231,6 @@ std::vector<torch::Tensor> checkpoint(const CheckpointedFunction& fn, const std:
   }
   auto recompute = c10::make_intrusive<Recompute>();
   recompute->fn = fn;
-  recompute->input_count = inputs.size();
   for (const auto& input : inputs) recompute->input_requires_grad.push_back(input.requires_grad());
   // Each parameter once: a module reached twice (shared) lists its parameters twice, and two
   // copies would each return the whole gradient to the one accumulator.

@@ -83,20 +83,20 @@ TrainerOptions options_from(const po::variables_map& vm) {
 }
 
 // Stores the values of the --config file at `path` in `vm` (the command line's stay). Each value
-// the file sets and the command line does not is first read and checked on its own, so that a bad
+// the file sets and the command line does not is also read and checked on its own, so that a bad
 // one names the file; checks across flags wait for the command line's values (options_from).
 void store_config(const std::string& path, const po::options_description& configurable, po::variables_map& vm) {
   po::variables_map from_file;
-  store_config_file(path, configurable, from_file);
+  auto from_command_line = written_flags(vm);
+  store_config_file(path, configurable, {&from_file, &vm});
   auto from_file_alone = written_flags(from_file);
-  for (const auto& [key, texts] : written_flags(vm)) from_file_alone.erase(key);
+  for (const auto& [key, texts] : from_command_line) from_file_alone.erase(key);
   try {
     const auto& schema = TrainerOptions::schema();
     schema.validate(schema.read(schema.values(from_file_alone)));
   } catch (const ConfigurationError& error) {
     throw ConfigurationError("--config " + path + ": " + error.what());
   }
-  store_config_file(path, configurable, vm);
 }
 
 // What --print-config writes: the program's own flags as parsed, then volt's as `options` holds them.

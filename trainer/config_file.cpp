@@ -39,12 +39,14 @@ std::optional<std::vector<std::string>> as_text(const boost::any& value) {
 
 }  // namespace
 
-void store_config_file(const std::string& path, const po::options_description& flags, po::variables_map& values) {
+void store_config_file(const std::string& path, const po::options_description& flags,
+                       const std::vector<po::variables_map*>& into) {
   std::ifstream file(path);
   check<ConfigurationError>(file.good(), "--config: cannot read '", path,
                             "'; pass an existing file of 'name = value' lines (--print-config writes one)");
   try {
-    po::store(po::parse_config_file(file, flags), values);
+    const auto parsed = po::parse_config_file(file, flags);
+    for (auto* values : into) po::store(parsed, *values);
   } catch (const po::unknown_option& e) {
     std::vector<std::string> names;
     for (const auto& option : flags.options()) names.push_back(option->long_name());

@@ -21,11 +21,12 @@ struct ConfigEntry {
   bool writable = true;     // false: set, of a type the format cannot write (a program's own value type)
 };
 
-// Adds the values `path` sets to `values`, where the command line's are already stored (those
-// stay). `flags` are the options a file may set. Throws ConfigurationError naming the file for a
-// file that cannot be read, an unknown name (with the closest known one) or a bad value.
+// Reads `path` once and adds the values it sets to each of `into`, where values already stored
+// (the command line's) stay. `flags` are the options a file may set. Throws ConfigurationError
+// naming the file for a file that cannot be read, an unknown name (with the closest known one) or
+// a bad value.
 void store_config_file(const std::string& path, const boost::program_options::options_description& flags,
-                       boost::program_options::variables_map& values);
+                       const std::vector<boost::program_options::variables_map*>& into);
 
 // The options of `flags` (a program's own, described with Boost.Program_options) as `values` holds
 // them (a default counts as set).
