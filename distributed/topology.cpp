@@ -75,6 +75,33 @@ Communicator& Topology::consecutive_group(int64_t size) {
   return *group;
 }
 
+Communicator& Topology::peers() {
+  if (peers_) return *peers_;
+  const int64_t n = world_size();
+  std::vector<std::vector<int64_t>> nodes(static_cast<size_t>(num_nodes_));
+  for (int64_t r = 0; r < n; ++r) nodes[static_cast<size_t>(node_of_rank_[static_cast<size_t>(r)])].push_back(r);
+  for (const auto& node : nodes) {
+    check<ConfigurationError>(node.size() == nodes.front().size(), "Topology: replicas across nodes need nodes of one "
+                              "size; node 0 has ", nodes.front().size(), " processes and another ", node.size(),
+                              "; run as many processes on every node");
+  }
+  const int64_t me = world_->rank();
+  // Every rank creates every place's group, in place order (new_group's contract).
+  for (size_t place = 0; place < nodes.front().size(); ++place) {
+    std::vector<int64_t> members;
+    for (const auto& node : nodes) members.push_back(node[place]);
+    const bool mine = std::find(members.begin(), members.end(), me) != members.end();
+    if (static_cast<int64_t>(members.size()) == n) {
+      peers_ = world_;
+      continue;
+    }
+    auto group = world_->new_group(members);
+    if (mine) peers_ = std::move(group);
+  }
+  VOLT_INTERNAL_ASSERT(peers_ != nullptr, "Topology::peers: this rank is in no place's group");
+  return *peers_;
+}
+
 std::vector<std::pair<std::string, const Communicator*>> Topology::groups() const {
   std::vector<std::pair<std::string, const Communicator*>> out;
   std::set<const Communicator*> listed{world_.get()};
@@ -83,6 +110,7 @@ std::vector<std::pair<std::string, const Communicator*>> Topology::groups() cons
   };
   add("node", node_);
   add("leaders", leaders_);
+  add("peers", peers_);
   for (const auto& [size, group] : consecutive_) add("groups_of_" + std::to_string(size), group);
   return out;
 }

@@ -59,9 +59,15 @@ class Topology {
   // in the same order. [collective the first time for a size]
   Communicator& consecutive_group(int64_t size);
 
+  // This process's peers on the other nodes: the ranks at its place (its index among its node's
+  // ranks) in every node, HSDP's replicas (the leaders' group is rank 0's). Needs nodes of one
+  // size (ConfigurationError otherwise); the rank alone on one node. Every rank calls it.
+  // [collective the first time]
+  Communicator& peers();
+
   // Every group of this process other than the world, by name, for metrics: "node", "leaders"
-  // (on the leaders), "groups_of_<size>" (consecutive_group); a group under several names is
-  // listed once, by the first.
+  // (on the leaders), "peers", "groups_of_<size>" (consecutive_group); a group under several
+  // names is listed once, by the first.
   std::vector<std::pair<std::string, const Communicator*>> groups() const;
 
  private:
@@ -70,6 +76,7 @@ class Topology {
   std::shared_ptr<Communicator> world_;
   std::shared_ptr<Communicator> node_;
   std::shared_ptr<Communicator> leaders_;
+  std::shared_ptr<Communicator> peers_;  // made by the first peers()
   std::map<int64_t, std::shared_ptr<Communicator>> consecutive_;  // by group size
   std::vector<int64_t> node_of_rank_;  // node index of every rank
   int64_t node_size_ = 1, num_nodes_ = 1, node_index_ = 0;

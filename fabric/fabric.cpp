@@ -68,6 +68,7 @@ void Fabric::unwrap_module() {
                             "fabric.setup(model, optimizer) first");
   strategy_->finish_checkpoint_writes();  // the loop's end, as the Trainer's run ends
   strategy_->restore_module(*module_);
+  strategy_->detach_policies();
   unwrapped_ = true;
 }
 

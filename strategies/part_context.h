@@ -9,9 +9,10 @@
 // after setup_environment, the precision after set_precision): a part reads them when it acts,
 // never in its constructor.
 //
-// A strategy's own derived parts (DDP's checkpoint section, FSDP's three parts, ShardedDDP's
-// reducer synchronization) also keep a reference to their strategy: they act on its reducer, its
-// model averager or its units, which no narrower context holds.
+// No part holds its strategy. A strategy's own derived parts get, besides, the narrow thing they
+// act on: DDP's checkpoint section a DDPSectionContext (its reducer, model averager and local
+// model), FSDP's three parts the FSDPState that owns the units (Note [FSDP's state]),
+// ShardedDDP's gradients the ShardedReducer it is attached to.
 #include <torch/torch.h>
 
 #include <string>

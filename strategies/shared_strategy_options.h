@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/option_schema.h"
+#include "nn/module_selection.h"
 
 namespace volt {
 
@@ -24,6 +25,20 @@ auto ddp_bucket_cap_mb_option(double Options::*member, std::string scope = "") {
     schema.option("bucket_cap_mb", member,
                   "bucket size in MiB of the gradient all-reduce" + scope + " (the first bucket holds at most 1 MiB)",
                   greater_than(0.0), at_most(1024.0 * 1024.0));
+  };
+}
+
+// activation_checkpointing: single_device, DDP, ShardedDDP, FSDP; the strategy's constructor hands
+// it to Strategy::set_activation_checkpointing (nn/activation_checkpointing_policy.h).
+template <typename Options>
+auto activation_checkpointing_option(std::string Options::*member) {
+  return [member](OptionSchema<Options>& schema) {
+    schema.option("activation_checkpointing", member,
+                  "module types whose forwards run checkpointed (Block, or Block|MLP): their activations are "
+                  "recomputed in the backward instead of kept; the modules are Sequential entries or called "
+                  "through volt::call",
+                  satisfies([](const std::string& names) { return names.empty() || valid_module_types(names); },
+                            "module type names joined by '|' (Block|MLP)"));
   };
 }
 

@@ -43,7 +43,32 @@ void Strategy::setup_module(torch::nn::Module& module) {
   if (is_distributed()) refuse_sparse_gradient_modules(module, name());  // Note [Sparse gradients]
   precision().convert_module(module);
   module.to(root_device());
-  wrap_module(module);
+  checkpointed_.reset();
+  if (checkpointing_policy_) {
+    checkpointed_ = std::make_unique<CheckpointedModules>(module, *checkpointing_policy_,
+                                                          "--strategy " + name() + ":activation_checkpointing");
+    checkpointing_checked_ = false;
+  }
+  try {
+    wrap_module(module);
+  } catch (...) {
+    checkpointed_.reset();  // the module may be gone before anything tears this run down
+    throw;
+  }
+}
+
+void Strategy::detach_policies() { checkpointed_.reset(); }
+
+void Strategy::set_activation_checkpointing(std::optional<ModuleSelector> selector) {
+  checkpointing_policy_ = std::move(selector);
+}
+
+void Strategy::teardown() { detach_policies(); }
+
+void Strategy::check_checkpointing_capturable() const {
+  check<NotSupportedError>(!checkpointing_policy_, "--cuda-graph: --strategy ", name(),
+                           ":activation_checkpointing recomputes forwards in the backward with the random generators' "
+                           "states set from the host, which a replay would not do; drop one of the two");
 }
 
 void Strategy::set_precision(std::shared_ptr<Precision> precision) {
@@ -85,6 +110,10 @@ void Strategy::backward(const torch::Tensor& loss) {
   gradients_->pre_backward(loss);
   precision().backward(loss);
   gradients_->post_backward(loss);
+  if (checkpointed_ && !checkpointing_checked_) {
+    checkpointing_checked_ = true;
+    checkpointed_->check_reached("--strategy " + name() + ":activation_checkpointing");
+  }
 }
 
 bool Strategy::optimizer_step(torch::optim::Optimizer& optimizer,

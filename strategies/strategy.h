@@ -39,6 +39,7 @@
 
 #include "checkpoint/checkpoint_io.h"
 #include "distributed/cluster/cluster_environment.h"
+#include "nn/activation_checkpointing_policy.h"
 #include "precision/precision.h"
 #include "strategies/checkpoint_state.h"
 #include "strategies/gradient_synchronization.h"
@@ -121,16 +122,29 @@ class Strategy : public PartContext {
 
   // ---- lifecycle
   virtual void setup_environment(const StrategyEnvironment& environment);  // [collective]
-  // Converts the module through the precision, moves it to root_device(), then wraps it
-  // (wrap_module: broadcast, reducer, shards), in that order so that whatever the wrapping
-  // attaches sees the module's final tensors. Runs before configure_optimizers. [collective]
+  // Converts the module through the precision, moves it to root_device(), checkpoints the modules
+  // the activation checkpointing policy selects, then wraps it (wrap_module: broadcast, reducer,
+  // shards), in that order so that whatever the wrapping attaches sees the module's final tensors
+  // and an FSDP unit gathers around a checkpointed forward. Runs before configure_optimizers.
+  // [collective]
   void setup_module(torch::nn::Module& module);
+  // The modules whose forwards run checkpointed (nn/activation_checkpointing_policy.h) from the
+  // next setup_module on, until teardown; nullopt: none. Strategies set it from their
+  // `activation_checkpointing=<types>` option; a program may pass a predicate instead.
+  void set_activation_checkpointing(std::optional<ModuleSelector> selector);
+  const std::optional<ModuleSelector>& activation_checkpointing() const { return checkpointing_policy_; }
+  // The end of a run (the Trainer's, successful or not; the Fabric's unwrap_module): what the
+  // activation checkpointing policy attached to the module is removed, so that it is as it was
+  // built. teardown does it too.
+  void detach_policies();
   // The optimizers the loop steps: the given ones, or wrappers around them. [collective]
   virtual std::vector<std::shared_ptr<torch::optim::Optimizer>> setup_optimizers(
       std::vector<std::shared_ptr<torch::optim::Optimizer>> optimizers) {
     return optimizers;
   }
-  virtual void teardown() {}
+  // Ends the run's hold on the module: what setup_module attached is removed. An override calls
+  // its base's after its own.
+  virtual void teardown();
   // A run ended without error: the module goes back to the user whole (a strategy that sharded
   // its parameters gathers them). [collective for strategies that shard]
   virtual void restore_module(torch::nn::Module& module) {}
@@ -144,7 +158,8 @@ class Strategy : public PartContext {
   // The region run_step runs a forward in, for loops that call the forward themselves (the
   // Fabric's FabricModule). Hold it for exactly one forward.
   ScopeGuard forward_scope(RunningStage stage) { return placement_->forward_context(stage); }
-  // gradients().pre_backward → precision().backward → gradients().post_backward.
+  // gradients().pre_backward → precision().backward → gradients().post_backward. After the first,
+  // an activation checkpointing policy that no forward reached is an error (check_reached).
   virtual void backward(const torch::Tensor& loss);
   // Unscales, runs `before_step` (the Trainer's hooks and clipping), then steps through the
   // precision; returns whether the step was taken (false when the GradScaler skipped it).
@@ -177,6 +192,11 @@ class Strategy : public PartContext {
   // Refuses, with a ConfigurationError at Trainer construction, a precision this strategy's
   // options cannot work with.
   virtual void check_precision(const Precision& precision) const {}
+  // The modules the activation checkpointing policy wrapped during this run; null outside one.
+  const CheckpointedModules* checkpointed_modules() const { return checkpointed_.get(); }
+  // What check_capturable refuses for every strategy a graph can hold: an activation checkpointing
+  // policy (its recompute sets the random generators' states from the host in the backward).
+  void check_checkpointing_capturable() const;
   // What setup_module does once the module has its final dtype and device; nothing by default.
   virtual void wrap_module(torch::nn::Module& module) {}
   // Replaces a part (constructors and setup_environment; never during a step).
@@ -195,6 +215,9 @@ class Strategy : public PartContext {
   std::shared_ptr<OptimizerSharding> optimizer_sharding_;  // null: whole optimizers on every rank
   std::shared_ptr<Precision> precision_;
   std::shared_ptr<CheckpointIO> checkpoint_io_;
+  std::optional<ModuleSelector> checkpointing_policy_;
+  std::unique_ptr<CheckpointedModules> checkpointed_;  // setup_module to teardown
+  bool checkpointing_checked_ = false;
   // Last: destroyed (its thread joined) before anything the thread uses.
   std::unique_ptr<BackgroundCheckpointWrite> background_write_;
 };

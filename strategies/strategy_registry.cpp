@@ -10,8 +10,8 @@ namespace volt {
 namespace {
 
 void register_builtin_strategies(Registry<Strategy>& registry) {
-  registry.add("single_device", "one process on one device, no communication", {},
-               [](const OptionValues&) { return std::make_shared<SingleDeviceStrategy>(); });
+  registry.add("single_device", "one process on one device, no communication", SingleDeviceOptions::schema(),
+               [](const SingleDeviceOptions& options) { return std::make_shared<SingleDeviceStrategy>(options); });
   // "auto" picks by the number of processes (create_strategy): one → single_device, several →
   // ddp. Its factory is the one-process case.
   registry.add("auto", "single_device for one process, ddp for several", {},

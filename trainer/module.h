@@ -41,6 +41,14 @@ class Module : public torch::nn::Module {
   virtual torch::Tensor predict_step(const Batch& batch, int64_t batch_idx);
   virtual OptimizerConfig configure_optimizers() = 0;
 
+  // Lightning's configure_model: build layers here rather than in the constructor. The Trainer
+  // calls it on every rank at the start of every fit, validate, test and predict, after the
+  // callbacks' setup and before the strategy sets the module up (precision, device, wrapping), so
+  // a strategy's policies see what it builds. It runs once per call of the Trainer: build only
+  // what is not built yet (`if (!blocks) blocks = register_module(...)`). What it builds is whole
+  // on each rank until the strategy shards it.
+  virtual void configure_model() {}
+
   // Hooks, in the order the loop calls them; by default they do nothing.
   virtual void on_fit_start() {}
   virtual void on_train_epoch_start() {}

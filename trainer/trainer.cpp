@@ -182,6 +182,7 @@ void Trainer::setup(TrainerFn fn, const std::shared_ptr<Module>& module,
   // Callbacks' setup first (Lightning's order), while the module is as the user built it; then
   // through the precision, to the device, and wrapped: the strategy owns that order.
   call_callbacks(*this, *module, &Callback::setup, to_string(fn));
+  module->configure_model();
   strategy_->setup_module(*module);
 }
 
@@ -217,6 +218,7 @@ void Trainer::setup_optimizers() {
 }
 
 void Trainer::teardown() {
+  strategy_->detach_policies();  // the model goes back as it was built, before anything may free it
   if (run_->state.module) {
     call_callbacks(*this, *run_->state.module, &Callback::teardown, to_string(run_->state.fn));
     run_->state.module->loop_ = nullptr;

@@ -21,6 +21,7 @@ const OptionSchema<DDPOptions>& DDPOptions::schema() {
           .option("find_unused_parameters", &DDPOptions::find_unused_parameters,
                   "search the autograd graph for parameters that get no gradient")
           .with(broadcast_buffers_option(&DDPOptions::broadcast_buffers))
+          .with(activation_checkpointing_option(&DDPOptions::activation_checkpointing))
           .option("comm_hook", &DDPOptions::comm_hook,
                   "how a gradient bucket is reduced; the hook's own options (below) are ddp's too",
                   satisfies([](const std::string& name) { return ddp::comm_hook_registry().contains(name); },
@@ -73,6 +74,8 @@ const ddp::CommHookTraits& DDPStrategy::hook_traits() const {
 DDPStrategy::DDPStrategy(DDPOptions options, std::shared_ptr<const ddp::CommHookSpec> comm_hook)
     : options_(std::move(options)) {
   options_.validate();
+  if (!options_.activation_checkpointing.empty())
+    set_activation_checkpointing(ModuleSelector::by_type(options_.activation_checkpointing));
   if (!comm_hook) comm_hook = ddp::comm_hook_registry().create(options_.comm_hook);
   const auto expected = ddp::comm_hook_registry().canonical_name(options_.comm_hook);
   check<ConfigurationError>(comm_hook->name() == expected, "--strategy ddp: expected the comm hook '", expected,
@@ -84,7 +87,7 @@ DDPStrategy::DDPStrategy(DDPOptions options, std::shared_ptr<const ddp::CommHook
   buffers_ = std::make_shared<BufferBroadcastPlacement>(*this, *this, options_.broadcast_buffers);
   hold(gradients_);
   hold(buffers_);
-  hold(std::make_shared<DDPCheckpointState>(*this, options_.state_dict_type));
+  hold(std::make_shared<DDPCheckpointState>(*this, *this, options_.state_dict_type));
   if (options_.shard_optimizer) hold(std::make_shared<OptimizerSharding>(name()));
   make_hook_ = [this](Communicator& communicator) {
     return comm_hook_spec_->make(communicator, comm_hook_spec_->on_topology() ? &node_topology() : nullptr);
@@ -133,6 +136,7 @@ void DDPStrategy::check_capturable() const {
   check<NotSupportedError>(!options_.shard_optimizer,
                            "--cuda-graph: ddp's shard_optimizer (ZeRO-1) steps an OSS wrapper, not a FusedAdamW",
                            remedy);
+  check_checkpointing_capturable();
 }
 
 void DDPStrategy::check_world_size(int64_t world_size) const {

@@ -22,6 +22,7 @@
 #include "strategies/buffer_broadcast_placement.h"
 #include "strategies/ddp/comm_hook.h"
 #include "strategies/ddp/comm_hook_registry.h"
+#include "strategies/ddp/ddp_checkpoint_state.h"
 #include "strategies/ddp/reducer.h"
 #include "strategies/parallel_strategy.h"
 #include "strategies/reducer_synchronization.h"
@@ -39,6 +40,7 @@ struct DDPOptions {
   bool gradient_as_bucket_view = false; // .grad are views into the bucket buffers (no copies)
   bool find_unused_parameters = false;  // search the graph for parameters without gradients
   bool broadcast_buffers = true;        // rank 0's buffers before every training forward
+  std::string activation_checkpointing;  // module types whose forwards run checkpointed; empty: none
   std::string comm_hook = "allreduce";  // a name in ddp::comm_hook_registry(); its keys are ddp's too
   CommWrapper comm_wrapper = CommWrapper::None;  // cast buckets to 16 bits around comm_hook
   bool shard_optimizer = false;         // ZeRO-1: each optimizer wrapped in OSS (optimizer state 1/N)
@@ -54,7 +56,7 @@ struct DDPOptions {
 };
 
 
-class DDPStrategy : public ParallelStrategy {
+class DDPStrategy : public ParallelStrategy, public DDPSectionContext {
  public:
   // `comm_hook`: the hook options.comm_hook names, with its options (nullptr: with its defaults).
   explicit DDPStrategy(DDPOptions options = {}, std::shared_ptr<const ddp::CommHookSpec> comm_hook = nullptr);
@@ -85,11 +87,11 @@ class DDPStrategy : public ParallelStrategy {
   std::map<std::string, double> metrics() const override;
 
   // The reducer; throws InternalError before setup_module.
-  ddp::Reducer& reducer() const;
+  ddp::Reducer& reducer() const override;
   // The model averager the comm hook came with (post_local_sgd); nullptr without one.
-  averaging::ModelAverager* model_averager() const { return averager_.get(); }
+  averaging::ModelAverager* model_averager() const override { return averager_.get(); }
   // This rank's module and optimizers, whose state a checkpoint of the local phase holds.
-  averaging::LocalModel local_model() const { return {module_, &optimizers_}; }
+  averaging::LocalModel local_model() const override { return {module_, &optimizers_}; }
 
  protected:
   void wrap_module(torch::nn::Module& module) override;  // [collective]

@@ -50,6 +50,38 @@ void unwrap(const AutoWrapped& wrapped) {
   *(wrapped.parent->begin() + static_cast<std::ptrdiff_t>(wrapped.index)) = wrapped.original;
 }
 
+torch::Tensor UnitForwardWrapper::around(torch::nn::Module&, const std::vector<torch::Tensor>& tensors,
+                                         const ModuleForward& forward) {
+  ++calls_;
+  return forward_in_unit(unit_.get(), [&] { return forward(tensors); });
+}
+
+const WrappedByType* first_never_called(const std::vector<WrappedByType>& wrapped) {
+  for (const auto& item : wrapped) {
+    if (item.wrapper->calls() == 0) return &item;
+  }
+  return nullptr;
+}
+
+std::vector<WrappedByType> wrap_by_type(torch::nn::Module& root, const ModuleSelector& selector,
+                                        const std::string& what) {
+  std::vector<WrappedByType> wrapped;
+  for (auto& selected : selector.select(root, what)) {
+    WrappedByType item{selected, std::make_shared<UnitForwardWrapper>(), std::nullopt};
+    add_forward_wrapper(*selected.module, item.wrapper);
+    if (selected.sequential != nullptr)
+      item.routed = route_sequential_entry(*selected.sequential, selected.index, *selected.module);
+    wrapped.push_back(std::move(item));
+  }
+  return wrapped;
+}
+
+void unwrap(WrappedByType& wrapped) {
+  wrapped.wrapper->bind(nullptr);
+  remove_forward_wrapper(*wrapped.selected.module, *wrapped.wrapper);
+  if (wrapped.routed) restore_sequential_entry(*wrapped.routed);
+}
+
 std::vector<AutoWrapped> auto_wrap(torch::nn::Module& root, int64_t min_num_params) {
   std::vector<AutoWrapped> wrapped;
   if (min_num_params > 0) wrap_below(root, min_num_params, wrapped);

@@ -11,11 +11,18 @@
 // and returns one Tensor. A module that a user's forward calls through a member (fc1->forward(x))
 // cannot be intercepted: its parameters belong to the nearest enclosing unit (often the root)
 // unless the model wraps it with fsdp::wrap(). The names of parameters do not change.
+//
+// By type (fsdp:wrap=Block, PyTorch's ModuleWrapPolicy): every module of the types, in any
+// container, becomes a unit through a forward wrapper (Note [Calling a module through volt]) that
+// runs its calls through volt::call, and its Sequential entry, if it is one, between the unit's
+// gather and release. The module stays where it is; nothing else of the model changes.
 #include <torch/torch.h>
 
 #include <memory>
 #include <vector>
 
+#include "nn/module_call.h"
+#include "nn/module_selection.h"
 #include "strategies/fsdp/fully_sharded_module.h"
 
 namespace volt::fsdp {
@@ -34,5 +41,36 @@ std::vector<AutoWrapped> auto_wrap(torch::nn::Module& root, int64_t min_num_para
 
 // Puts the entry back as it was before auto_wrap.
 void unwrap(const AutoWrapped& wrapped);
+
+// A unit's forward wrapper, bound to its unit once the strategy built it (until then, and after
+// unbinding, it only forwards).
+class UnitForwardWrapper : public ForwardWrapper {
+ public:
+  int depth() const override { return kUnitDepth; }
+  torch::Tensor around(torch::nn::Module& module, const std::vector<torch::Tensor>& tensors,
+                       const ModuleForward& forward) override;
+  void bind(std::shared_ptr<FullyShardedUnit> unit) { unit_ = std::move(unit); }
+  // Forwards run through it so far.
+  int64_t calls() const { return calls_; }
+
+ private:
+  std::shared_ptr<FullyShardedUnit> unit_;
+  int64_t calls_ = 0;
+};
+
+struct WrappedByType {
+  SelectedModule selected;
+  std::shared_ptr<UnitForwardWrapper> wrapper;
+  std::optional<RoutedEntry> routed;  // its Sequential entry, routed through the wrapper
+};
+
+// Makes every module `selector` selects below `root` a unit's site (an error naming `what` when
+// it selects none).
+std::vector<WrappedByType> wrap_by_type(torch::nn::Module& root, const ModuleSelector& selector,
+                                        const std::string& what);
+// Unbinds the wrapper, removes it and puts the entry back.
+void unwrap(WrappedByType& wrapped);
+// The first of `wrapped` whose module has not run through its wrapper yet; null when all have.
+const WrappedByType* first_never_called(const std::vector<WrappedByType>& wrapped);
 
 }  // namespace volt::fsdp

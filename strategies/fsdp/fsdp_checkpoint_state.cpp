@@ -6,12 +6,13 @@
 #include "checkpoint/sharded_checkpoint.h"
 #include "core/error.h"
 #include "strategies/fsdp/flat_slice.h"
-#include "strategies/fsdp/fsdp_strategy.h"
+#include "strategies/part_context.h"
 
 namespace volt {
 
-FSDPCheckpointState::FSDPCheckpointState(FSDPStrategy& owner, CheckpointLayout layout)
-    : CheckpointState(owner, layout), fsdp_(owner) {}
+FSDPCheckpointState::FSDPCheckpointState(const PartContext& context, CheckpointLayout layout,
+                                         std::shared_ptr<fsdp::FSDPState> state)
+    : CheckpointState(context, layout), state_(std::move(state)) {}
 
 namespace {
 
@@ -25,7 +26,7 @@ std::string sharded_key(const fsdp::FullyShardedUnit& unit) {
 StateDict FSDPCheckpointState::model_state_dict(torch::nn::Module& module, CheckpointLayout layout) {
   StateDict state = module_state_dict(module);  // the units' parameters read as released (empty)
   if (layout == CheckpointLayout::Sharded) {
-    for (const auto& unit : fsdp_.units_) {
+    for (const auto& unit : state_->units()) {
       for (const auto& entry : unit->flat().entries()) state.erase(entry.name);
       if (!unit->flat().empty()) state.set(sharded_key(*unit), unit->flat().shard().detach());
     }
@@ -38,7 +39,7 @@ StateDict FSDPCheckpointState::model_state_dict(torch::nn::Module& module, Check
   // The optimizer's per-element state is gathered the same way (consolidate_optimizer_state).
   const int64_t root = 0;
   const bool is_root = context().topology().global_rank == root;
-  for (const auto& unit : fsdp_.units_) {
+  for (const auto& unit : state_->units()) {
     if (unit->flat().empty()) continue;  // a unit whose parameters all went to its children
     const auto flat = unit->flat().gather_shards_to(unit->flat().shard().detach(), root);
     if (!is_root) continue;
@@ -54,7 +55,7 @@ StateDict FSDPCheckpointState::full_model_state_dict(torch::nn::Module& module) 
   StateDict state = module_state_dict(module);
   // Every rank gathers every unit; the values replace the released ones under their names, in
   // module order.
-  for (const auto& unit : fsdp_.units_) {
+  for (const auto& unit : state_->units()) {
     if (unit->flat().empty()) continue;
     const auto flat = unit->flat().full_values();
     for (const auto& entry : unit->flat().entries()) {
@@ -68,7 +69,7 @@ void FSDPCheckpointState::load_model_state_dict(torch::nn::Module& module, const
                                                 CheckpointLayout layout, bool strict, const std::string& source,
                                                 const ShardedCheckpoint* slices) {
   StateDict rest = state;
-  for (const auto& unit : fsdp_.units_) {
+  for (const auto& unit : state_->units()) {
     auto& flat = unit->flat();
     if (flat.empty()) continue;
     if (layout == CheckpointLayout::Sharded) {
@@ -101,7 +102,7 @@ void FSDPCheckpointState::load_model_state_dict(torch::nn::Module& module, const
   // Buffers and parameters outside the units; the units' parameters (released) are checked above.
   auto mismatch = compare_state_dict(module, rest);
   std::set<std::string> sharded_names;
-  for (const auto& unit : fsdp_.units_) {
+  for (const auto& unit : state_->units()) {
     for (const auto& entry : unit->flat().entries()) sharded_names.insert(entry.name);
   }
   std::erase_if(mismatch.missing, [&](const std::string& name) { return sharded_names.count(name) > 0; });
@@ -111,8 +112,8 @@ void FSDPCheckpointState::load_model_state_dict(torch::nn::Module& module, const
 }
 
 StateDict FSDPCheckpointState::optimizer_state_dict(torch::optim::Optimizer& optimizer, CheckpointLayout layout) {
-  auto it = fsdp_.layouts_.find(&optimizer);
-  if (layout == CheckpointLayout::Sharded || it == fsdp_.layouts_.end()) {
+  auto it = state_->layouts().find(&optimizer);
+  if (layout == CheckpointLayout::Sharded || it == state_->layouts().end()) {
     return CheckpointState::optimizer_state_dict(optimizer, layout);
   }
   return fsdp::consolidate_optimizer_state(optimizer, it->second, /*root=*/0);
@@ -121,8 +122,8 @@ StateDict FSDPCheckpointState::optimizer_state_dict(torch::optim::Optimizer& opt
 void FSDPCheckpointState::load_optimizer_state_dict(torch::optim::Optimizer& optimizer, const StateDict& state,
                                                     CheckpointLayout layout, const std::string& what,
                                                     const ParameterNamer& name_of, const ShardedCheckpoint* slices) {
-  auto it = fsdp_.layouts_.find(&optimizer);
-  if (layout == CheckpointLayout::Sharded || it == fsdp_.layouts_.end()) {
+  auto it = state_->layouts().find(&optimizer);
+  if (layout == CheckpointLayout::Sharded || it == state_->layouts().end()) {
     return CheckpointState::load_optimizer_state_dict(optimizer, state, layout, what, name_of, slices);
   }
   fsdp::load_consolidated_optimizer_state(optimizer, it->second, state, what, slices);
@@ -130,11 +131,7 @@ void FSDPCheckpointState::load_optimizer_state_dict(torch::optim::Optimizer& opt
 
 std::vector<int64_t> FSDPCheckpointState::held_gradient_shape(const std::string& name,
                                                                const torch::Tensor& parameter) const {
-  for (const auto& unit : fsdp_.units_) {
-    for (const auto& entry : unit->flat().entries()) {
-      if (entry.name == name) return entry.shape;
-    }
-  }
+  if (const auto* entry = state_->entry_named(name)) return entry->shape;
   return CheckpointState::held_gradient_shape(name, parameter);
 }
 
@@ -142,7 +139,7 @@ bool FSDPCheckpointState::is_own_layout(const StateDict& shard) const {
   if (!shard.contains("shard_index")) return false;
   const auto saved = shard.child("shard_index").at("flat_parameters").toListRef();
   size_t i = 0;
-  for (const auto& unit : fsdp_.units_) {
+  for (const auto& unit : state_->units()) {
     const auto& flat = unit->flat();
     if (flat.empty()) continue;
     if (i >= saved.size()) return false;
@@ -162,7 +159,7 @@ bool FSDPCheckpointState::is_own_layout(const StateDict& shard) const {
 
 StateDict FSDPCheckpointState::shard_index(const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers) {
   std::vector<FlatShardIndex> flats;
-  for (const auto& unit : fsdp_.units_) {
+  for (const auto& unit : state_->units()) {
     const auto& flat = unit->flat();
     if (flat.empty()) continue;
     FlatShardIndex index{sharded_key(*unit), flat.numel(), flat.shard_offset(), flat.shard_numel(), {}, {}, {}};
@@ -176,8 +173,8 @@ StateDict FSDPCheckpointState::shard_index(const std::vector<std::shared_ptr<tor
   std::vector<OptimizerShardIndex> layouts;
   for (const auto& optimizer : optimizers) {
     OptimizerShardIndex layout;
-    const auto it = fsdp_.layouts_.find(optimizer.get());
-    if (it != fsdp_.layouts_.end()) {
+    const auto it = state_->layouts().find(optimizer.get());
+    if (it != state_->layouts().end()) {
       layout.kind = "flat";
       for (const auto& group : it->second) {
         OptimizerShardIndex::Group g;

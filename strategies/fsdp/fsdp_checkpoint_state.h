@@ -5,16 +5,18 @@
 // buffers. Optimizer, Full: PyTorch's layout over the model's parameters (flat_optimizer_state.h),
 // on every rank; Sharded: the optimizer's own state (its shards'). A full layout is loaded a slice
 // at a time (Note [Loading a slice] in flat_slice.h), also from another layout's sharded
-// checkpoint (reads_slices).
+// checkpoint (reads_slices). It reads the units and layouts from the strategy's FSDPState (Note
+// [FSDP's state]).
+#include <memory>
+
 #include "strategies/checkpoint_state.h"
+#include "strategies/fsdp/fsdp_state.h"
 
 namespace volt {
 
-class FSDPStrategy;
-
 class FSDPCheckpointState : public CheckpointState {
  public:
-  FSDPCheckpointState(FSDPStrategy& owner, CheckpointLayout layout);
+  FSDPCheckpointState(const PartContext& context, CheckpointLayout layout, std::shared_ptr<fsdp::FSDPState> state);
 
   StateDict model_state_dict(torch::nn::Module& module, CheckpointLayout layout) override;  // [collective]
   void load_model_state_dict(torch::nn::Module& module, const StateDict& state, CheckpointLayout layout, bool strict,
@@ -35,7 +37,7 @@ class FSDPCheckpointState : public CheckpointState {
   bool reads_slices() const override { return true; }
 
  private:
-  FSDPStrategy& fsdp_;
+  std::shared_ptr<fsdp::FSDPState> state_;
 };
 
 }  // namespace volt

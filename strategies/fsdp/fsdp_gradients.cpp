@@ -3,39 +3,40 @@
 #include <set>
 
 #include "core/error.h"
-#include "strategies/fsdp/fsdp_strategy.h"
 #include "strategies/sharded_gradient_norm.h"
 
 namespace volt {
 
-FSDPGradients::FSDPGradients(FSDPStrategy& owner) : AveragingGradientSynchronization(owner, owner), fsdp_(owner) {}
+FSDPGradients::FSDPGradients(const PartContext& context, ProcessGroupContext& group,
+                             std::shared_ptr<fsdp::FSDPState> state)
+    : AveragingGradientSynchronization(context, group), state_(std::move(state)) {}
 
 ScopeGuard FSDPGradients::no_sync() {
-  const bool previous = fsdp_.synchronize_;
-  fsdp_.synchronize_ = false;
-  return ScopeGuard([this, previous] { fsdp_.synchronize_ = previous; });
+  const bool previous = state_->synchronize();
+  state_->set_synchronize(false);
+  return ScopeGuard([state = state_, previous] { state->set_synchronize(previous); });
 }
 
 void FSDPGradients::pre_backward(const torch::Tensor&) {
-  for (auto& unit : fsdp_.units_) unit->start_backward(fsdp_.synchronize_);
+  state_->begin_backward();
+  for (const auto& unit : state_->units()) unit->start_backward(state_->synchronize());
 }
 
 void FSDPGradients::post_backward(const torch::Tensor&) {
-  for (auto& unit : fsdp_.units_) unit->finish_backward();
-  if (fsdp_.bucket_) fsdp_.bucket_->flush();  // before the step reads the shards' gradients
-  fsdp_.regather_root_inside_step();
+  for (const auto& unit : state_->units()) unit->finish_backward();
+  if (auto* bucket = state_->bucket()) bucket->flush();  // before the step reads the shards' gradients
+  state_->end_backward();
+  state_->regather_root_inside_step();
 }
 
 void FSDPGradients::synchronize_accumulated_gradients(torch::nn::Module&) {
-  for (auto& unit : fsdp_.units_) unit->reduce_held_gradients();
-  if (fsdp_.bucket_) fsdp_.bucket_->flush();
+  for (const auto& unit : state_->units()) unit->reduce_held_gradients();
+  if (auto* bucket = state_->bucket()) bucket->flush();
   // The closing micro-batch's step scope gathered the root (Note [The root unit inside a step])
   // and no backward released it: released now, the next forward gathers the values this window's
   // optimizer step writes, not the ones from before it (which it read when the root stayed
   // gathered: issue 34.5).
-  for (auto& unit : fsdp_.units_) {
-    if (!unit->flat().prefetching()) unit->flat().release();
-  }
+  state_->release_gathered_units();
 }
 
 torch::Tensor FSDPGradients::clip_norm(torch::optim::Optimizer& optimizer, double max_norm, double norm_type) {
@@ -47,13 +48,13 @@ torch::Tensor FSDPGradients::clip_norm(torch::optim::Optimizer& optimizer, doubl
   // the units is whole on every rank, which this sum would count N times: refuse rather than
   // report a wrong norm.
   std::set<const c10::TensorImpl*> shards;
-  for (const auto& unit : fsdp_.units_) shards.insert(unit->flat().shard().unsafeGetTensorImpl());
+  for (const auto& unit : state_->units()) shards.insert(unit->flat().shard().unsafeGetTensorImpl());
   for (const auto& p : parameters) {
     check<NotSupportedError>(shards.count(p.unsafeGetTensorImpl()) > 0, "fsdp: gradient clipping by norm needs "
                              "every parameter of the optimizer inside a unit; one of ", p.numel(),
                              " elements is not (a parameter that does not require grad at setup?)");
   }
-  return clip_sharded_grad_norm(parameters, parameters, max_norm, norm_type, fsdp_.shard_group(), "fsdp");
+  return clip_sharded_grad_norm(parameters, parameters, max_norm, norm_type, state_->shard_group(), "fsdp");
 }
 
 }  // namespace volt

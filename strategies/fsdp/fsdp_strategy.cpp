@@ -2,6 +2,7 @@
 
 #include "core/device_memory.h"
 #include "core/error.h"
+#include "core/warning.h"
 #include "precision/mixed_precision.h"
 #include "strategies/fsdp/fsdp_checkpoint_state.h"
 #include "strategies/fsdp/fsdp_gradients.h"
@@ -11,9 +12,11 @@ namespace volt {
 
 FSDPStrategy::FSDPStrategy(FSDPOptions options) : options_(options) {
   options_.validate();
-  hold(std::make_shared<FSDPGradients>(*this));
-  hold(std::make_shared<FSDPPlacement>(*this));
-  hold(std::make_shared<FSDPCheckpointState>(*this, options_.state_dict_type));
+  if (!options_.activation_checkpointing.empty())
+    set_activation_checkpointing(ModuleSelector::by_type(options_.activation_checkpointing));
+  hold(std::make_shared<FSDPGradients>(*this, *this, state_));
+  hold(std::make_shared<FSDPPlacement>(*this, state_));
+  hold(std::make_shared<FSDPCheckpointState>(*this, options_.state_dict_type, state_));
 }
 
 FSDPStrategy::~FSDPStrategy() { unbind_units(); }
@@ -32,7 +35,7 @@ torch::Dtype FSDPStrategy::compute_dtype() const {
 }
 
 void FSDPStrategy::wrap_module(torch::nn::Module& module) {
-  check<StateError>(units_.empty(), "fsdp: the model is still sharded from an earlier run that failed (its parameters "
+  check<StateError>(state_->empty(), "fsdp: the model is still sharded from an earlier run that failed (its parameters "
                     "were not gathered back); build the model again before the next run");
   check<ConfigurationError>(!options_.cpu_offload || root_device().is_cuda(), "--strategy fsdp: cpu_offload=true "
                             "keeps the shards in host memory while a CUDA device computes, but this run computes on ",
@@ -46,18 +49,29 @@ void FSDPStrategy::wrap_module(torch::nn::Module& module) {
       if (auto group = communicator().new_group({r})) alone_ = std::move(group);
     }
   }
-  auto_wrapped_ = fsdp::auto_wrap(module, options_.min_num_params);
-  build_units(module);
+  if (options_.hybrid() && build_topology(options_.nprocs_per_node).num_nodes() == 1 && is_global_zero()) {
+    warn("--strategy fsdp: sharding_strategy=HYBRID_SHARD with all " + std::to_string(communicator().size()) +
+         " processes on one node shards over all of them and replicates nothing, which is FULL_SHARD. Set "
+         "nprocs_per_node to simulate several nodes, or run on several");
+  }
+  try {
+    auto_wrapped_ = fsdp::auto_wrap(module, options_.size_threshold());
+    if (!options_.wrap.empty()) wrap_by_type(module);
+    build_units(module);
+  } catch (...) {
+    unbind_units();  // nothing half-built stays bound to the model or registered around it
+    throw;
+  }
 }
 
 std::vector<std::shared_ptr<torch::optim::Optimizer>> FSDPStrategy::setup_optimizers(
     std::vector<std::shared_ptr<torch::optim::Optimizer>> optimizers) {
-  layouts_ = fsdp::replace_parameters_by_shards(optimizers, units_);
+  state_->layouts() = fsdp::replace_parameters_by_shards(optimizers, state_->units());
   return optimizers;
 }
 
 void FSDPStrategy::restore_module(torch::nn::Module&) {
-  for (auto& unit : units_) unit->flat().restore_parameters();
+  for (const auto& unit : state_->units()) unit->flat().restore_parameters();
   unbind_units();
 }
 
@@ -67,26 +81,42 @@ void FSDPStrategy::teardown() {
 }
 
 Communicator& FSDPStrategy::shard_group() {
+  if (options_.hybrid()) return build_topology(options_.nprocs_per_node).node();
   if (options_.sharded()) return communicator();
   VOLT_INTERNAL_ASSERT(alone_ != nullptr, "fsdp: NO_SHARD's group of one is made in wrap_module");
   return *alone_;
 }
 
+Communicator* FSDPStrategy::replica_group() {
+  if (!options_.sharded()) return &communicator();
+  if (!options_.hybrid()) return nullptr;
+  auto& topology = build_topology(options_.nprocs_per_node);
+  return topology.num_nodes() > 1 ? &topology.peers() : nullptr;
+}
+
+void FSDPStrategy::check_world_size(int64_t world_size) const {
+  if (!options_.nprocs_per_node) return;  // the cluster's nodes: the Topology checks them
+  check<ConfigurationError>(world_size % *options_.nprocs_per_node == 0, "--strategy fsdp: expected a world size "
+                            "divisible by nprocs_per_node=", *options_.nprocs_per_node, ", got ", world_size,
+                            " processes; choose nprocs_per_node among the divisors of ", world_size);
+}
+
 std::map<std::string, double> FSDPStrategy::metrics() const {
   auto metrics = ParallelStrategy::metrics();
   double shard_bytes = 0, full_bytes = 0;
-  for (const auto& unit : units_) {
+  for (const auto& unit : state_->units()) {
     const auto& flat = unit->flat();
     if (flat.empty()) continue;
     shard_bytes += static_cast<double>(flat.shard().numel() * flat.shard().element_size());
     full_bytes += static_cast<double>(flat.padded_numel() * c10::elementSize(flat.compute_dtype()));
   }
-  metrics["fsdp/units"] = static_cast<double>(units_.size());
+  metrics["fsdp/units"] = static_cast<double>(state_->units().size());
   metrics["fsdp/shard_bytes"] = shard_bytes;
   metrics["fsdp/full_bytes"] = full_bytes;
-  metrics["fsdp/gathered_bytes"] = static_cast<double>(gathered_->now);
+  const auto& gathered = *state_->gathered();
+  metrics["fsdp/gathered_bytes"] = static_cast<double>(gathered.now);
   metrics["fsdp/peak_gathered_bytes"] = static_cast<double>(last_step_peak_);
-  metrics["fsdp/prefetches"] = static_cast<double>(gathered_->prefetches);
+  metrics["fsdp/prefetches"] = static_cast<double>(gathered.prefetches);
   // Read, not reset: the allocator has one peak per device, and the program's own reading (the
   // example's "Peak GPU memory") is of the whole run.
   if (const auto peak = peak_allocated_bytes(root_device()))
@@ -96,32 +126,42 @@ std::map<std::string, double> FSDPStrategy::metrics() const {
 
 void FSDPStrategy::after_optimizer_steps(int64_t global_step) {
   ParallelStrategy::after_optimizer_steps(global_step);
-  last_step_peak_ = gathered_->peak;
-  gathered_->reset_peak();
+  last_step_peak_ = state_->gathered()->peak;
+  state_->gathered()->reset_peak();
+  state_->after_optimizer_steps();
 }
 
 bool FSDPStrategy::optimizer_step(torch::optim::Optimizer& optimizer,
                                   const std::function<void(torch::optim::Optimizer&)>& before_step) {
   const bool took = ParallelStrategy::optimizer_step(optimizer, before_step);
-  regather_root_inside_step();
+  state_->regather_root_inside_step();
   return took;
 }
 
-void FSDPStrategy::regather_root_inside_step() {
-  if (!step_scope_open_ || units_.empty() || units_.front()->flat().empty()) return;
-  auto& root = units_.front()->flat();
-  root.release();
-  root.gather();
+torch::Tensor FSDPStrategy::run_step(RunningStage stage, torch::nn::Module& module, const Batch& batch,
+                                     const StepFunction& step) {
+  try {
+    return ParallelStrategy::run_step(stage, module, batch, step);
+  } catch (const c10::Error& error) {
+    // LibTorch's own errors only: volt's (a step not defined, a peer's failure) keep their type.
+    const auto* unreached = fsdp::first_never_called(wrapped_by_type_);
+    if (unreached == nullptr) throw;
+    const auto& path = unreached->selected.path;
+    throw ConfigurationError("--strategy fsdp:wrap=" + options_.wrap + ": the step failed (" + error.what() +
+                             ") while '" + path + "', a unit by type, has not run through its unit once: called as " +
+                             path + "->forward(...), which LibTorch gives volt no hook into, it reads its released "
+                             "(empty) parameters. Call it as volt::call(" + path +
+                             ", args...) (nn/module_call.h), put it in a torch::nn::Sequential, or leave its type out "
+                             "of wrap");
+  }
 }
 
 std::vector<torch::Tensor> FSDPStrategy::module_parameters_of(const torch::Tensor& stepped) const {
-  for (const auto& unit : units_) {
-    if (unit->flat().empty() || !unit->flat().shard().is_same(stepped)) continue;
-    std::vector<torch::Tensor> parameters;
-    for (const auto& entry : unit->flat().entries()) parameters.push_back(entry.parameter);
-    return parameters;
-  }
-  return {stepped};  // outside the units: stepped as it is
+  const auto* unit = state_->unit_of_shard(stepped);
+  if (unit == nullptr) return {stepped};  // outside the units: stepped as it is
+  std::vector<torch::Tensor> parameters;
+  for (const auto& entry : unit->flat().entries()) parameters.push_back(entry.parameter);
+  return parameters;  // outside the units: stepped as it is
 }
 
 void register_fsdp_strategy(Registry<Strategy>& registry) {

@@ -16,11 +16,25 @@
 // optimizer work unchanged. Nothing is sharded, so the memory is DDP's plus the gathered copy; it
 // is for a model written for FSDP that should run unsharded, `ddp` being the faster choice.
 //
+// Note [HYBRID_SHARD]: PyTorch's HYBRID_SHARD (HSDP) shards within a node and replicates across
+// nodes, so that the gathers, the frequent traffic, stay on the node's fast links. volt builds it
+// from the same parts: the units shard over the node group (the Topology's, or nprocs_per_node
+// consecutive ranks), and the bucket all-reduces each reduce-scattered shard gradient over the
+// rank's peers, the ranks at its place on the other nodes (Topology::peers), so every node ends
+// with the same shards. The peers' all-reduces run at the end of backward, in launch order on
+// every rank, not as each reduce-scatter completes: a rank blocked in one while its node waits
+// for it in a gather would close a cycle across the nodes. On one node it is FULL_SHARD (a
+// warning says so). The mean over the world is kept (pre-divided by the world's factor, summed in
+// the node, then across nodes). Full checkpoints gather each unit over the node group, so each
+// node's first rank holds it whole for a moment; the sharded layout is refused (every node holds
+// the same shards).
+//
 // Lifecycle: wrap_module broadcasts rank 0's parameters and buffers, auto-wraps, builds the
 // units (fsdp_units.cpp; params then released); setup_optimizers replaces each unit's parameters
 // in the user's optimizers by the unit's shard (shard_param_groups.h). Its parts: gradients
 // (fsdp_gradients.h), placement (fsdp_placement.h: the root unit gathered around a forward),
-// checkpoint state (fsdp_checkpoint_state.h). Buffers are broadcast from rank 0 once, at setup.
+// checkpoint state (fsdp_checkpoint_state.h), which share the units through the FSDPState the
+// strategy owns (Note [FSDP's state]). Buffers are broadcast from rank 0 once, at setup.
 // Not thread-safe (one Trainer, one thread).
 #include <map>
 #include <memory>
@@ -30,10 +44,8 @@
 
 #include "core/registry.h"
 #include "strategies/fsdp/auto_wrap.h"
-#include "strategies/fsdp/execution_order.h"
 #include "strategies/fsdp/fsdp_options.h"
-#include "strategies/fsdp/fully_sharded_unit.h"
-#include "strategies/fsdp/shard_param_groups.h"
+#include "strategies/fsdp/fsdp_state.h"
 #include "strategies/parallel_strategy.h"
 
 namespace volt {
@@ -63,54 +75,51 @@ class FSDPStrategy : public ParallelStrategy {
   // once (since the process started or the program reset it).
   std::map<std::string, double> metrics() const override;
   void after_optimizer_steps(int64_t global_step) override;
+  // HYBRID_SHARD's nprocs_per_node must divide the world size.
+  void check_world_size(int64_t world_size) const override;
 
   // ParallelStrategy's, then, inside a step's forward scope (manual optimization), the root unit
   // gathered again from its stepped shard (Note [The root unit inside a step]).
   bool optimizer_step(torch::optim::Optimizer& optimizer,
                       const std::function<void(torch::optim::Optimizer&)>& before_step) override;
+  // Strategy's; a step that fails with LibTorch's error while a module of fsdp:wrap has never run
+  // through its unit is reported as the likely cause (a module called as block->forward(...)
+  // reads released parameters), with the error it raised.
+  torch::Tensor run_step(RunningStage stage, torch::nn::Module& module, const Batch& batch,
+                         const StepFunction& step) override;
   // The unit's parameters for its shard (Strategy::module_parameters_of).
   std::vector<torch::Tensor> module_parameters_of(const torch::Tensor& stepped) const override;
 
   // The units, root first; empty before setup_module.
-  const std::vector<std::shared_ptr<fsdp::FullyShardedUnit>>& units() const { return units_; }
+  const std::vector<std::shared_ptr<fsdp::FullyShardedUnit>>& units() const { return state_->units(); }
+  // Where the step stands (Note [FSDP's state]).
+  fsdp::StepState step_state() const { return state_->step_state(); }
 
  protected:
   void check_precision(const Precision& precision) const override;
   void wrap_module(torch::nn::Module& module) override;  // [collective]
 
  private:
-  // Its parts read the units, the bucket, the forward order and the optimizer layouts.
-  friend class FSDPGradients;
-  friend class FSDPPlacement;
-  friend class FSDPCheckpointState;
-
+  // fsdp:wrap's modules become units' sites (auto_wrap.h).
+  void wrap_by_type(torch::nn::Module& root);
   void build_units(torch::nn::Module& root);
   void unbind_units();
   fsdp::UnitSettings unit_settings(bool is_root) const;
-  // The group the units shard over: the world, or this rank alone with NO_SHARD.
+  // The group the units shard over: the world, this rank alone with NO_SHARD, the node with
+  // HYBRID_SHARD. [collective the first time for HYBRID_SHARD]
   Communicator& shard_group();
+  // The group the shards' gradients are all-reduced over after the shard group's reduction: the
+  // world with NO_SHARD, the peers on other nodes with HYBRID_SHARD; null otherwise.
+  Communicator* replica_group();
   torch::Dtype compute_dtype() const;
-  // Note [The root unit inside a step]: the root unit is gathered for a whole step's forward
-  // scope, but a manual optimization step runs backward (which releases it) and optimizer steps
-  // (which change its shard) inside that scope, and may then run another forward (a GAN's
-  // second model). Inside the scope the root is gathered again after each backward and each
-  // optimizer step, so that the next forward reads current values; outside it nothing changes.
-  // [collective]
-  void regather_root_inside_step();
 
   FSDPOptions options_;
   std::shared_ptr<Communicator> alone_;  // NO_SHARD's group of one (made once, at the first setup)
   torch::nn::Module* module_ = nullptr;
   std::vector<fsdp::AutoWrapped> auto_wrapped_;
-  std::vector<std::shared_ptr<fsdp::FullyShardedUnit>> units_;  // root first, then in module order
-  std::vector<fsdp::FullyShardedImpl*> bound_;                  // wrappers bound to a unit
-  // Each optimizer's param groups as configure_optimizers gave them (setup_optimizers).
-  fsdp::OptimizerLayouts layouts_;
-  bool synchronize_ = true;
-  bool step_scope_open_ = false;  // inside FSDPPlacement::forward_context's scope
-  std::shared_ptr<fsdp::GatheredBytes> gathered_ = std::make_shared<fsdp::GatheredBytes>();
-  std::unique_ptr<fsdp::ReduceScatterBucket> bucket_;  // shared by the units; built with them
-  fsdp::ExecutionOrder order_;                         // the units' forward order, for prefetching
+  std::vector<fsdp::WrappedByType> wrapped_by_type_;
+  std::vector<fsdp::FullyShardedImpl*> bound_;  // wrappers bound to a unit
+  std::shared_ptr<fsdp::FSDPState> state_ = std::make_shared<fsdp::FSDPState>();  // shared with the parts
   int64_t last_step_peak_ = 0;
 };
 

@@ -1,5 +1,6 @@
 // FSDP's unit tree: which parameters each unit flattens, the units' settings, and undoing it all.
 #include <functional>
+#include <map>
 #include <set>
 #include <unordered_map>
 
@@ -19,49 +20,81 @@ fsdp::UnitSettings FSDPStrategy::unit_settings(bool is_root) const {
   return settings;
 }
 
+void FSDPStrategy::wrap_by_type(torch::nn::Module& root) {
+  wrapped_by_type_ =
+      fsdp::wrap_by_type(root, ModuleSelector::by_type(options_.wrap), "--strategy fsdp:wrap=" + options_.wrap);
+}
+
 // Each trainable parameter belongs to the innermost unit above it: walking the module tree, the
-// unit changes where a unit's module is met (a hand-wrapped wrapper, or an auto-wrapped module).
+// unit changes where a unit's module is met (a hand-wrapped wrapper, an auto-wrapped module, or
+// a module wrapped by type).
 void FSDPStrategy::build_units(torch::nn::Module& root) {
+  using Bind = std::function<void(const std::shared_ptr<fsdp::FullyShardedUnit>&)>;
   struct Pending {
     std::string name;
-    fsdp::FullyShardedImpl* wrapper;  // null for the root
+    Bind bind;  // empty for the root
     std::vector<std::pair<std::string, torch::Tensor>> parameters;
   };
   std::vector<Pending> pending{{"", nullptr, {}}};
-  std::unordered_map<const torch::nn::Module*, fsdp::FullyShardedImpl*> auto_unit_of;
-  for (const auto& item : auto_wrapped_) auto_unit_of[item.tree_module] = item.unit_module.get();
-  std::set<const c10::TensorImpl*> seen;
-  std::function<void(torch::nn::Module&, const std::string&, size_t)> walk = [&](torch::nn::Module& m,
-                                                                                  const std::string& prefix,
-                                                                                  size_t current) {
-    auto* wrapper = dynamic_cast<fsdp::FullyShardedImpl*>(&m);
-    if (auto it = auto_unit_of.find(&m); it != auto_unit_of.end()) wrapper = it->second;
-    if (wrapper != nullptr && &m != &root) {
-      pending.push_back({prefix.empty() ? prefix : prefix.substr(0, prefix.size() - 1), wrapper, {}});
-      current = pending.size() - 1;
-    }
-    for (const auto& item : m.named_parameters(/*recurse=*/false)) {
-      if (!item.value().requires_grad() || !seen.insert(item.value().unsafeGetTensorImpl()).second) continue;
-      pending[current].parameters.emplace_back(prefix + item.key(), item.value());
-    }
-    for (const auto& child : m.named_children()) walk(*child.value(), prefix + child.key() + ".", current);
+  auto bind_wrapper = [this](fsdp::FullyShardedImpl* wrapper) -> Bind {
+    return [this, wrapper](const std::shared_ptr<fsdp::FullyShardedUnit>& unit) {
+      wrapper->bind(unit);
+      bound_.push_back(wrapper);
+    };
   };
-  walk(root, "", 0);
+  std::unordered_map<const torch::nn::Module*, Bind> unit_site;
+  for (const auto& item : auto_wrapped_) unit_site[item.tree_module] = bind_wrapper(item.unit_module.get());
+  for (const auto& item : wrapped_by_type_) {
+    unit_site[item.selected.module] = [wrapper = item.wrapper](const std::shared_ptr<fsdp::FullyShardedUnit>& unit) {
+      wrapper->bind(unit);
+    };
+  }
+  // A unit inside a checkpointed module would gather again in the recompute, which runs during the
+  // unit's own backward: refused. The unit around the checkpointed module (the same module) is the
+  // supported nesting.
+  std::map<const torch::nn::Module*, std::string> checkpointed;
+  if (const auto* policy = checkpointed_modules()) {
+    for (const auto& selected : policy->modules()) checkpointed[selected.module] = selected.path;
+  }
+  std::set<const c10::TensorImpl*> seen;
+  std::function<void(torch::nn::Module&, const std::string&, size_t, const std::string*)> walk =
+      [&](torch::nn::Module& m, const std::string& prefix, size_t current, const std::string* checkpointed_above) {
+        Bind bind;
+        if (auto* wrapper = dynamic_cast<fsdp::FullyShardedImpl*>(&m)) bind = bind_wrapper(wrapper);
+        if (auto it = unit_site.find(&m); it != unit_site.end()) bind = it->second;
+        const std::string path = prefix.empty() ? prefix : prefix.substr(0, prefix.size() - 1);
+        if (bind && &m != &root) {
+          check<ConfigurationError>(checkpointed_above == nullptr, "--strategy fsdp: the unit '", path,
+                                    "' lies inside '", checkpointed_above ? *checkpointed_above : "",
+                                    "', whose forward is checkpointed, so its recompute would gather the unit again "
+                                    "during the unit's own backward; checkpoint the unit's module itself (the same "
+                                    "type in activation_checkpointing as in wrap) or a module inside the unit");
+          pending.push_back({path, bind, {}});
+          current = pending.size() - 1;
+        }
+        if (auto it = checkpointed.find(&m); it != checkpointed.end()) checkpointed_above = &it->second;
+        for (const auto& item : m.named_parameters(/*recurse=*/false)) {
+          if (!item.value().requires_grad() || !seen.insert(item.value().unsafeGetTensorImpl()).second) continue;
+          pending[current].parameters.emplace_back(prefix + item.key(), item.value());
+        }
+        for (const auto& child : m.named_children()) {
+          walk(*child.value(), prefix + child.key() + ".", current, checkpointed_above);
+        }
+      };
+  walk(root, "", 0, nullptr);
   const auto dtype = compute_dtype();
-  bucket_ = std::make_unique<fsdp::ReduceScatterBucket>(
-      shard_group(), static_cast<int64_t>(options_.bucket_cap_mb * 1024.0 * 1024.0),
-      options_.sharded() ? nullptr : &communicator());
+  auto bucket = std::make_unique<fsdp::ReduceScatterBucket>(
+      shard_group(), static_cast<int64_t>(options_.bucket_cap_mb * 1024.0 * 1024.0), replica_group());
+  fsdp::FSDPState::Units units;
   for (size_t i = 0; i < pending.size(); ++i) {
     auto flat = std::make_unique<fsdp::FlatParameter>(std::move(pending[i].parameters), shard_group(), dtype,
-                                                      gathered_, communicator().size(), options_.cpu_offload);
+                                                      state_->gathered(), communicator().size(), options_.cpu_offload);
     auto unit = std::make_shared<fsdp::FullyShardedUnit>(pending[i].name, std::move(flat), unit_settings(i == 0),
-                                                         *bucket_, &order_);
-    if (pending[i].wrapper != nullptr) {
-      pending[i].wrapper->bind(unit);
-      bound_.push_back(pending[i].wrapper);
-    }
-    units_.push_back(std::move(unit));
+                                                         *bucket, &state_->order());
+    if (pending[i].bind) pending[i].bind(unit);
+    units.push_back(std::move(unit));
   }
+  state_->set_units(std::move(units), std::move(bucket), shard_group());
 }
 
 // A model outlives its strategy: its wrappers must not keep running this strategy's units, nor
@@ -71,11 +104,9 @@ void FSDPStrategy::unbind_units() {
   bound_.clear();
   for (const auto& item : auto_wrapped_) fsdp::unwrap(item);
   auto_wrapped_.clear();
-  layouts_.clear();
-  if (bucket_) bucket_->discard();
-  units_.clear();
-  bucket_.reset();
-  order_ = fsdp::ExecutionOrder{};
+  for (auto it = wrapped_by_type_.rbegin(); it != wrapped_by_type_.rend(); ++it) fsdp::unwrap(*it);
+  wrapped_by_type_.clear();
+  state_->clear();
   module_ = nullptr;
 }
 

@@ -16,16 +16,20 @@ torch::Tensor FullyShardedImpl::forward(const torch::Tensor& input) {
 }
 
 torch::Tensor FullyShardedImpl::forward_with(const std::function<torch::Tensor()>& forward) {
-  if (!unit_) return forward();
-  unit_->before_forward();
+  return forward_in_unit(unit_.get(), forward);
+}
+
+torch::Tensor forward_in_unit(FullyShardedUnit* unit, const std::function<torch::Tensor()>& forward) {
+  if (unit == nullptr) return forward();
+  unit->before_forward();
   torch::Tensor output;
   try {
     output = forward();
   } catch (...) {
-    unit_->abort_forward();
+    unit->abort_forward();
     throw;
   }
-  unit_->after_forward(output);
+  unit->after_forward(output);
   return output;
 }
 

@@ -50,6 +50,10 @@ class FullyShardedImpl : public torch::nn::Module {
 
 TORCH_MODULE_IMPL(FullyShardedModule, FullyShardedImpl);
 
+// Runs `forward` between `unit`'s gather and release (abort_forward when it throws); the output is
+// what the unit hooks for its backward. A null unit: `forward` alone.
+torch::Tensor forward_in_unit(FullyShardedUnit* unit, const std::function<torch::Tensor()>& forward);
+
 // fairscale's wrap(): marks `module` as an FSDP unit of its own.
 template <typename ModuleType>
 FullyShardedModule wrap(torch::nn::ModuleHolder<ModuleType> module) {

@@ -5,10 +5,7 @@
 namespace volt::fsdp {
 
 ReduceScatterBucket::ReduceScatterBucket(Communicator& communicator, int64_t cap_bytes, Communicator* replicas)
-    : communicator_(communicator), cap_bytes_(cap_bytes), replicas_(replicas) {
-  VOLT_INTERNAL_ASSERT(replicas_ == nullptr || communicator_.size() == 1,
-                       "replicas are all-reduced over only where the shard group is the rank alone (NO_SHARD)");
-}
+    : communicator_(communicator), cap_bytes_(cap_bytes), replicas_(replicas) {}
 
 void ReduceScatterBucket::reduce(FlatGradient gradient, std::function<void(torch::Tensor)> done) {
   const int64_t n = communicator_.size();
@@ -67,7 +64,7 @@ void ReduceScatterBucket::send(std::vector<Waiting> waiting) {
 }
 
 void ReduceScatterBucket::launch(torch::Tensor input, std::vector<Carried> carried) {
-  if (replicas_ != nullptr) {
+  if (replicas_ != nullptr && communicator_.size() == 1) {
     // A group of one has nothing to scatter: the replicas' all-reduce (in place) is the reduction.
     in_flight_.push_back({replicas_->all_reduce_async(input), std::move(carried)});
     return;
@@ -77,13 +74,25 @@ void ReduceScatterBucket::launch(torch::Tensor input, std::vector<Carried> carri
 }
 
 void ReduceScatterBucket::complete(bool wait_all) {
+  const bool across_replicas = replicas_ != nullptr && communicator_.size() > 1;
+  if (across_replicas && !wait_all) return;  // the replicas' all-reduces wait for flush()
+  std::vector<InFlight> finished;
   while (!in_flight_.empty() && (wait_all || in_flight_.front().handle.is_completed())) {
-    auto next = std::move(in_flight_.front());
+    finished.push_back(std::move(in_flight_.front()));
     in_flight_.pop_front();
-    const auto reduced = next.handle.wait();
+  }
+  std::vector<torch::Tensor> reduced;
+  for (auto& next : finished) reduced.push_back(next.handle.wait());
+  if (across_replicas) {
+    // All launched before any is waited for: they overlap one another.
+    std::vector<CollectiveHandle> across;
+    for (const auto& r : reduced) across.push_back(replicas_->all_reduce_async(r));
+    for (size_t i = 0; i < across.size(); ++i) reduced[i] = across[i].wait();
+  }
+  for (size_t i = 0; i < finished.size(); ++i) {
     int64_t offset = 0;
-    for (auto& c : next.carried) {
-      c.done(reduced.narrow(0, offset, c.m));
+    for (auto& c : finished[i].carried) {
+      c.done(reduced[i].narrow(0, offset, c.m));
       offset += c.m;
     }
   }

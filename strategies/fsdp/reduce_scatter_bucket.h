@@ -40,9 +40,11 @@ struct FlatGradient {
 class ReduceScatterBucket {
  public:
   // Reduce-scatters over `communicator` (the units' shard group); cap_bytes <= 0: no bucket (every
-  // gradient reduced at once, alone). `replicas`: with a shard group of one rank (NO_SHARD, Note
-  // [NO_SHARD] in fsdp_strategy.h), the group whose ranks hold the same whole flat parameters:
-  // gradients are all-reduced (summed) over it instead; null: none.
+  // gradient reduced at once, alone). `replicas`: the group whose ranks hold the same shards; null:
+  // none. With a shard group of one rank (NO_SHARD, Note [NO_SHARD] in fsdp_strategy.h) gradients
+  // are all-reduced (summed) over it instead of reduce-scattered; with a larger one (HYBRID_SHARD,
+  // Note [HYBRID_SHARD]) each reduce-scattered result is all-reduced over it too, at flush(), in
+  // launch order on every rank (so the shard group's reduces complete only there).
   ReduceScatterBucket(Communicator& communicator, int64_t cap_bytes, Communicator* replicas = nullptr);
 
   // Reduce-scatters `gradient` (the sum over ranks), now or with the bucket, and calls `done` with

@@ -16,6 +16,7 @@ const OptionSchema<ShardedDDPOptions>& ShardedDDPOptions::schema() {
           .option("broadcast_fp16", &ShardedDDPOptions::broadcast_fp16,
                   "send updated parameters in float16 (every rank keeps the rounded values)")
           .with(broadcast_buffers_option(&ShardedDDPOptions::broadcast_buffers))
+          .with(activation_checkpointing_option(&ShardedDDPOptions::activation_checkpointing))
           .choice("state_dict_type", &ShardedDDPOptions::state_dict_type,
                   {{"full", CheckpointLayout::Full}, {"sharded", CheckpointLayout::Sharded}},
                   "checkpoint layout: one consolidated file, or each rank's shard")
@@ -25,9 +26,11 @@ const OptionSchema<ShardedDDPOptions>& ShardedDDPOptions::schema() {
 
 ShardedDDPStrategy::ShardedDDPStrategy(ShardedDDPOptions options)
     : options_(options),
-      gradients_(std::make_shared<Gradients>(*this)),
+      gradients_(std::make_shared<Gradients>(*this, *this)),
       buffers_(std::make_shared<BufferBroadcastPlacement>(*this, *this, options_.broadcast_buffers)) {
   options_.validate();
+  if (!options_.activation_checkpointing.empty())
+    set_activation_checkpointing(ModuleSelector::by_type(options_.activation_checkpointing));
   hold(gradients_);
   hold(buffers_);
   hold(std::make_shared<CheckpointState>(*this, options_.state_dict_type));
@@ -79,7 +82,8 @@ std::vector<std::shared_ptr<torch::optim::Optimizer>> ShardedDDPStrategy::setup_
 
 void ShardedDDPStrategy::Gradients::synchronize_accumulated_gradients(torch::nn::Module& module) {
   ReducerSynchronization::synchronize_accumulated_gradients(module);
-  sharded_.reducer().drop_gradients_of_other_owners();
+  VOLT_INTERNAL_ASSERT(sharded_ != nullptr, "ddp_sharded: the reducer is used before the strategy built it");
+  sharded_->drop_gradients_of_other_owners();
 }
 
 void ShardedDDPStrategy::teardown() {

@@ -34,6 +34,7 @@ struct ShardedDDPOptions {
   bool broadcast_fp16 = false;    // OSS sends updated parameters in float16
   bool broadcast_buffers = true;  // rank 0's buffers before every training forward
   CheckpointLayout state_dict_type = CheckpointLayout::Full;  // consolidated file, or a shard per rank
+  std::string activation_checkpointing;  // module types whose forwards run checkpointed; empty: none
 
   static const OptionSchema<ShardedDDPOptions>& schema();
   void validate() const { schema().validate(*this); }
@@ -61,11 +62,16 @@ class ShardedDDPStrategy : public ParallelStrategy {
   // then the non-owners drop the gradients (as after a reduce). [collective]
   class Gradients : public ReducerSynchronization {
    public:
-    explicit Gradients(ShardedDDPStrategy& owner) : ReducerSynchronization(owner, owner), sharded_(owner) {}
+    Gradients(const PartContext& context, ProcessGroupContext& group) : ReducerSynchronization(context, group) {}
+    // The sharded reducer this part drives (ReducerSynchronization::attach); nullptr at teardown.
+    void attach(ShardedReducer* reducer) {
+      ReducerSynchronization::attach(reducer);
+      sharded_ = reducer;
+    }
     void synchronize_accumulated_gradients(torch::nn::Module& module) override;
 
    private:
-    ShardedDDPStrategy& sharded_;
+    ShardedReducer* sharded_ = nullptr;
   };
 
   ShardedDDPOptions options_;

@@ -10,7 +10,8 @@ sentence it enforces; a failure prints `file:line: [rule] what was found -- ... 
               distributed/ header that does (tests/distributed/ and bench/communicator_overhead are
               the doc's exceptions)
   parts       the parts every strategy shares include neither strategies/strategy.h nor
-              strategies/parallel_strategy.h (Note [Part context])
+              strategies/parallel_strategy.h, and a strategy's own parts (DDP's checkpoint section,
+              FSDP's three) do not include their strategy's header either (Note [Part context])
   columns     no line of the project's own .cpp/.h outside tests/ is longer than 120 columns
   no friend   trainer/trainer.h declares no friend
   lean trainer  trainer/trainer.h includes nothing of strategies/ or distributed/, nor the run's
@@ -51,7 +52,7 @@ C10D = ("Only `distributed/` and its white-box tests (`tests/distributed/`) incl
         "(`bench/communicator_overhead` uses c10d directly as its baseline)")
 COLUMNS = "Google's style, 120 columns"
 NO_FRIEND = "the Trainer has no friend"
-PARTS = "No part can set up, wrap, step or load its strategy."
+PARTS = "No part can set up, wrap, step or load its strategy, and none holds it"
 LEAN_TRAINER = ("keeps the rest of a run (its placement, CPU threads, loop state and context) behind a pointer "
                 "in `trainer.cpp`")
 # What trainer/trainer.h must not include (LEAN_TRAINER): the strategy and the run's internals.
@@ -62,7 +63,7 @@ TRAINER_H_KEEPS_OUT = ["strategies/", "distributed/", "trainer/loops/loop_state.
 # headers, and the sentence that says so. Everyone sits on core/; strategies/ sees what is drawn
 # below it; trainer/ sees everything, of distributed/ only what TRAINER lists; callbacks/ reaches
 # the Trainer through trainer/trainer.h from its .cpp files (its headers are included by trainer/).
-BELOW_STRATEGIES = ["precision/", "distributed/", "checkpoint/", "data/", "core/"]
+BELOW_STRATEGIES = ["precision/", "distributed/", "checkpoint/", "data/", "nn/", "core/"]
 TRAINER_DISTRIBUTED = ["distributed/cluster/", "distributed/process_launcher.h", "distributed/reduce_op.h",
                        "distributed/process_topology.h"]
 LAYER_RULES = {
@@ -89,8 +90,11 @@ TRANSPORTS_EXCEPTIONS = ["tests/distributed/", "bench/shm_all_reduce."]
 # contexts only, so none includes the strategy's own header.
 PART_FILES = ["strategies/" + stem + ext for ext in (".h", ".cpp") for stem in (
     "strategy_collectives", "gradient_synchronization", "placement", "checkpoint_state", "communicator_collectives",
-    "averaging_gradient_synchronization", "reducer_synchronization", "buffer_broadcast_placement")]
-STRATEGY_HEADERS = ["strategies/strategy.h", "strategies/parallel_strategy.h"]
+    "averaging_gradient_synchronization", "reducer_synchronization", "buffer_broadcast_placement",
+    "ddp/ddp_checkpoint_state", "fsdp/fsdp_gradients", "fsdp/fsdp_placement", "fsdp/fsdp_checkpoint_state",
+    "fsdp/fsdp_state")]
+STRATEGY_HEADERS = ["strategies/strategy.h", "strategies/parallel_strategy.h", "strategies/ddp/ddp_strategy.h",
+                    "strategies/fsdp/fsdp_strategy.h", "strategies/sharded/sharded_ddp_strategy.h"]
 MAX_COLUMNS = 120
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 
@@ -215,6 +219,9 @@ SELF_TEST_TREE = {
     "strategies/placement.cpp": ['#include "strategies/part_context.h"',
                                  '#include "strategies/strategy.h"  // planted: parts'],
     "strategies/ddp_placement.cpp": ['#include "strategies/strategy.h"'],
+    "strategies/fsdp/fsdp_placement.cpp": ['#include "strategies/fsdp/fsdp_state.h"',
+                                           '#include "strategies/fsdp/fsdp_strategy.h"  // planted: parts'],
+    "strategies/fsdp/fsdp_units.cpp": ['#include "strategies/fsdp/fsdp_strategy.h"'],
     "strategies/strategy.h": ['#include "distributed/communicator.h"', '#include "data/loader.h"',
                               '#include "callbacks/callback.h"  // planted: layers'],
     "callbacks/callback.h": ['#include "data/batch.h"', '#include "trainer/trainer.h"  // planted: layers'],

@@ -5,7 +5,20 @@
 
 namespace volt::testing {
 
+RegressionBlockImpl::RegressionBlockImpl(int64_t features, double dropout_probability)
+    : linear(register_module("linear", torch::nn::Linear(features, features))),
+      dropout(register_module("dropout", torch::nn::Dropout(dropout_probability))) {}
+
+torch::Tensor RegressionBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& mask) {
+  ++forwards;
+  return x + mask * dropout->forward(torch::tanh(linear->forward(x)));
+}
+
 RegressionModule::RegressionModule(RegressionOptions opts) : options(std::move(opts)) {
+  if (options.blocks > 0) {
+    blocks = register_module("blocks", torch::nn::ModuleList());
+    for (int64_t i = 0; i < options.blocks; ++i) blocks->push_back(RegressionBlock(options.features, options.block_dropout));
+  }
   if (options.hidden > 0) {
     body = register_module("body", torch::nn::Sequential(torch::nn::Linear(options.features, options.hidden),
                                                          torch::nn::Tanh()));
@@ -28,6 +41,11 @@ RegressionModule::RegressionModule(RegressionOptions opts) : options(std::move(o
 torch::Tensor RegressionModule::output(torch::Tensor x, bool with_branch) {
   if (offset) x = x + offset->forward(torch::zeros({x.size(0)}, torch::TensorOptions(torch::kLong).device(x.device())));
   if (batch_norm) x = batch_norm->forward(x);
+  if (blocks) {
+    // Half the features pass each block unchanged: a mask that is an argument, not a parameter.
+    const auto mask = (torch::arange(x.size(1), x.options()) < x.size(1) / 2).to(x.dtype());
+    for (const auto& block : *blocks) x = volt::call(block->as<RegressionBlock>(), x, mask);
+  }
   if (body) x = body->forward(x);
   auto y = linear->forward(x);
   return with_branch ? y + branch->forward(x) : y;

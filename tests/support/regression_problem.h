@@ -38,7 +38,25 @@ struct RegressionOptions {
   int64_t hidden = 0;
   // With hidden: the body's second Linear is wrapped by hand (fsdp::wrap), a unit of its own.
   bool wrap_by_hand = false;
+  // > 0: that many RegressionBlocks in a ModuleList before the linear layer, each called as
+  // volt::call(block, x, mask) (a forward of two tensors that no Sequential holds), with a dropout
+  // of block_dropout inside: modules a policy reaches by type (activation_checkpointing, fsdp:wrap).
+  int64_t blocks = 0;
+  double block_dropout = 0.0;
 };
+
+// x + mask * tanh(W x) with a dropout on the update: a residual block of the shape a transformer's
+// (a second argument that is not trained, randomness inside).
+class RegressionBlockImpl : public torch::nn::Module {
+ public:
+  RegressionBlockImpl(int64_t features, double dropout);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& mask);
+
+  torch::nn::Linear linear{nullptr};
+  torch::nn::Dropout dropout{nullptr};
+  int64_t forwards = 0;  // runs of the forward, recomputes included
+};
+TORCH_MODULE(RegressionBlock);
 
 class RegressionModule : public Module {
  public:
@@ -56,6 +74,7 @@ class RegressionModule : public Module {
   int64_t training_steps = 0;
   int64_t validation_steps = 0;
   torch::nn::Sequential body{nullptr};          // with options.hidden
+  torch::nn::ModuleList blocks{nullptr};        // with options.blocks
   torch::nn::Linear linear{nullptr};
   torch::nn::Dropout dropout{nullptr};
   torch::nn::BatchNorm1d batch_norm{nullptr};  // with options.batch_norm

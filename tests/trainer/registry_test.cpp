@@ -203,7 +203,7 @@ TEST(CommHookExtension, AHookKeyIsAcceptedOnlyWithItsHookAndValidatedByItsDeclar
   message = error_for([] { strategy_registry().create("ddp:comm_hook=tagged_allreduce,tags=2"); });
   EXPECT_NE(message.find("did you mean 'tag'?"), std::string::npos) << message;
   EXPECT_NE(message.find("Valid options: bucket_cap_mb, static_graph, gradient_as_bucket_view, "
-                         "find_unused_parameters, broadcast_buffers, comm_hook, ddp_comm_hook, comm_wrapper, "
+                         "find_unused_parameters, broadcast_buffers, activation_checkpointing, comm_hook, ddp_comm_hook, comm_wrapper, "
                          "ddp_comm_wrapper, shard_optimizer, zero_optimizer, state_dict_type, tag"),
             std::string::npos)
       << message;

@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/error.h"
 #include "tests/support/test_support.h"
 #include "data/data_loader.h"
 #include "data/sampler.h"

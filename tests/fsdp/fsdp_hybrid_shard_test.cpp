@@ -1,0 +1,101 @@
+// Note [HYBRID_SHARD]: `fsdp:sharding_strategy=HYBRID_SHARD` shards within a node and replicates
+// across nodes. Four ranks as two simulated nodes of two (nprocs_per_node=2) train like ddp within
+// 1e-6 after every step (ring reduce-scatter in the node plus the peers' all-reduce, against ddp's
+// ring all-reduce: other summation orders), with units by size or by type, with and without
+// bucketing and resharding; the gradients cross nodes only through the peers' group, whose bytes
+// per step are the shards' (1/2 of the units' gradients per rank), counted by its Communicator; on
+// one node it warns and is FULL_SHARD bit for bit; bad settings stop the run saying what to do.
+#include <gtest/gtest.h>
+
+#include "tests/distributed/worker_runs.h"
+
+namespace volt {
+namespace {
+
+using testing::run_command;
+using testing::run_print_steps;
+using testing::step_lines;
+using testing::train_command;
+
+TEST(FSDPHybridShard, FourRanksAsTwoNodesTrainLikeDDPAfterEveryStep) {
+  const auto ddp = step_lines(run_print_steps("ddp", 4, "adam", "--model mlp"));
+  ASSERT_EQ(ddp.size(), 4u);
+  for (const std::string fsdp :
+       {"fsdp:min_num_params=20,sharding_strategy=HYBRID_SHARD,nprocs_per_node=2",
+        "fsdp:min_num_params=20,sharding_strategy=HYBRID_SHARD,nprocs_per_node=2,bucket_cap_mb=0",
+        "fsdp:min_num_params=20,sharding_strategy=HYBRID_SHARD,nprocs_per_node=2,reshard_after_forward=false"}) {
+    testing::expect_steps_close(step_lines(run_print_steps(fsdp, 4, "adam", "--model mlp")), ddp, 1e-6,
+                                fsdp + " vs ddp, 4 ranks");
+  }
+  const auto blocks = step_lines(run_print_steps("ddp", 4, "adam", "--model blocks"));
+  const std::string by_type = "fsdp:wrap=RegressionBlock,sharding_strategy=HYBRID_SHARD,nprocs_per_node=2";
+  testing::expect_steps_close(step_lines(run_print_steps(by_type, 4, "adam", "--model blocks")), blocks, 1e-6,
+                              by_type + " vs ddp, blocks");
+}
+
+// The last logged value of `column` in the run's metrics.csv.
+double last_logged(const std::string& root, const std::string& column) {
+  double value = -1;
+  for (const auto& row : testing::read_csv(root + "/volt_logs/version_0/metrics.csv")) {
+    if (row.count(column) && !row.at(column).empty()) value = std::stod(row.at(column));
+  }
+  return value;
+}
+
+// The worker's train mode on the MLP under `strategy` on `ranks`, with `extra` flags (expects success).
+testing::ProcessResult run_mlp(const testing::TemporaryDirectory& dir, const std::string& strategy, int64_t ranks,
+                               const std::string& extra = "") {
+  const auto result = run_command(train_command(dir.path(), "--strategy " + strategy + " --devices " +
+                                                                std::to_string(ranks) +
+                                                                " --optimizer adam --model mlp --batch-size 4 " + extra),
+                                  240);
+  EXPECT_EQ(result.exit_code, 0) << strategy << ":\n" << result.output;
+  return result;
+}
+
+TEST(FSDPHybridShard, GradientsCrossNodesThroughThePeersGroupOnly) {
+  testing::TemporaryDirectory dir;
+  run_mlp(dir, "fsdp:min_num_params=20,sharding_strategy=HYBRID_SHARD,nprocs_per_node=2", 4);
+  const double peers = last_logged(dir.path(), "comm/peers/step_bytes");
+  const double node = last_logged(dir.path(), "comm/node/step_bytes");
+  const double shards = last_logged(dir.path(), "fsdp/shard_bytes");
+  // A step all-reduces each unit's float32 shard gradient once with the other node: the payload
+  // is the rank's shards' bytes, no more.
+  EXPECT_EQ(peers, shards) << "the shards' gradients, once a step";
+  EXPECT_GT(node, 2 * peers) << "the gathers and reduce-scatters stay in the node";
+}
+
+TEST(FSDPHybridShard, OnOneNodeItWarnsAndIsFullShardBitForBit) {
+  testing::TemporaryDirectory dir;
+  const auto result = run_mlp(dir, "fsdp:min_num_params=20,sharding_strategy=HYBRID_SHARD", 2, "--print-steps");
+  EXPECT_NE(result.output.find("sharding_strategy=HYBRID_SHARD with all 2 processes on one node shards over all of "
+                               "them and replicates nothing, which is FULL_SHARD"),
+            std::string::npos)
+      << result.output;
+  testing::expect_steps_close(step_lines(result.output),
+                              step_lines(run_print_steps("fsdp:min_num_params=20", 2, "adam", "--model mlp")), 0.0,
+                              "HYBRID_SHARD on one node vs FULL_SHARD");
+}
+
+std::string failure(const std::string& strategy, int64_t ranks) {
+  testing::TemporaryDirectory dir;
+  const auto result = run_command(
+      train_command(dir.path(), "--strategy \"" + strategy + "\" --devices " + std::to_string(ranks) + " --model mlp"),
+      240);
+  EXPECT_NE(result.exit_code, 0) << strategy << ":\n" << result.output;
+  return result.output;
+}
+
+TEST(FSDPHybridShard, BadSettingsStopTheRunSayingWhatToDo) {
+  EXPECT_NE(failure("fsdp:nprocs_per_node=2", 2).find("nprocs_per_node sizes the nodes of sharding_strategy=HYBRID_SHARD"),
+            std::string::npos);
+  EXPECT_NE(failure("fsdp:sharding_strategy=HYBRID_SHARD,state_dict_type=sharded", 2)
+                .find("HYBRID_SHARD writes full checkpoints only"),
+            std::string::npos);
+  EXPECT_NE(failure("fsdp:sharding_strategy=HYBRID_SHARD,nprocs_per_node=3", 4)
+                .find("expected a world size divisible by nprocs_per_node=3, got 4 processes"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace volt
