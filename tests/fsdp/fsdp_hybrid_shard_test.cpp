@@ -2,9 +2,10 @@
 // across nodes. Four ranks as two simulated nodes of two (nprocs_per_node=2) train like ddp within
 // 1e-6 after every step (ring reduce-scatter in the node plus the peers' all-reduce, against ddp's
 // ring all-reduce: other summation orders), with units by size or by type, with and without
-// bucketing and resharding; the gradients cross nodes only through the peers' group, whose bytes
+// resharding; the gradients cross nodes only through the peers' group, whose bytes
 // per step are the shards' (1/2 of the units' gradients per rank), counted by its Communicator; on
-// one node it warns and is FULL_SHARD bit for bit; bad settings stop the run saying what to do.
+// one node it warns and is FULL_SHARD bit for bit; a resume from its full checkpoint is bitwise
+// the uninterrupted run; bad settings stop the run saying what to do.
 #include <gtest/gtest.h>
 
 #include "tests/distributed/worker_runs.h"
@@ -22,7 +23,6 @@ TEST(FSDPHybridShard, FourRanksAsTwoNodesTrainLikeDDPAfterEveryStep) {
   ASSERT_EQ(ddp.size(), 4u);
   for (const std::string fsdp :
        {"fsdp:min_num_params=20,sharding_strategy=HYBRID_SHARD,nprocs_per_node=2",
-        "fsdp:min_num_params=20,sharding_strategy=HYBRID_SHARD,nprocs_per_node=2,bucket_cap_mb=0",
         "fsdp:min_num_params=20,sharding_strategy=HYBRID_SHARD,nprocs_per_node=2,reshard_after_forward=false"}) {
     testing::expect_steps_close(step_lines(run_print_steps(fsdp, 4, "adam", "--model mlp")), ddp, 1e-6,
                                 fsdp + " vs ddp, 4 ranks");
@@ -75,6 +75,22 @@ TEST(FSDPHybridShard, OnOneNodeItWarnsAndIsFullShardBitForBit) {
   testing::expect_steps_close(step_lines(result.output),
                               step_lines(run_print_steps("fsdp:min_num_params=20", 2, "adam", "--model mlp")), 0.0,
                               "HYBRID_SHARD on one node vs FULL_SHARD");
+}
+
+// A full checkpoint under HYBRID_SHARD (each unit gathered within rank 0's node, written by rank
+// 0): the run resumed from it is bit for bit the uninterrupted one, on every rank of both nodes.
+TEST(FSDPHybridShard, AResumeFromItsFullCheckpointIsBitwiseTheUninterruptedRun) {
+  testing::TemporaryDirectory first, whole;
+  const std::string flags = "--strategy fsdp:min_num_params=20,sharding_strategy=HYBRID_SHARD,nprocs_per_node=2 "
+                            "--model mlp --devices 4 --optimizer adam --batch-size 4 --checkpoint-every-epoch";
+  testing::trained(first.path(), flags, 1);
+  const auto checkpoint = testing::newest_checkpoint(first.path());
+  ASSERT_FALSE(checkpoint.empty());
+  const auto resumed = testing::trained(first.path(), flags + " --ckpt-path " + checkpoint.string(), 2);
+  const auto uninterrupted = testing::trained(whole.path(), flags, 2);
+  ASSERT_EQ(resumed.size(), 4u);
+  ASSERT_EQ(uninterrupted.size(), 4u);
+  for (size_t r = 0; r < 4; ++r) EXPECT_EQ(resumed[r].params, uninterrupted[r].params) << "rank " << r;
 }
 
 std::string failure(const std::string& strategy, int64_t ranks) {
