@@ -38,7 +38,8 @@ ModuleSelector ModuleSelector::by_predicate(Predicate predicate, std::string des
   return ModuleSelector(std::move(predicate), std::move(description));
 }
 
-std::vector<SelectedModule> ModuleSelector::select(torch::nn::Module& root, const std::string& what) const {
+std::vector<SelectedModule> ModuleSelector::select(torch::nn::Module& root, const std::string& what,
+                                                   bool required) const {
   std::vector<SelectedModule> selected;
   std::set<std::string> types_seen;
   std::set<const torch::nn::Module*> visited;
@@ -65,7 +66,7 @@ std::vector<SelectedModule> ModuleSelector::select(torch::nn::Module& root, cons
     }
   };
   walk(root, "");
-  if (selected.empty()) {
+  if (selected.empty() && required) {
     std::string types;
     for (const auto& type : types_seen) types += (types.empty() ? "" : ", ") + type;
     throw ConfigurationError(what + " selects the modules of " + description_ +

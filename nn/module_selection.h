@@ -33,8 +33,8 @@ class ModuleSelector {
   static ModuleSelector by_predicate(Predicate predicate, std::string description);
 
   // The selected modules, in module order. Throws ConfigurationError, naming `what` (the option),
-  // the selector and the model's module types, when nothing is selected.
-  std::vector<SelectedModule> select(torch::nn::Module& root, const std::string& what) const;
+  // the selector and the model's module types, when nothing is selected and `required`.
+  std::vector<SelectedModule> select(torch::nn::Module& root, const std::string& what, bool required = true) const;
   const std::string& description() const { return description_; }
 
  private:

@@ -64,10 +64,10 @@ const WrappedByType* first_never_called(const std::vector<WrappedByType>& wrappe
 }
 
 std::vector<WrappedByType> wrap_by_type(torch::nn::Module& root, const ModuleSelector& selector,
-                                        const std::string& what) {
+                                        const std::string& what, bool required) {
   std::vector<WrappedByType> wrapped;
-  for (auto& selected : selector.select(root, what)) {
-    WrappedByType item{selected, std::make_shared<UnitForwardWrapper>(), std::nullopt};
+  for (auto& selected : selector.select(root, what, required)) {
+    WrappedByType item{selected, std::make_shared<UnitForwardWrapper>(), std::nullopt, what};
     add_forward_wrapper(*selected.module, item.wrapper);
     if (selected.sequential != nullptr)
       item.routed = route_sequential_entry(*selected.sequential, selected.index, *selected.module);

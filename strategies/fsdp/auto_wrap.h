@@ -12,8 +12,8 @@
 // cannot be intercepted: its parameters belong to the nearest enclosing unit (often the root)
 // unless the model wraps it with fsdp::wrap(). The names of parameters do not change.
 //
-// By type (fsdp:wrap=Block, PyTorch's ModuleWrapPolicy): every module of the types, in any
-// container, becomes a unit through a forward wrapper (Note [Calling a module through volt]) that
+// By type (fsdp:wrap=Block, PyTorch's ModuleWrapPolicy), or marked by fsdp::shard(): every such
+// module, in any container, becomes a unit through a forward wrapper (Note [Calling a module through volt]) that
 // runs its calls through volt::call, and its Sequential entry, if it is one, between the unit's
 // gather and release. The module stays where it is; nothing else of the model changes.
 #include <torch/torch.h>
@@ -62,12 +62,13 @@ struct WrappedByType {
   SelectedModule selected;
   std::shared_ptr<UnitForwardWrapper> wrapper;
   std::optional<RoutedEntry> routed;  // its Sequential entry, routed through the wrapper
+  std::string origin;  // what chose it, for messages: "--strategy fsdp:wrap=Block", "volt::fsdp::shard"
 };
 
-// Makes every module `selector` selects below `root` a unit's site (an error naming `what` when
-// it selects none).
+// Makes every module `selector` selects below `root` a unit's site; `what` is the choice's name
+// (its origin, and the error when `required` and it selects none).
 std::vector<WrappedByType> wrap_by_type(torch::nn::Module& root, const ModuleSelector& selector,
-                                        const std::string& what);
+                                        const std::string& what, bool required = true);
 // Unbinds the wrapper, removes it and puts the entry back.
 void unwrap(WrappedByType& wrapped);
 // The first of `wrapped` whose module has not run through its wrapper yet; null when all have.

@@ -56,7 +56,7 @@ void FSDPStrategy::wrap_module(torch::nn::Module& module) {
   }
   try {
     auto_wrapped_ = fsdp::auto_wrap(module, options_.size_threshold());
-    if (!options_.wrap.empty()) wrap_by_type(module);
+    wrap_by_type(module);  // wrap= and fsdp::shard()
     build_units(module);
   } catch (...) {
     unbind_units();  // nothing half-built stays bound to the model or registered around it
@@ -147,12 +147,12 @@ torch::Tensor FSDPStrategy::run_step(RunningStage stage, torch::nn::Module& modu
     const auto* unreached = fsdp::first_never_called(wrapped_by_type_);
     if (unreached == nullptr) throw;
     const auto& path = unreached->selected.path;
-    throw ConfigurationError("--strategy fsdp:wrap=" + options_.wrap + ": the step failed (" + error.what() +
-                             ") while '" + path + "', a unit by type, has not run through its unit once: called as " +
+    throw ConfigurationError("--strategy fsdp: the step failed (" + std::string(error.what()) + ") while '" + path +
+                             "' (a unit by " + unreached->origin + ") has not run through its unit once: called as " +
                              path + "->forward(...), which LibTorch gives volt no hook into, it reads its released "
                              "(empty) parameters. Call it as volt::call(" + path +
-                             ", args...) (nn/module_call.h), put it in a torch::nn::Sequential, or leave its type out "
-                             "of wrap");
+                             ", args...) (nn/module_call.h), put it in a torch::nn::Sequential, or do not make it a "
+                             "unit");
   }
 }
 

@@ -100,7 +100,7 @@ class FSDPStrategy : public ParallelStrategy {
   void wrap_module(torch::nn::Module& module) override;  // [collective]
 
  private:
-  // fsdp:wrap's modules become units' sites (auto_wrap.h).
+  // fsdp:wrap's modules and those fsdp::shard() marked become units' sites (auto_wrap.h).
   void wrap_by_type(torch::nn::Module& root);
   void build_units(torch::nn::Module& root);
   void unbind_units();

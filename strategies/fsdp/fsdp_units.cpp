@@ -21,8 +21,20 @@ fsdp::UnitSettings FSDPStrategy::unit_settings(bool is_root) const {
 }
 
 void FSDPStrategy::wrap_by_type(torch::nn::Module& root) {
-  wrapped_by_type_ =
-      fsdp::wrap_by_type(root, ModuleSelector::by_type(options_.wrap), "--strategy fsdp:wrap=" + options_.wrap);
+  if (!options_.wrap.empty())
+    wrapped_by_type_ =
+        fsdp::wrap_by_type(root, ModuleSelector::by_type(options_.wrap), "--strategy fsdp:wrap=" + options_.wrap);
+  // Modules the model marked with fsdp::shard(), unless a type already made them units.
+  std::set<const torch::nn::Module*> taken;
+  for (const auto& item : wrapped_by_type_) taken.insert(item.selected.module);
+  auto marked = fsdp::wrap_by_type(root,
+                                   ModuleSelector::by_predicate(
+                                       [&taken](const std::string&, const torch::nn::Module& m) {
+                                         return fsdp::is_marked_for_sharding(m) && taken.count(&m) == 0;
+                                       },
+                                       "fsdp::shard"),
+                                   "volt::fsdp::shard", /*required=*/false);
+  for (auto& item : marked) wrapped_by_type_.push_back(std::move(item));
 }
 
 // Each trainable parameter belongs to the innermost unit above it: walking the module tree, the

@@ -1,6 +1,44 @@
 #include "strategies/fsdp/fully_sharded_module.h"
 
+#include <mutex>
+#include <unordered_map>
+
+#include "core/error.h"
+
 namespace volt::fsdp {
+
+namespace {
+
+// The modules shard() marked, by address; the weak pointer tells a live module from a new one at
+// a freed one's address.
+struct Marks {
+  std::mutex mutex;
+  std::unordered_map<const torch::nn::Module*, std::weak_ptr<torch::nn::Module>> by_module;
+};
+
+Marks& marks() {
+  static Marks* instance = new Marks();  // never destroyed: modules may outlive statics
+  return *instance;
+}
+
+}  // namespace
+
+void shard(const std::shared_ptr<torch::nn::Module>& module) {
+  check<ConfigurationError>(module != nullptr, "volt::fsdp::shard: expected a module, got nullptr");
+  auto& m = marks();
+  std::lock_guard<std::mutex> lock(m.mutex);
+  std::erase_if(m.by_module, [](const auto& item) { return item.second.expired(); });
+  m.by_module[module.get()] = module;
+}
+
+bool is_marked_for_sharding(const torch::nn::Module& module) {
+  auto& m = marks();
+  std::lock_guard<std::mutex> lock(m.mutex);
+  const auto it = m.by_module.find(&module);
+  if (it == m.by_module.end()) return false;
+  const auto alive = it->second.lock();
+  return alive != nullptr && alive.get() == &module;
+}
 
 FullyShardedImpl::FullyShardedImpl(torch::nn::AnyModule module) : module_(std::move(module)) {
   auto& wrapped = *module_.ptr();

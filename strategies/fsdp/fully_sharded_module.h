@@ -50,6 +50,20 @@ class FullyShardedImpl : public torch::nn::Module {
 
 TORCH_MODULE_IMPL(FullyShardedModule, FullyShardedImpl);
 
+// FSDP2's fully_shard(module), volt's form: marks `module` as a unit of its own under `--strategy
+// fsdp`, for a model built where it is known (its constructor, Module::configure_model) rather
+// than chosen by an option (wrap=, min_num_params). The module stays as it is: fsdp reaches it
+// where the model calls it through volt::call, or as a Sequential's entry (Note [Calling a module
+// through volt]); under any other strategy the mark changes nothing. It lasts as long as the
+// module; `module` must be held by a shared_ptr (a ModuleHolder, anything register_module gave).
+void shard(const std::shared_ptr<torch::nn::Module>& module);
+template <typename ModuleType>
+void shard(const torch::nn::ModuleHolder<ModuleType>& module) {
+  shard(std::static_pointer_cast<torch::nn::Module>(module.ptr()));
+}
+// Whether shard() marked this module object (and it is still alive).
+bool is_marked_for_sharding(const torch::nn::Module& module);
+
 // Runs `forward` between `unit`'s gather and release (abort_forward when it throws); the output is
 // what the unit hooks for its backward. A null unit: `forward` alone.
 torch::Tensor forward_in_unit(FullyShardedUnit* unit, const std::function<torch::Tensor()>& forward);

@@ -5,8 +5,9 @@
 // mask), with dropout inside). Checkpointing changes no bit of training under any strategy (the
 // recompute draws the same dropout masks and sums the same gradients in the same order); units
 // around the blocks train like ddp within 1e-6 (ring reduce-scatter vs ring all-reduce orders),
-// with and without checkpointing inside them; a Sequential's entries are reached too; bad input
-// stops the run naming what to do.
+// with and without checkpointing inside them, and likewise blocks the model marked with
+// volt::fsdp::shard (which ddp ignores); a Sequential's entries are reached too; bad input stops
+// the run naming what to do.
 #include <gtest/gtest.h>
 
 #include "strategies/single_device_strategy.h"
@@ -86,19 +87,24 @@ TEST(FSDPWrapByType, UnitsAroundBlocksCalledThroughVoltCallTrainLikeDDP) {
         "fsdp:wrap=RegressionBlock,activation_checkpointing=RegressionBlock"}) {
     expect_steps_close(blocks_steps(fsdp, 2), ddp, 1e-6, fsdp + " vs ddp");
   }
+  // Marked by volt::fsdp::shard where the model builds them: units under fsdp, nothing under ddp.
+  expect_steps_close(blocks_steps("fsdp", 2, "blocks_sharded"), ddp, 1e-6, "fsdp, blocks marked by shard(), vs ddp");
+  expect_steps_close(blocks_steps("ddp", 2, "blocks_sharded"), ddp, 0.0, "ddp ignores the marks");
 }
 
-TEST(FSDPWrapByType, EachSelectedModuleIsAUnitOfItsOwn) {
-  TemporaryDirectory dir;
-  const auto result = run_command(
-      train_command(dir.path(), "--strategy fsdp:wrap=RegressionBlock --devices 2 --optimizer adam --model blocks"),
-      240);
-  ASSERT_EQ(result.exit_code, 0) << result.output;
-  double units = 0;
-  for (const auto& row : read_csv(dir.path() + "/volt_logs/version_0/metrics.csv")) {
-    if (row.count("fsdp/units") && !row.at("fsdp/units").empty()) units = std::stod(row.at("fsdp/units"));
+TEST(FSDPWrapByType, EachSelectedOrMarkedModuleIsAUnitOfItsOwn) {
+  for (const std::string flags : {"--strategy fsdp:wrap=RegressionBlock --model blocks",
+                                  "--strategy fsdp --model blocks_sharded",
+                                  "--strategy fsdp:wrap=RegressionBlock --model blocks_sharded"}) {
+    TemporaryDirectory dir;
+    const auto result = run_command(train_command(dir.path(), flags + " --devices 2 --optimizer adam"), 240);
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+    double units = 0;
+    for (const auto& row : read_csv(dir.path() + "/volt_logs/version_0/metrics.csv")) {
+      if (row.count("fsdp/units") && !row.at("fsdp/units").empty()) units = std::stod(row.at("fsdp/units"));
+    }
+    EXPECT_EQ(units, 3) << flags << ": the root and one unit per RegressionBlock, each once";
   }
-  EXPECT_EQ(units, 3) << "the root and one unit per RegressionBlock";
 }
 
 std::string failure_of(const std::string& strategy, const std::string& model, int64_t ranks = 2) {
@@ -139,7 +145,9 @@ TEST(Policies, BadInputStopsTheRunSayingWhatToDo) {
 
   // The same for a unit by type: its parameters stay released, and the step's error names why.
   const auto released = failure_of("fsdp:wrap=RegressionBlock|Linear", "blocks");
-  EXPECT_NE(released.find("'linear', a unit by type, has not run through its unit once"), std::string::npos)
+  EXPECT_NE(released.find("'linear' (a unit by --strategy fsdp:wrap=RegressionBlock|Linear) has not run through "
+                          "its unit once"),
+            std::string::npos)
       << released;
   EXPECT_NE(released.find("Call it as volt::call(linear, args...)"), std::string::npos) << released;
 

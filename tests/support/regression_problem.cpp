@@ -17,7 +17,11 @@ torch::Tensor RegressionBlockImpl::forward(const torch::Tensor& x, const torch::
 RegressionModule::RegressionModule(RegressionOptions opts) : options(std::move(opts)) {
   if (options.blocks > 0) {
     blocks = register_module("blocks", torch::nn::ModuleList());
-    for (int64_t i = 0; i < options.blocks; ++i) blocks->push_back(RegressionBlock(options.features, options.block_dropout));
+    for (int64_t i = 0; i < options.blocks; ++i) {
+      RegressionBlock block(options.features, options.block_dropout);
+      if (options.shard_blocks) fsdp::shard(block);
+      blocks->push_back(block);
+    }
   }
   if (options.hidden > 0) {
     body = register_module("body", torch::nn::Sequential(torch::nn::Linear(options.features, options.hidden),

@@ -43,6 +43,7 @@ struct RegressionOptions {
   // of block_dropout inside: modules a policy reaches by type (activation_checkpointing, fsdp:wrap).
   int64_t blocks = 0;
   double block_dropout = 0.0;
+  bool shard_blocks = false;  // with blocks: each marked by volt::fsdp::shard, a unit of its own under fsdp
 };
 
 // x + mask * tanh(W x) with a dropout on the update: a residual block of the shape a transformer's
