@@ -7,6 +7,34 @@
 
 namespace volt {
 
+namespace {
+
+// Every rank creates every group of `groups`, in order (new_group is a collective over the world's
+// numbering of groups; only members connect); returns this rank's (null when it is in none), the
+// world itself for a group of every rank.
+std::shared_ptr<Communicator> own_group(const std::shared_ptr<Communicator>& world,
+                                        const std::vector<std::vector<int64_t>>& groups) {
+  std::shared_ptr<Communicator> mine;
+  for (const auto& members : groups) {
+    if (static_cast<int64_t>(members.size()) == world->size()) {
+      mine = world;
+      continue;
+    }
+    if (auto group = world->new_group(members)) mine = std::move(group);
+  }
+  return mine;
+}
+
+}  // namespace
+
+std::vector<std::vector<int64_t>> Topology::nodes() const {
+  std::vector<std::vector<int64_t>> nodes(static_cast<size_t>(num_nodes_));
+  for (size_t r = 0; r < node_of_rank_.size(); ++r) {
+    nodes[static_cast<size_t>(node_of_rank_[r])].push_back(static_cast<int64_t>(r));
+  }
+  return nodes;
+}
+
 std::unique_ptr<Topology> Topology::build(std::shared_ptr<Communicator> world, const ProcessTopology& process,
                                           std::optional<int64_t> node_size) {
   VOLT_INTERNAL_ASSERT(world != nullptr, "Topology::build needs the world communicator");
@@ -37,28 +65,12 @@ std::unique_ptr<Topology> Topology::build(std::shared_ptr<Communicator> world, c
   const int64_t me = t.world_->rank();
   t.node_index_ = t.node_of_rank_[static_cast<size_t>(me)];
   t.num_nodes_ = *std::max_element(t.node_of_rank_.begin(), t.node_of_rank_.end()) + 1;
-  // Every rank creates every node's group, in node order (new_group is a collective over the
-  // world's numbering of groups); only members connect.
+  const auto nodes = t.nodes();
+  t.node_size_ = static_cast<int64_t>(nodes[static_cast<size_t>(t.node_index_)].size());
+  t.node_ = own_group(t.world_, nodes);
   std::vector<int64_t> leaders;
-  for (int64_t node = 0; node < t.num_nodes_; ++node) {
-    std::vector<int64_t> members;
-    for (int64_t r = 0; r < n; ++r) {
-      if (t.node_of_rank_[static_cast<size_t>(r)] == node) members.push_back(r);
-    }
-    leaders.push_back(members.front());
-    if (node == t.node_index_) t.node_size_ = static_cast<int64_t>(members.size());
-    if (static_cast<int64_t>(members.size()) == n) {
-      t.node_ = t.world_;
-      continue;
-    }
-    auto group = t.world_->new_group(members);
-    if (node == t.node_index_) t.node_ = std::move(group);
-  }
-  if (static_cast<int64_t>(leaders.size()) == n) {
-    t.leaders_ = t.world_;
-  } else {
-    t.leaders_ = t.world_->new_group(leaders);
-  }
+  for (const auto& node : nodes) leaders.push_back(node.front());
+  t.leaders_ = own_group(t.world_, {leaders});
   return topology;
 }
 
@@ -77,27 +89,17 @@ Communicator& Topology::consecutive_group(int64_t size) {
 
 Communicator& Topology::peers() {
   if (peers_) return *peers_;
-  const int64_t n = world_size();
-  std::vector<std::vector<int64_t>> nodes(static_cast<size_t>(num_nodes_));
-  for (int64_t r = 0; r < n; ++r) nodes[static_cast<size_t>(node_of_rank_[static_cast<size_t>(r)])].push_back(r);
+  const auto nodes = this->nodes();
   for (const auto& node : nodes) {
     check<ConfigurationError>(node.size() == nodes.front().size(), "Topology: replicas across nodes need nodes of one "
                               "size; node 0 has ", nodes.front().size(), " processes and another ", node.size(),
                               "; run as many processes on every node");
   }
-  const int64_t me = world_->rank();
-  // Every rank creates every place's group, in place order (new_group's contract).
-  for (size_t place = 0; place < nodes.front().size(); ++place) {
-    std::vector<int64_t> members;
-    for (const auto& node : nodes) members.push_back(node[place]);
-    const bool mine = std::find(members.begin(), members.end(), me) != members.end();
-    if (static_cast<int64_t>(members.size()) == n) {
-      peers_ = world_;
-      continue;
-    }
-    auto group = world_->new_group(members);
-    if (mine) peers_ = std::move(group);
+  std::vector<std::vector<int64_t>> places(nodes.front().size());
+  for (size_t place = 0; place < places.size(); ++place) {
+    for (const auto& node : nodes) places[place].push_back(node[place]);
   }
+  peers_ = own_group(world_, places);
   VOLT_INTERNAL_ASSERT(peers_ != nullptr, "Topology::peers: this rank is in no place's group");
   return *peers_;
 }

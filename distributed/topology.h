@@ -72,6 +72,8 @@ class Topology {
 
  private:
   Topology() = default;
+  // Each node's ranks, in rank order, by node index.
+  std::vector<std::vector<int64_t>> nodes() const;
 
   std::shared_ptr<Communicator> world_;
   std::shared_ptr<Communicator> node_;

@@ -99,10 +99,13 @@ torch::Tensor run_wrapped_forward(torch::nn::Module& module, const std::vector<t
   return composed(tensors);
 }
 
-std::string module_type_name(const torch::nn::Module& module) {
-  std::string name = c10::demangle(typeid(module).name());
-  if (name.size() > 4 && name.compare(name.size() - 4, 4, "Impl") == 0) name.resize(name.size() - 4);
+std::string without_impl_suffix(std::string name) {
+  if (name.size() > 4 && name.ends_with("Impl")) name.resize(name.size() - 4);
   return name;
+}
+
+std::string module_type_name(const torch::nn::Module& module) {
+  return without_impl_suffix(c10::demangle(typeid(module).name()));
 }
 
 namespace detail {
@@ -117,14 +120,22 @@ void throw_not_a_tensor_forward(const torch::nn::Module& module, const char* res
 
 }  // namespace detail
 
+RoutedEntry replace_sequential_entry(torch::nn::SequentialImpl& sequential, size_t index,
+                                     torch::nn::AnyModule replacement) {
+  VOLT_INTERNAL_ASSERT(index < sequential.size(), "replace_sequential_entry: entry ", index, " of ", sequential.size());
+  auto& entry = *(sequential.begin() + static_cast<std::ptrdiff_t>(index));
+  RoutedEntry replaced{&sequential, index, entry};
+  entry = std::move(replacement);
+  return replaced;
+}
+
 std::optional<RoutedEntry> route_sequential_entry(torch::nn::SequentialImpl& sequential, size_t index,
                                                   torch::nn::Module& entry_module) {
   VOLT_INTERNAL_ASSERT(index < sequential.size(), "route_sequential_entry: entry ", index, " of ", sequential.size());
-  auto& entry = *(sequential.begin() + static_cast<std::ptrdiff_t>(index));
+  const auto& entry = *(sequential.begin() + static_cast<std::ptrdiff_t>(index));
   if (dynamic_cast<CalledThroughImpl*>(entry.ptr().get()) != nullptr) return std::nullopt;
-  RoutedEntry routed{&sequential, index, entry};
-  entry = torch::nn::AnyModule(CalledThrough(std::make_shared<CalledThroughImpl>(entry, entry_module)));
-  return routed;
+  return replace_sequential_entry(
+      sequential, index, torch::nn::AnyModule(CalledThrough(std::make_shared<CalledThroughImpl>(entry, entry_module))));
 }
 
 void restore_sequential_entry(const RoutedEntry& routed) {

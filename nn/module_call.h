@@ -61,6 +61,8 @@ torch::Tensor run_wrapped_forward(torch::nn::Module& module, const std::vector<t
 // `module`'s type as a policy names it: the class name without a trailing "Impl" ("Block" for
 // BlockImpl, "torch::nn::Linear" for torch::nn::LinearImpl).
 std::string module_type_name(const torch::nn::Module& module);
+// `name` without a trailing "Impl" (a name that is only "Impl" stays).
+std::string without_impl_suffix(std::string name);
 
 namespace detail {
 
@@ -134,16 +136,20 @@ auto call(Holder&& module, Args&&... args) -> std::decay_t<decltype(module->forw
   }
 }
 
-// Replaces entry `index` of `sequential` (the module `entry_module`, registered there) by one
-// that calls it through its wrappers; returns what restore_sequential_entry needs to put it back.
-// An entry that calls through already is left as it is (nullopt).
+// An entry of a Sequential's forward replaced by another module (the Sequential's registered
+// children stay as they are), and what puts it back.
 struct RoutedEntry {
   torch::nn::SequentialImpl* sequential;
   size_t index;
   torch::nn::AnyModule original;
 };
+RoutedEntry replace_sequential_entry(torch::nn::SequentialImpl& sequential, size_t index,
+                                     torch::nn::AnyModule replacement);
+void restore_sequential_entry(const RoutedEntry& routed);
+// Replaces entry `index` of `sequential` (the module `entry_module`, registered there) by one
+// that calls it through its wrappers. An entry that calls through already is left as it is
+// (nullopt).
 std::optional<RoutedEntry> route_sequential_entry(torch::nn::SequentialImpl& sequential, size_t index,
                                                   torch::nn::Module& entry_module);
-void restore_sequential_entry(const RoutedEntry& routed);
 
 }  // namespace volt

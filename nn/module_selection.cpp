@@ -20,7 +20,7 @@ ModuleSelector ModuleSelector::by_type(const std::string& names) {
   while (std::getline(in, name, '|')) {
     check<ConfigurationError>(!name.empty(), "a module type list expects names joined by '|' (Block|MLP), got '",
                               names, "'");
-    types.insert(name.size() > 4 && name.ends_with("Impl") ? name.substr(0, name.size() - 4) : name);
+    types.insert(without_impl_suffix(name));
   }
   check<ConfigurationError>(!types.empty(), "a module type list expects at least one name (Block), got nothing");
   return ModuleSelector(

@@ -12,8 +12,7 @@ const OptionSchema<SingleDeviceOptions>& SingleDeviceOptions::schema() {
 
 SingleDeviceStrategy::SingleDeviceStrategy(SingleDeviceOptions options) {
   SingleDeviceOptions::schema().validate(options);
-  if (!options.activation_checkpointing.empty())
-    set_activation_checkpointing(ModuleSelector::by_type(options.activation_checkpointing));
+  set_activation_checkpointing(checkpointing_policy(options.activation_checkpointing));
 }
 
 }  // namespace volt

@@ -74,8 +74,7 @@ const ddp::CommHookTraits& DDPStrategy::hook_traits() const {
 DDPStrategy::DDPStrategy(DDPOptions options, std::shared_ptr<const ddp::CommHookSpec> comm_hook)
     : options_(std::move(options)) {
   options_.validate();
-  if (!options_.activation_checkpointing.empty())
-    set_activation_checkpointing(ModuleSelector::by_type(options_.activation_checkpointing));
+  set_activation_checkpointing(checkpointing_policy(options_.activation_checkpointing));
   if (!comm_hook) comm_hook = ddp::comm_hook_registry().create(options_.comm_hook);
   const auto expected = ddp::comm_hook_registry().canonical_name(options_.comm_hook);
   check<ConfigurationError>(comm_hook->name() == expected, "--strategy ddp: expected the comm hook '", expected,

@@ -32,10 +32,10 @@ int64_t wrap_below(torch::nn::Module& module, int64_t min_num_params, std::vecto
     // A Sequential's children are its entries, registered in order ("0", "1", ...).
     if (sequential != nullptr && inside < total && total - inside >= min_num_params &&
         !is_container_without_forward(child_module) && index < sequential->size()) {
-      auto& entry = *(sequential->begin() + static_cast<std::ptrdiff_t>(index));
+      const auto& entry = *(sequential->begin() + static_cast<std::ptrdiff_t>(index));
       auto unit_module = std::make_shared<FullyShardedImpl>(entry);
-      wrapped.push_back({unit_module, &child_module, sequential, index, entry});
-      entry = torch::nn::AnyModule(FullyShardedModule(unit_module));
+      auto replacement = torch::nn::AnyModule(FullyShardedModule(unit_module));
+      wrapped.push_back({unit_module, &child_module, replace_sequential_entry(*sequential, index, replacement)});
       inside = total;
     }
     inside_units += inside;
@@ -46,9 +46,7 @@ int64_t wrap_below(torch::nn::Module& module, int64_t min_num_params, std::vecto
 
 }  // namespace
 
-void unwrap(const AutoWrapped& wrapped) {
-  *(wrapped.parent->begin() + static_cast<std::ptrdiff_t>(wrapped.index)) = wrapped.original;
-}
+void unwrap(const AutoWrapped& wrapped) { restore_sequential_entry(wrapped.entry); }
 
 torch::Tensor UnitForwardWrapper::around(torch::nn::Module&, const std::vector<torch::Tensor>& tensors,
                                          const ModuleForward& forward) {
@@ -56,18 +54,18 @@ torch::Tensor UnitForwardWrapper::around(torch::nn::Module&, const std::vector<t
   return forward_in_unit(unit_.get(), [&] { return forward(tensors); });
 }
 
-const WrappedByType* first_never_called(const std::vector<WrappedByType>& wrapped) {
+const WrappedModule* first_never_called(const std::vector<WrappedModule>& wrapped) {
   for (const auto& item : wrapped) {
     if (item.wrapper->calls() == 0) return &item;
   }
   return nullptr;
 }
 
-std::vector<WrappedByType> wrap_by_type(torch::nn::Module& root, const ModuleSelector& selector,
+std::vector<WrappedModule> wrap_selected(torch::nn::Module& root, const ModuleSelector& selector,
                                         const std::string& what, bool required) {
-  std::vector<WrappedByType> wrapped;
+  std::vector<WrappedModule> wrapped;
   for (auto& selected : selector.select(root, what, required)) {
-    WrappedByType item{selected, std::make_shared<UnitForwardWrapper>(), std::nullopt, what};
+    WrappedModule item{selected, std::make_shared<UnitForwardWrapper>(), std::nullopt, what};
     add_forward_wrapper(*selected.module, item.wrapper);
     if (selected.sequential != nullptr)
       item.routed = route_sequential_entry(*selected.sequential, selected.index, *selected.module);
@@ -76,7 +74,7 @@ std::vector<WrappedByType> wrap_by_type(torch::nn::Module& root, const ModuleSel
   return wrapped;
 }
 
-void unwrap(WrappedByType& wrapped) {
+void unwrap(WrappedModule& wrapped) {
   wrapped.wrapper->bind(nullptr);
   remove_forward_wrapper(*wrapped.selected.module, *wrapped.wrapper);
   if (wrapped.routed) restore_sequential_entry(*wrapped.routed);

@@ -30,9 +30,7 @@ namespace volt::fsdp {
 struct AutoWrapped {
   std::shared_ptr<FullyShardedImpl> unit_module;  // the wrapper now in the Sequential's forward
   torch::nn::Module* tree_module;                 // the wrapped module, where it stays registered
-  torch::nn::SequentialImpl* parent;              // the Sequential, and the wrapper's entry in it
-  size_t index;
-  torch::nn::AnyModule original;                  // the entry before wrapping
+  RoutedEntry entry;                              // the wrapper's entry, and the one it replaced
 };
 
 // Wraps the children of `root`'s Sequentials that the policy selects; returns them, outermost
@@ -58,7 +56,7 @@ class UnitForwardWrapper : public ForwardWrapper {
   int64_t calls_ = 0;
 };
 
-struct WrappedByType {
+struct WrappedModule {
   SelectedModule selected;
   std::shared_ptr<UnitForwardWrapper> wrapper;
   std::optional<RoutedEntry> routed;  // its Sequential entry, routed through the wrapper
@@ -67,11 +65,11 @@ struct WrappedByType {
 
 // Makes every module `selector` selects below `root` a unit's site; `what` is the choice's name
 // (its origin, and the error when `required` and it selects none).
-std::vector<WrappedByType> wrap_by_type(torch::nn::Module& root, const ModuleSelector& selector,
+std::vector<WrappedModule> wrap_selected(torch::nn::Module& root, const ModuleSelector& selector,
                                         const std::string& what, bool required = true);
 // Unbinds the wrapper, removes it and puts the entry back.
-void unwrap(WrappedByType& wrapped);
+void unwrap(WrappedModule& wrapped);
 // The first of `wrapped` whose module has not run through its wrapper yet; null when all have.
-const WrappedByType* first_never_called(const std::vector<WrappedByType>& wrapped);
+const WrappedModule* first_never_called(const std::vector<WrappedModule>& wrapped);
 
 }  // namespace volt::fsdp

@@ -16,8 +16,7 @@ const OptionSchema<FSDPOptions>& FSDPOptions::schema() {
                   "auto-wrap by type: every module of these types (Block, or Block|MLP) becomes a unit, in any "
                   "container; one a Sequential does not call is called through volt::call (PyTorch's "
                   "ModuleWrapPolicy)",
-                  satisfies([](const std::string& names) { return names.empty() || valid_module_types(names); },
-                            "module type names joined by '|' (Block|MLP)"))
+                  module_types_requirement())
           .option("reshard_after_forward", &FSDPOptions::reshard_after_forward,
                   "free a unit's gathered parameters after its forward and gather them again for its backward "
                   "(default true; false keeps them until after the backward, ZeRO-2 style)")
@@ -30,10 +29,7 @@ const OptionSchema<FSDPOptions>& FSDPOptions::schema() {
                   "nothing sharded, gradients all-reduced (DDP inside the units), HYBRID_SHARD = sharded within "
                   "each node, replicated across nodes (gradients reduce-scattered in the node, then all-reduced "
                   "with the other nodes' peers)")
-          .option("nprocs_per_node", &FSDPOptions::nprocs_per_node,
-                  "with HYBRID_SHARD: processes per node, consecutive ranks, a divisor of the world size (unset: "
-                  "the cluster's nodes); also simulates nodes of that size on one machine",
-                  at_least(int64_t{1}))
+          .with(nprocs_per_node_option(&FSDPOptions::nprocs_per_node, "with HYBRID_SHARD: "))
           .option("mixed_precision", &FSDPOptions::mixed_precision,
                   "gather parameters, compute and reduce gradients in the precision's 16-bit dtype (needs "
                   "--precision bf16-mixed on CPU, 16-mixed or bf16-mixed on CUDA); shards stay float32")

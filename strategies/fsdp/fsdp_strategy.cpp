@@ -7,13 +7,13 @@
 #include "strategies/fsdp/fsdp_checkpoint_state.h"
 #include "strategies/fsdp/fsdp_gradients.h"
 #include "strategies/fsdp/fsdp_placement.h"
+#include "strategies/shared_strategy_options.h"
 
 namespace volt {
 
 FSDPStrategy::FSDPStrategy(FSDPOptions options) : options_(options) {
   options_.validate();
-  if (!options_.activation_checkpointing.empty())
-    set_activation_checkpointing(ModuleSelector::by_type(options_.activation_checkpointing));
+  set_activation_checkpointing(checkpointing_policy(options_.activation_checkpointing));
   hold(std::make_shared<FSDPGradients>(*this, *this, state_));
   hold(std::make_shared<FSDPPlacement>(*this, state_));
   hold(std::make_shared<FSDPCheckpointState>(*this, options_.state_dict_type, state_));
@@ -56,7 +56,7 @@ void FSDPStrategy::wrap_module(torch::nn::Module& module) {
   }
   try {
     auto_wrapped_ = fsdp::auto_wrap(module, options_.size_threshold());
-    wrap_by_type(module);  // wrap= and fsdp::shard()
+    wrap_selected_modules(module);  // wrap= and fsdp::shard()
     build_units(module);
   } catch (...) {
     unbind_units();  // nothing half-built stays bound to the model or registered around it
@@ -95,10 +95,7 @@ Communicator* FSDPStrategy::replica_group() {
 }
 
 void FSDPStrategy::check_world_size(int64_t world_size) const {
-  if (!options_.nprocs_per_node) return;  // the cluster's nodes: the Topology checks them
-  check<ConfigurationError>(world_size % *options_.nprocs_per_node == 0, "--strategy fsdp: expected a world size "
-                            "divisible by nprocs_per_node=", *options_.nprocs_per_node, ", got ", world_size,
-                            " processes; choose nprocs_per_node among the divisors of ", world_size);
+  check_nprocs_per_node(world_size, options_.nprocs_per_node, "--strategy fsdp");
 }
 
 std::map<std::string, double> FSDPStrategy::metrics() const {
@@ -144,7 +141,7 @@ torch::Tensor FSDPStrategy::run_step(RunningStage stage, torch::nn::Module& modu
     return ParallelStrategy::run_step(stage, module, batch, step);
   } catch (const c10::Error& error) {
     // LibTorch's own errors only: volt's (a step not defined, a peer's failure) keep their type.
-    const auto* unreached = fsdp::first_never_called(wrapped_by_type_);
+    const auto* unreached = fsdp::first_never_called(wrapped_modules_);
     if (unreached == nullptr) throw;
     const auto& path = unreached->selected.path;
     throw ConfigurationError("--strategy fsdp: the step failed (" + std::string(error.what()) + ") while '" + path +

@@ -101,7 +101,7 @@ class FSDPStrategy : public ParallelStrategy {
 
  private:
   // fsdp:wrap's modules and those fsdp::shard() marked become units' sites (auto_wrap.h).
-  void wrap_by_type(torch::nn::Module& root);
+  void wrap_selected_modules(torch::nn::Module& root);
   void build_units(torch::nn::Module& root);
   void unbind_units();
   fsdp::UnitSettings unit_settings(bool is_root) const;
@@ -117,7 +117,7 @@ class FSDPStrategy : public ParallelStrategy {
   std::shared_ptr<Communicator> alone_;  // NO_SHARD's group of one (made once, at the first setup)
   torch::nn::Module* module_ = nullptr;
   std::vector<fsdp::AutoWrapped> auto_wrapped_;
-  std::vector<fsdp::WrappedByType> wrapped_by_type_;
+  std::vector<fsdp::WrappedModule> wrapped_modules_;
   std::vector<fsdp::FullyShardedImpl*> bound_;  // wrappers bound to a unit
   std::shared_ptr<fsdp::FSDPState> state_ = std::make_shared<fsdp::FSDPState>();  // shared with the parts
   int64_t last_step_peak_ = 0;

@@ -20,26 +20,26 @@ fsdp::UnitSettings FSDPStrategy::unit_settings(bool is_root) const {
   return settings;
 }
 
-void FSDPStrategy::wrap_by_type(torch::nn::Module& root) {
+void FSDPStrategy::wrap_selected_modules(torch::nn::Module& root) {
   if (!options_.wrap.empty())
-    wrapped_by_type_ =
-        fsdp::wrap_by_type(root, ModuleSelector::by_type(options_.wrap), "--strategy fsdp:wrap=" + options_.wrap);
+    wrapped_modules_ =
+        fsdp::wrap_selected(root, ModuleSelector::by_type(options_.wrap), "--strategy fsdp:wrap=" + options_.wrap);
   // Modules the model marked with fsdp::shard(), unless a type already made them units.
   std::set<const torch::nn::Module*> taken;
-  for (const auto& item : wrapped_by_type_) taken.insert(item.selected.module);
-  auto marked = fsdp::wrap_by_type(root,
+  for (const auto& item : wrapped_modules_) taken.insert(item.selected.module);
+  auto marked = fsdp::wrap_selected(root,
                                    ModuleSelector::by_predicate(
                                        [&taken](const std::string&, const torch::nn::Module& m) {
                                          return fsdp::is_marked_for_sharding(m) && taken.count(&m) == 0;
                                        },
                                        "fsdp::shard"),
                                    "volt::fsdp::shard", /*required=*/false);
-  for (auto& item : marked) wrapped_by_type_.push_back(std::move(item));
+  for (auto& item : marked) wrapped_modules_.push_back(std::move(item));
 }
 
 // Each trainable parameter belongs to the innermost unit above it: walking the module tree, the
 // unit changes where a unit's module is met (a hand-wrapped wrapper, an auto-wrapped module, or
-// a module wrapped by type).
+// a module chosen by wrap= or marked by fsdp::shard()).
 void FSDPStrategy::build_units(torch::nn::Module& root) {
   using Bind = std::function<void(const std::shared_ptr<fsdp::FullyShardedUnit>&)>;
   struct Pending {
@@ -56,7 +56,7 @@ void FSDPStrategy::build_units(torch::nn::Module& root) {
   };
   std::unordered_map<const torch::nn::Module*, Bind> unit_site;
   for (const auto& item : auto_wrapped_) unit_site[item.tree_module] = bind_wrapper(item.unit_module.get());
-  for (const auto& item : wrapped_by_type_) {
+  for (const auto& item : wrapped_modules_) {
     unit_site[item.selected.module] = [wrapper = item.wrapper](const std::shared_ptr<fsdp::FullyShardedUnit>& unit) {
       wrapper->bind(unit);
     };
@@ -116,8 +116,8 @@ void FSDPStrategy::unbind_units() {
   bound_.clear();
   for (const auto& item : auto_wrapped_) fsdp::unwrap(item);
   auto_wrapped_.clear();
-  for (auto it = wrapped_by_type_.rbegin(); it != wrapped_by_type_.rend(); ++it) fsdp::unwrap(*it);
-  wrapped_by_type_.clear();
+  for (auto it = wrapped_modules_.rbegin(); it != wrapped_modules_.rend(); ++it) fsdp::unwrap(*it);
+  wrapped_modules_.clear();
   state_->clear();
   module_ = nullptr;
 }

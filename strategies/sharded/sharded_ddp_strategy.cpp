@@ -29,8 +29,7 @@ ShardedDDPStrategy::ShardedDDPStrategy(ShardedDDPOptions options)
       gradients_(std::make_shared<Gradients>(*this, *this)),
       buffers_(std::make_shared<BufferBroadcastPlacement>(*this, *this, options_.broadcast_buffers)) {
   options_.validate();
-  if (!options_.activation_checkpointing.empty())
-    set_activation_checkpointing(ModuleSelector::by_type(options_.activation_checkpointing));
+  set_activation_checkpointing(checkpointing_policy(options_.activation_checkpointing));
   hold(gradients_);
   hold(buffers_);
   hold(std::make_shared<CheckpointState>(*this, options_.state_dict_type));

@@ -21,10 +21,7 @@ const OptionSchema<SlowMoOptions>& SlowMoOptions::schema() {
                   at_least(int64_t{1}))
           .option("localsgd_frequency", &SlowMoOptions::localsgd_frequency,
                   "optimizer steps between averages of the models across nodes", at_least(int64_t{1}))
-          .option("nprocs_per_node", &SlowMoOptions::nprocs_per_node,
-                  "processes per node, consecutive ranks, a divisor of the world size (unset: the cluster's); "
-                  "also simulates nodes of that size on one machine",
-                  at_least(int64_t{1}))
+          .with(nprocs_per_node_option(&SlowMoOptions::nprocs_per_node))
           .option("memory_efficient", &SlowMoOptions::memory_efficient,
                   "shard the slow momentum buffers (x_old, u) across ranks: 2/shards of the model per rank, not 2x")
           .alias("slowmo_memory_efficient")  // fairscale's name
@@ -67,10 +64,7 @@ SlowMoStrategy::SlowMoStrategy(SlowMoOptions options) : DDPStrategy(options.ddp(
 }
 
 void SlowMoStrategy::check_world_size(int64_t world_size) const {
-  if (!options_.nprocs_per_node) return;  // the cluster's nodes: the Topology checks them
-  check<ConfigurationError>(world_size % *options_.nprocs_per_node == 0, "--strategy slowmo: expected a world size "
-                            "divisible by nprocs_per_node=", *options_.nprocs_per_node, ", got ", world_size,
-                            " processes; choose nprocs_per_node among the divisors of ", world_size);
+  check_nprocs_per_node(world_size, options_.nprocs_per_node, "--strategy slowmo");
 }
 
 Communicator& SlowMoStrategy::gradient_group() { return build_topology(options_.nprocs_per_node).node(); }

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/distributed/worker_runs.h"
+#include "tests/support/regression_problem.h"
 
 namespace volt {
 namespace {
@@ -93,22 +94,15 @@ TEST(FSDPHybridShard, AResumeFromItsFullCheckpointIsBitwiseTheUninterruptedRun) 
   for (size_t r = 0; r < 4; ++r) EXPECT_EQ(resumed[r].params, uninterrupted[r].params) << "rank " << r;
 }
 
-std::string failure(const std::string& strategy, int64_t ranks) {
-  testing::TemporaryDirectory dir;
-  const auto result = run_command(
-      train_command(dir.path(), "--strategy \"" + strategy + "\" --devices " + std::to_string(ranks) + " --model mlp"),
-      240);
-  EXPECT_NE(result.exit_code, 0) << strategy << ":\n" << result.output;
-  return result.output;
-}
-
-TEST(FSDPHybridShard, BadSettingsStopTheRunSayingWhatToDo) {
-  EXPECT_NE(failure("fsdp:nprocs_per_node=2", 2).find("nprocs_per_node sizes the nodes of sharding_strategy=HYBRID_SHARD"),
+// Checked when the Trainer is constructed, before any process starts.
+TEST(FSDPHybridShard, BadSettingsFailAtConstructionSayingWhatToDo) {
+  EXPECT_NE(testing::trainer_construction_error("fsdp:nprocs_per_node=2", 2)
+                .find("nprocs_per_node sizes the nodes of sharding_strategy=HYBRID_SHARD"),
             std::string::npos);
-  EXPECT_NE(failure("fsdp:sharding_strategy=HYBRID_SHARD,state_dict_type=sharded", 2)
+  EXPECT_NE(testing::trainer_construction_error("fsdp:sharding_strategy=HYBRID_SHARD,state_dict_type=sharded", 2)
                 .find("HYBRID_SHARD writes full checkpoints only"),
             std::string::npos);
-  EXPECT_NE(failure("fsdp:sharding_strategy=HYBRID_SHARD,nprocs_per_node=3", 4)
+  EXPECT_NE(testing::trainer_construction_error("fsdp:sharding_strategy=HYBRID_SHARD,nprocs_per_node=3", 4)
                 .find("expected a world size divisible by nprocs_per_node=3, got 4 processes"),
             std::string::npos);
 }

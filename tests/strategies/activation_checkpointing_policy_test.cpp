@@ -10,6 +10,7 @@
 // the run naming what to do.
 #include <gtest/gtest.h>
 
+#include "strategies/ddp/ddp_strategy.h"
 #include "strategies/single_device_strategy.h"
 #include "tests/distributed/worker_runs.h"
 #include "tests/support/regression_problem.h"
@@ -125,10 +126,6 @@ TEST(Policies, BadInputStopsTheRunSayingWhatToDo) {
   EXPECT_NE(nothing.find("volt::testing::RegressionBlock"), std::string::npos) << "lists the model's types\n"
                                                                              << nothing;
 
-  const auto both = failure_of("fsdp:wrap=RegressionBlock,min_num_params=10", "blocks");
-  EXPECT_NE(both.find("wrap=RegressionBlock and min_num_params both choose the units; give one of the two"),
-            std::string::npos)
-      << both;
 
   // The model calls its linear layer as linear->forward(x): nothing can intercept that call.
   const auto unreached = failure_of("single_device:activation_checkpointing=Linear", "linear", 1);
@@ -151,8 +148,34 @@ TEST(Policies, BadInputStopsTheRunSayingWhatToDo) {
       << released;
   EXPECT_NE(released.find("Call it as volt::call(linear, args...)"), std::string::npos) << released;
 
-  const auto malformed = failure_of("ddp:activation_checkpointing=Block||MLP", "blocks");
-  EXPECT_NE(malformed.find("module type names joined by '|' (Block|MLP)"), std::string::npos) << malformed;
+}
+
+// Checked when the Trainer is constructed, before any process starts.
+TEST(Policies, BadSettingsFailAtConstruction) {
+  EXPECT_NE(trainer_construction_error("fsdp:wrap=RegressionBlock,min_num_params=10", 2)
+                .find("wrap=RegressionBlock and min_num_params both choose the units; give one of the two"),
+            std::string::npos);
+  EXPECT_NE(trainer_construction_error("ddp:activation_checkpointing=Block||MLP", 2)
+                .find("module type names joined by '|' (Block|MLP)"),
+            std::string::npos);
+  EXPECT_NE(trainer_construction_error("fsdp:wrap=|Block", 2).find("module type names joined by '|'"),
+            std::string::npos);
+}
+
+// A captured step replays device work only: the recompute's host-side generator states would not
+// be set again, so a policy is refused by every strategy a graph can hold.
+TEST(Policies, ACapturedStepRefusesActivationCheckpointing) {
+  EXPECT_NO_THROW(SingleDeviceStrategy().check_capturable());
+  const auto single = error_message_of<NotSupportedError>([] {
+    SingleDeviceStrategy(SingleDeviceOptions{"RegressionBlock"}).check_capturable();
+  });
+  EXPECT_NE(single.find("--strategy single_device:activation_checkpointing recomputes forwards in the backward"),
+            std::string::npos)
+      << single;
+  DDPOptions ddp_options;
+  ddp_options.activation_checkpointing = "RegressionBlock";
+  const auto ddp = error_message_of<NotSupportedError>([&] { DDPStrategy(ddp_options).check_capturable(); });
+  EXPECT_NE(ddp.find("--strategy ddp:activation_checkpointing recomputes forwards"), std::string::npos) << ddp;
 }
 
 }  // namespace
