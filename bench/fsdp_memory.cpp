@@ -22,58 +22,20 @@
 #include <cstdio>
 
 #include "bench/block_mlp.h"
+#include "bench/model_state_probe.h"
 #include "bench/ranked_runs.h"
 #include "trainer/run_main.h"
 
 namespace {
 
+using volt::bench::MemoryProbe;
 using volt::bench::mib;
-using volt::bench::storage_bytes;
+using volt::bench::model_state;
 
 using volt::bench::BlockMlp;
 using volt::bench::kBlocks;
 constexpr int64_t kWidth = volt::bench::kBlockWidth, kBatch = 16;
 
-
-std::vector<torch::Tensor> kept_parameters(volt::Module& module, torch::optim::Optimizer& optimizer) {
-  auto tensors = module.parameters();
-  for (auto& group : optimizer.param_groups()) {
-    for (auto& p : group.params()) tensors.push_back(p);
-  }
-  return tensors;
-}
-
-// Counts what the table reports, on every rank; RankReporter prints it at the end of training.
-class MemoryProbe : public volt::bench::RankReporter {
- public:
-  using RankReporter::RankReporter;
-
-  void on_before_optimizer_step(volt::Trainer&, volt::Module& module, torch::optim::Optimizer& optimizer) override {
-    const auto kept = kept_parameters(module, optimizer);
-    std::vector<torch::Tensor> grads;
-    for (const auto& p : kept) grads.push_back(p.grad());
-    grad_bytes_ = std::max(grad_bytes_, storage_bytes(grads));
-    param_bytes_ = std::max(param_bytes_, storage_bytes(kept));
-  }
-
-  void on_train_batch_end(volt::Trainer& trainer, volt::Module& module, const torch::Tensor& loss,
-                          const volt::Batch& batch, int64_t batch_idx) override {
-    RankReporter::on_train_batch_end(trainer, module, loss, batch, batch_idx);
-    const auto metrics = trainer.strategy().metrics();
-    if (auto it = metrics.find("fsdp/peak_gathered_bytes"); it != metrics.end()) {
-      gathered_bytes_ = std::max(gathered_bytes_, static_cast<int64_t>(it->second));
-    }
-    state_bytes_ = std::max(state_bytes_, adam_state_bytes(*trainer.optimizers().at(0)));
-  }
-
- protected:
-  std::vector<std::pair<std::string, int64_t>> memory(volt::Trainer&, volt::Module&) override {
-    return {{"params", param_bytes_}, {"gathered", gathered_bytes_}, {"grads", grad_bytes_}, {"state", state_bytes_}};
-  }
-
- private:
-  int64_t param_bytes_ = 0, gathered_bytes_ = 0, grad_bytes_ = 0, state_bytes_ = 0;
-};
 
 void run_worker(volt::ProcessLauncher& launcher, const volt::bench::RankedFlags& flags) {
   auto options = volt::bench::worker_trainer_options(flags, "/tmp/volt_fsdp_memory");
@@ -89,59 +51,51 @@ void run_worker(volt::ProcessLauncher& launcher, const volt::bench::RankedFlags&
   trainer.fit(module, std::make_shared<volt::DataLoader>(data, loader));
 }
 
-// params + gathered + grads + state: the model state a rank holds at its peak.
-double model_state(const volt::bench::RankReport& m) {
-  return m.at("params") + m.at("gathered") + m.at("grads") + m.at("state");
+// The parent: runs the workers and prints the tables.
+void compare_all(const volt::bench::RankedFlags& flags, const std::string& program) {
+  const std::vector<std::string> strategies{"ddp", "ddp_sharded", "fsdp:min_num_params=1e6",
+                                            "fsdp:min_num_params=1e6,reshard_after_forward=false",
+                                            "fsdp:min_num_params=1e6,forward_prefetch=true,backward_prefetch=true"};
+  const double unit_bytes = static_cast<double>(kWidth * kWidth + kWidth) * 4;
+  std::printf("FSDP memory, %lld-parameter MLP of %lld blocks (Linear %lldx%lld, one unit each), Adam, batch %lld\n"
+              "per rank, Gloo on 127.0.0.1, 1 thread per rank, %d rounds interleaved, %d timed steps (+%d warm-up).\n"
+              "MiB per rank (the largest rank) counted from live tensors; step time: median ms per step.\n\n",
+              static_cast<long long>(kBlocks * (kWidth * kWidth + kWidth)), static_cast<long long>(kBlocks),
+              static_cast<long long>(kWidth), static_cast<long long>(kWidth), static_cast<long long>(kBatch),
+              flags.rounds, flags.steps, flags.warmup);
+  std::printf("| ranks | strategy | params | gathered | grads | Adam state | model state | goal | peak RSS | ms/step "
+              "| vs ddp |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const int64_t ranks : flags.world_sizes()) {
+    std::vector<std::pair<std::string, std::string>> commands;
+    for (const auto& strategy : strategies)
+      commands.emplace_back(strategy, flags.worker_command(program, strategy, ranks));
+    const auto runs = volt::bench::run_interleaved(commands, flags.rounds, ranks, "fsdp_memory");
+    const double ddp_ms = runs.median_ms("ddp");
+    for (const auto& strategy : strategies) {
+      const auto& m = runs.report.at(strategy);
+      const double ms = runs.median_ms(strategy);
+      const bool fsdp = strategy.rfind("fsdp", 0) == 0;
+      // Issue 18's goal for FSDP: 1/N of DDP's model state + the largest unit + 5%; prefetching
+      // holds a second unit by design, so its row is held to two.
+      const double units = strategy.find("prefetch=true") != std::string::npos ? 2.0 : 1.0;
+      const double goal =
+          (model_state(runs.report.at("ddp")) / static_cast<double>(ranks) + units * unit_bytes) * 1.05;
+      const std::string goal_text = std::to_string(static_cast<int>(mib(goal)));
+      const std::string verdict = !fsdp ? "" : model_state(m) <= goal ? "<= " + goal_text : "> " + goal_text;
+      std::printf("| %lld | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %s | %.0f | %.1f | %.2fx |\n",
+                  static_cast<long long>(ranks), strategy.c_str(), mib(m.at("params")), mib(m.at("gathered")),
+                  mib(m.at("grads")), mib(m.at("state")), mib(model_state(m)), verdict.c_str(), mib(m.at("rss")), ms,
+                  ms / ddp_ms);
+    }
+    std::fflush(stdout);
+  }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  return volt::run_main([&](volt::ProcessLauncher& launcher) {
-    volt::bench::RankedFlags flags;
-    flags.steps = 8;
-    flags.warmup = 2;
-    if (!volt::bench::parse_ranked_flags(argc, argv, "fsdp_memory", flags)) return;
-    if (!flags.worker_strategy.empty()) {
-      run_worker(launcher, flags);
-      return;
-    }
-    const std::string program = volt::bench::self_path("fsdp_memory");
-    const std::vector<std::string> strategies{"ddp", "ddp_sharded", "fsdp:min_num_params=1e6",
-                                              "fsdp:min_num_params=1e6,reshard_after_forward=false",
-                                              "fsdp:min_num_params=1e6,forward_prefetch=true,backward_prefetch=true"};
-    const double unit_bytes = static_cast<double>(kWidth * kWidth + kWidth) * 4;
-    std::printf("FSDP memory, %lld-parameter MLP of %lld blocks (Linear %lldx%lld, one unit each), Adam, batch %lld\n"
-                "per rank, Gloo on 127.0.0.1, 1 thread per rank, %d rounds interleaved, %d timed steps (+%d warm-up).\n"
-                "MiB per rank (the largest rank) counted from live tensors; step time: median ms per step.\n\n",
-                static_cast<long long>(kBlocks * (kWidth * kWidth + kWidth)), static_cast<long long>(kBlocks),
-                static_cast<long long>(kWidth), static_cast<long long>(kWidth), static_cast<long long>(kBatch),
-                flags.rounds, flags.steps, flags.warmup);
-    std::printf("| ranks | strategy | params | gathered | grads | Adam state | model state | goal | peak RSS | ms/step "
-                "| vs ddp |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
-    for (const int64_t ranks : flags.world_sizes()) {
-      std::vector<std::pair<std::string, std::string>> commands;
-      for (const auto& strategy : strategies)
-        commands.emplace_back(strategy, flags.worker_command(program, strategy, ranks));
-      const auto runs = volt::bench::run_interleaved(commands, flags.rounds, ranks, "fsdp_memory");
-      const double ddp_ms = runs.median_ms("ddp");
-      for (const auto& strategy : strategies) {
-        const auto& m = runs.report.at(strategy);
-        const double ms = runs.median_ms(strategy);
-        const bool fsdp = strategy.rfind("fsdp", 0) == 0;
-        // Issue 18's goal for FSDP: 1/N of DDP's model state + the largest unit + 5%; prefetching
-        // holds a second unit by design, so its row is held to two.
-        const double units = strategy.find("prefetch=true") != std::string::npos ? 2.0 : 1.0;
-        const double goal =
-            (model_state(runs.report.at("ddp")) / static_cast<double>(ranks) + units * unit_bytes) * 1.05;
-        const std::string goal_text = std::to_string(static_cast<int>(mib(goal)));
-        const std::string verdict = !fsdp ? "" : model_state(m) <= goal ? "<= " + goal_text : "> " + goal_text;
-        std::printf("| %lld | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %s | %.0f | %.1f | %.2fx |\n",
-                    static_cast<long long>(ranks), strategy.c_str(), mib(m.at("params")), mib(m.at("gathered")),
-                    mib(m.at("grads")), mib(m.at("state")), mib(model_state(m)), verdict.c_str(), mib(m.at("rss")), ms,
-                    ms / ddp_ms);
-      }
-      std::fflush(stdout);
-    }
-  });
+  volt::bench::RankedFlags defaults;
+  defaults.steps = 8;
+  defaults.warmup = 2;
+  return volt::bench::ranked_benchmark_main(argc, argv, "fsdp_memory", defaults, run_worker, compare_all);
 }

@@ -19,6 +19,7 @@
 
 #include "bench/bench_support.h"
 #include "strategies/sharded/oss.h"
+#include "trainer/run_main.h"
 #include "trainer/volt.h"
 
 namespace volt::bench {
@@ -55,6 +56,21 @@ inline bool parse_ranked_flags(int argc, char** argv, const std::string& name, R
       "worker", po::value(&flags.worker_strategy), "internal: train with this strategy")(
       "worker-ranks", po::value(&flags.worker_ranks), "internal: on this many ranks");
   return parse_flags(argc, argv, description);
+}
+
+// The main of such a benchmark: the ranked flags parsed (`flags` holding its defaults), then in a
+// worker process `worker`, else `compare` (which starts the workers) with this program's path.
+inline int ranked_benchmark_main(int argc, char** argv, const std::string& name, RankedFlags flags,
+                                 const std::function<void(ProcessLauncher&, const RankedFlags&)>& worker,
+                                 const std::function<void(const RankedFlags&, const std::string&)>& compare) {
+  return run_main([&](ProcessLauncher& launcher) {
+    if (!parse_ranked_flags(argc, argv, name, flags)) return;
+    if (!flags.worker_strategy.empty()) {
+      worker(launcher, flags);
+      return;
+    }
+    compare(flags, self_path(name));
+  });
 }
 
 // A worker's Trainer: `flags.worker_strategy` on worker_ranks CPU processes for warmup + steps

@@ -51,7 +51,8 @@ void unwrap(const AutoWrapped& wrapped) { restore_sequential_entry(wrapped.entry
 torch::Tensor UnitForwardWrapper::around(torch::nn::Module&, const std::vector<torch::Tensor>& tensors,
                                          const ModuleForward& forward) {
   ++calls_;
-  return forward_in_unit(unit_.get(), [&] { return forward(tensors); });
+  auto inputs = tensors;  // a unit with frozen parameters passes aliases on instead
+  return forward_in_unit(unit_.get(), [&] { return forward(inputs); }, &inputs);
 }
 
 const WrappedModule* first_never_called(const std::vector<WrappedModule>& wrapped) {

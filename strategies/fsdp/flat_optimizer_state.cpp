@@ -59,8 +59,8 @@ StateDict consolidate_optimizer_state(torch::optim::Optimizer& optimizer, const 
       std::map<std::string, c10::IValue> sorted;
       for (const auto& item : *state) sorted.emplace(item.key().toStringRef(), item.value());
       for (const auto& [key, value] : sorted) {
-        if (!per_element(value, p.unit->flat().shard_numel())) continue;
-        const auto whole = p.unit->flat().gather_shards_to(value.toTensor(), root);
+        if (!per_element(value, p.unit->flat().stepped_numel(p.entry))) continue;
+        const auto whole = p.unit->flat().gather_stepped_to(p.entry, value.toTensor(), root);
         per_key[key] = whole.defined() ? whole.to(torch::kCPU) : whole;
       }
     }
@@ -83,7 +83,8 @@ StateDict consolidate_optimizer_state(torch::optim::Optimizer& optimizer, const 
           if (!it->second.defined()) continue;  // not the root: the values stay on their ranks
           // A view of the unit's gathered state, as the parameters are (the file writes each
           // storage once): no second copy of the whole state on the root.
-          entry_state.insert(key, it->second.narrow(0, entry.offset, entry.numel()).view(entry.shape));
+          entry_state.insert(
+              key, it->second.narrow(0, p.unit->flat().stepped_offset(p.entry), entry.numel()).view(entry.shape));
         } else if (item.value().isTensor()) {
           // Each parameter its own copy: PyTorch's Adam advances state["step"] in place, so one
           // tensor shared by a unit's parameters (and kept shared by torch.load) would count a
@@ -137,8 +138,8 @@ void load_consolidated_optimizer_state(torch::optim::Optimizer& optimizer, const
         continue;
       }
       auto& flat = first->unit->flat();
-      check<CheckpointError>(parts.size() == flat.entries().size(), what, ": ", parts.size(), " of the ",
-                             flat.entries().size(), " parameters of ", first->unit->describe(),
+      check<CheckpointError>(parts.size() == flat.stepped_entry_count(), what, ": ", parts.size(), " of the ",
+                             flat.stepped_entry_count(), " parameters of ", first->unit->describe(),
                              " have optimizer state in the checkpoint; a unit's parameters are stepped together");
       auto shard_state = new_name_dict();
       for (const auto& item : parts.front().second) {
@@ -156,7 +157,7 @@ void load_consolidated_optimizer_state(torch::optim::Optimizer& optimizer, const
                                  " elements, the parameter ", flat.entries()[original->entry].numel());
           values[original->entry] = value;
         }
-        shard_state.insert(key, read_flat_slice(flat, values, source, flat.shard().scalar_type()));
+        shard_state.insert(key, read_stepped_slice(flat, first->entry, values, source, flat.shard().scalar_type()));
       }
       sharded_states.insert(base + static_cast<int64_t>(stepped), shard_state);
     }

@@ -9,7 +9,9 @@
 // (Adam's exp_avg, SGD's momentum_buffer: tensors of the shard's size) is all-gathered and cut
 // into each parameter's shape; anything else (Adam's step) is the same for every parameter of
 // the unit and copied, a tensor cloned for each (PyTorch's Adam increments it in place).
-// Loading takes each rank's slice of the per-parameter state, read a parameter at a time.
+// Loading takes each rank's slice of the per-parameter state, read a parameter at a time. In the
+// per-parameter layout (Note [Per-parameter layout]) each stepped tensor is one parameter's shard,
+// and the same code gathers and cuts one parameter's rows.
 #include <torch/torch.h>
 
 #include <string>

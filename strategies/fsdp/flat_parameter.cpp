@@ -40,12 +40,14 @@ int64_t FlatParameter::Entry::numel() const {
 
 FlatParameter::FlatParameter(std::vector<std::pair<std::string, torch::Tensor>> parameters,
                              Communicator& communicator, torch::Dtype compute_dtype,
-                             std::shared_ptr<GatheredBytes> gathered, int64_t gradient_world, bool offload_to_host)
+                             std::shared_ptr<GatheredBytes> gathered, int64_t gradient_world, bool offload_to_host,
+                             ShardLayout layout)
     : communicator_(communicator),
       rank_(communicator.rank()),
       world_(communicator.size()),
       gradient_world_(gradient_world > 0 ? gradient_world : communicator.size()),
       compute_dtype_(compute_dtype),
+      layout_(layout),
       gathered_bytes_(std::move(gathered)) {
   std::vector<torch::Tensor> flat_pieces;
   for (auto& [name, parameter] : parameters) {
@@ -57,24 +59,114 @@ FlatParameter::FlatParameter(std::vector<std::pair<std::string, torch::Tensor>> 
                               first.device().str(), ". Convert the module first, or wrap these in separate units");
     check<ConfigurationError>(parameter.layout() == torch::kStrided && parameter.is_leaf(), "fsdp: parameter '",
                               name, "' must be a dense leaf tensor");
-    entries_.push_back({name, parameter, numel_, parameter.sizes().vec()});
+    entries_.push_back({name, parameter, numel_, parameter.sizes().vec(), parameter.requires_grad(), {}, {}});
     numel_ += parameter.numel();
     flat_pieces.push_back(parameter.detach().reshape({-1}));
   }
-  shard_numel_ = (numel_ + world_ - 1) / world_;
   if (entries_.empty()) return;
-  const auto options = entries_.front().parameter.options();
-  compute_device_ = options.device();
+  compute_device_ = entries_.front().parameter.device();
   // FSDPStrategy refuses cpu_offload for a run that does not compute on CUDA, saying what to do.
   VOLT_INTERNAL_ASSERT(!offload_to_host || compute_device_.is_cuda(), "an offloaded unit computes on CUDA");
-  auto flat = torch::zeros({shard_numel_ * world_}, options);
+  if (layout_ == ShardLayout::Flat) {
+    build_flat(flat_pieces, offload_to_host);
+  } else {
+    build_per_parameter(flat_pieces, offload_to_host);
+  }
+  point_parameters_at(full_);
+  gathered_ = true;
+  if (gathered_bytes_) gathered_bytes_->add(static_cast<int64_t>(bytes_of(full_)));
+}
+
+void FlatParameter::build_flat(const std::vector<torch::Tensor>& flat_pieces, bool offload_to_host) {
+  shard_numel_ = gradient_shard_numel_ = (numel_ + world_ - 1) / world_;
+  auto flat = torch::zeros({shard_numel_ * world_}, entries_.front().parameter.options());
   flat.narrow(0, 0, numel_).copy_(torch::cat(flat_pieces));
   const auto mine = flat.narrow(0, rank_ * shard_numel_, shard_numel_);
   shard_ = (offload_to_host ? host_copy(mine) : mine.clone()).set_requires_grad(true);
   full_ = flat.to(compute_dtype_);
-  point_parameters_at(full_);
-  gathered_ = true;
-  if (gathered_bytes_) gathered_bytes_->add(static_cast<int64_t>(bytes_of(full_)));
+}
+
+void FlatParameter::build_per_parameter(const std::vector<torch::Tensor>& flat_pieces, bool offload_to_host) {
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<bool> trainable;
+  for (const auto& entry : entries_) {
+    shapes.push_back(entry.shape);
+    trainable.push_back(entry.trainable);
+  }
+  auto chunks = layout_chunks(shapes, trainable, world_);
+  shard_numel_ = chunks.block_numel;
+  gradient_shard_numel_ = chunks.gradient_numel;
+  const auto natural = torch::cat(flat_pieces);
+  auto block = torch::zeros({shard_numel_}, natural.options());
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    auto& entry = entries_[i];
+    entry.chunk = chunks.chunks[i];
+    block.narrow(0, entry.chunk.offset, entry.chunk.count(rank_))
+        .copy_(natural.narrow(0, entry.offset + entry.chunk.begin(rank_), entry.chunk.count(rank_)));
+  }
+  shard_ = offload_to_host ? host_copy(block) : block;
+  for (auto& entry : entries_) {
+    // A leaf of its own (what the optimizer steps) over the entry's chunk of the block.
+    entry.shard = shard_.narrow(0, entry.chunk.offset, entry.chunk.chunk_numel())
+                      .view(entry.chunk.chunk_shape(entry.shape))
+                      .detach()
+                      .set_requires_grad(entry.trainable);
+  }
+  full_ = natural.to(compute_dtype_, /*non_blocking=*/false, /*copy=*/true);
+}
+
+std::vector<FlatParameter::Piece> FlatParameter::pieces() const {
+  std::vector<Piece> out;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const auto& entry = entries_[i];
+    if (layout_ == ShardLayout::PerParameter) {
+      out.push_back({i, entry.chunk.begin(rank_), entry.chunk.count(rank_), entry.chunk.offset});
+      continue;
+    }
+    const int64_t lo = shard_offset(), hi = lo + shard_numel_;
+    const int64_t begin = std::max(lo, entry.offset), end = std::min(hi, entry.offset + entry.numel());
+    if (begin < end) out.push_back({i, begin - entry.offset, end - begin, begin - lo});
+  }
+  return out;
+}
+
+const torch::Tensor& FlatParameter::stepped(size_t entry) const {
+  return layout_ == ShardLayout::Flat ? shard_ : entries_.at(entry).shard;
+}
+
+std::vector<torch::Tensor> FlatParameter::stepped_tensors() const {
+  if (entries_.empty()) return {};
+  if (layout_ == ShardLayout::Flat) return {shard_};
+  std::vector<torch::Tensor> out;
+  for (const auto& entry : entries_) out.push_back(entry.shard);
+  return out;
+}
+
+int64_t FlatParameter::stepped_numel(size_t entry) const {
+  return layout_ == ShardLayout::Flat ? shard_numel_ : entries_.at(entry).chunk.chunk_numel();
+}
+
+int64_t FlatParameter::stepped_offset(size_t entry) const {
+  return layout_ == ShardLayout::Flat ? entries_.at(entry).offset : 0;
+}
+
+torch::Tensor FlatParameter::gather_stepped_to(size_t entry, const torch::Tensor& stepped_like, int64_t root) const {
+  if (layout_ == ShardLayout::Flat) return gather_shards_to(stepped_like, root);
+  const auto& e = entries_.at(entry);
+  VOLT_INTERNAL_ASSERT(stepped_like.numel() == e.chunk.chunk_numel(),
+                       "gather_stepped_to: a tensor of the chunk's size");
+  const auto gathered = communicator_.gather(stepped_like.detach().contiguous().view({-1}), root);
+  if (communicator_.rank() != root) return {};
+  auto chunk = e.chunk;
+  chunk.offset = 0;  // the gathered rows hold this parameter's chunks only
+  auto out = torch::empty({e.numel()}, gathered.options());
+  copy_chunks_out(gathered.reshape({world_, chunk.chunk_numel()}), chunk, out);
+  return out;
+}
+
+void FlatParameter::copy_blocks_out(const torch::Tensor& blocks, const torch::Tensor& natural) const {
+  const auto rows = blocks.view({world_, shard_numel_});
+  for (const auto& entry : entries_) copy_chunks_out(rows, entry.chunk, natural.narrow(0, entry.offset, entry.numel()));
 }
 
 void FlatParameter::point_parameters_at(const torch::Tensor& flat) {
@@ -96,16 +188,57 @@ CollectiveHandle FlatParameter::start_gather(bool ahead) {
   allocate_storage(full_, bytes_of(full_));
   if (gathered_bytes_) gathered_bytes_->add(static_cast<int64_t>(bytes_of(full_)));
   torch::NoGradGuard no_grad;
+  // Per parameter the all-gather fills the blocks, copied out into full_ when it completed.
+  if (layout_ == ShardLayout::PerParameter) {
+    blocks_ = torch::empty({shard_numel_ * world_}, full_.options());
+    if (gathered_bytes_) gathered_bytes_->add(static_cast<int64_t>(bytes_of(blocks_)));
+  }
+  auto& target = layout_ == ShardLayout::PerParameter ? blocks_ : full_;
+  // From every rank's shard, or from the parts a group kept (Note [Resharding to a group]).
+  const bool from_part = group_part_.defined();
+  Communicator& over = from_part ? *group_ : communicator_;
+  const torch::Tensor& source = from_part ? group_part_ : shard_;
+  const int64_t count = source.numel();
   if (ahead) {
     // Note [Prefetching a unit]: the backend's own all-gather, on its worker thread.
-    pending_source_ = shard_.detach().to(compute_device_, compute_dtype_).contiguous();
-    return communicator_.all_gather_into_async(full_, pending_source_);
+    pending_source_ = source.detach().to(compute_device_, compute_dtype_).contiguous();
+    return over.all_gather_into_async(target, pending_source_);
   }
   // This rank's shard goes straight into its place (cast to the compute dtype, copied to the
   // compute device when offloaded); the ring fills the others' in place (Note [Ring all_gather
-  // in place]): no staging buffer, no copy out.
-  full_.narrow(0, rank_ * shard_numel_, shard_numel_).copy_(shard_.detach());
-  return communicator_.all_gather_chunks_async(full_, std::vector<int64_t>(static_cast<size_t>(world_), shard_numel_));
+  // in place]): no staging buffer (and, in the flat layout, no copy out).
+  target.narrow(0, over.rank() * count, count).copy_(source.detach());
+  return over.all_gather_chunks_async(target, std::vector<int64_t>(static_cast<size_t>(over.size()), count));
+}
+
+void FlatParameter::release_to_group(Communicator& group) {
+  if (pending_) finish_prefetch();
+  if (!gathered_ || entries_.empty()) return;
+  const int64_t parts = group.size(), part_numel = shard_numel_ * world_ / parts;
+  VOLT_INTERNAL_ASSERT(world_ % parts == 0 && rank_ % parts == group.rank(),
+                       "release_to_group: a group of consecutive ranks dividing the shard group");
+  torch::NoGradGuard no_grad;
+  torch::Tensor gathered = full_;
+  if (layout_ == ShardLayout::PerParameter) {
+    // The blocks the all-gather filled, rebuilt from the parameters (they were copied out of them).
+    gathered = torch::empty({world_, shard_numel_}, full_.options());
+    if (gathered_bytes_) gathered_bytes_->add(static_cast<int64_t>(bytes_of(gathered)));
+    for (const auto& entry : entries_)
+      copy_chunks_in(full_.narrow(0, entry.offset, entry.numel()), entry.chunk, gathered, 1.0);
+    if (gathered_bytes_) gathered_bytes_->remove(static_cast<int64_t>(bytes_of(gathered)));
+  }
+  drop_group_part();
+  group_part_ = gathered.view({-1}).narrow(0, group.rank() * part_numel, part_numel).clone();
+  group_ = &group;
+  if (gathered_bytes_) gathered_bytes_->add(static_cast<int64_t>(bytes_of(group_part_)));
+  free_gathered();
+}
+
+void FlatParameter::drop_group_part() {
+  if (!group_part_.defined()) return;
+  if (gathered_bytes_) gathered_bytes_->remove(static_cast<int64_t>(bytes_of(group_part_)));
+  group_part_ = torch::Tensor();
+  group_ = nullptr;
 }
 
 void FlatParameter::gather() {
@@ -125,12 +258,24 @@ void FlatParameter::finish_prefetch() {
   pending_.reset();
   handle.wait();
   pending_source_ = torch::Tensor();
+  if (blocks_.defined()) {
+    torch::NoGradGuard no_grad;
+    copy_blocks_out(blocks_, full_);
+    if (gathered_bytes_) gathered_bytes_->remove(static_cast<int64_t>(bytes_of(blocks_)));
+    blocks_ = torch::Tensor();
+  }
   point_parameters_at(full_);
   gathered_ = true;
+  drop_group_part();  // used: the unit is whole again
 }
 
 void FlatParameter::release() {
   if (pending_) finish_prefetch();
+  drop_group_part();
+  free_gathered();
+}
+
+void FlatParameter::free_gathered() {
   if (!gathered_ || entries_.empty()) return;
   const auto empty = torch::empty({0}, full_.options());
   for (auto& entry : entries_) entry.parameter.set_data(empty);
@@ -143,10 +288,27 @@ int64_t FlatParameter::gathered_bytes() const {
   return full_.defined() ? static_cast<int64_t>(full_.storage().nbytes()) : 0;
 }
 
+int64_t FlatParameter::shard_gradient_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& stepped : stepped_tensors()) {
+    if (stepped.grad().defined()) bytes += static_cast<int64_t>(bytes_of(stepped.grad()));
+  }
+  return bytes;
+}
+
 void FlatParameter::write_flat_gradient(torch::Tensor rows, double pre_divide) {
   torch::NoGradGuard no_grad;
-  VOLT_INTERNAL_ASSERT(rows.dim() == 2 && rows.size(0) == world_ && rows.size(1) == shard_numel_,
-                       "write_flat_gradient: [world, shard_numel] rows");
+  VOLT_INTERNAL_ASSERT(rows.dim() == 2 && rows.size(0) == world_ && rows.size(1) == gradient_shard_numel_,
+                       "write_flat_gradient: [world, gradient_numel / world] rows");
+  if (layout_ == ShardLayout::PerParameter) {
+    for (auto& entry : entries_) {
+      if (!entry.trainable) continue;
+      auto& grad = entry.parameter.mutable_grad();
+      copy_chunks_in(grad.defined() ? grad.reshape({-1}) : grad, entry.chunk, rows, pre_divide);
+      grad = torch::Tensor();
+    }
+    return;
+  }
   const auto reduce_dtype = rows.scalar_type();
   // Elements [begin, begin + count) of the padded flat gradient, row by row: where they go.
   auto for_each_piece = [&](int64_t begin, int64_t count, const std::function<void(torch::Tensor, int64_t)>& put) {
@@ -185,11 +347,19 @@ void FlatParameter::accumulate_reduced(const torch::Tensor& reduced, double pre_
   const double post_divide = static_cast<double>(gradient_world_) / pre_divide;
   auto mean = post_divide != 1.0 ? reduced / post_divide : reduced;
   mean = mean.to(shard_.device(), shard_.scalar_type());  // back to the host when offloaded
-  auto& shard_grad = shard_.mutable_grad();
-  if (shard_grad.defined()) {
-    shard_grad.add_(mean);
-  } else {
-    shard_grad = mean;
+  auto accumulate = [](torch::Tensor& shard_grad, const torch::Tensor& value) {
+    if (shard_grad.defined()) {
+      shard_grad.add_(value);
+    } else {
+      shard_grad = value;
+    }
+  };
+  if (layout_ == ShardLayout::Flat) return accumulate(shard_.mutable_grad(), mean);
+  // Each trainable entry's chunk of the block's gradient prefix, in its shard's shape.
+  for (auto& entry : entries_) {
+    if (!entry.trainable) continue;
+    accumulate(entry.shard.mutable_grad(),
+               mean.narrow(0, entry.chunk.offset, entry.chunk.chunk_numel()).view(entry.shard.sizes()));
   }
 }
 
@@ -212,7 +382,10 @@ torch::Tensor FlatParameter::gather_shards(const torch::Tensor& shard_like) cons
   VOLT_INTERNAL_ASSERT(shard_like.numel() == shard_numel_, "gather_shards: a tensor of the shard's size");
   auto flat = torch::empty({padded_numel()}, shard_like.options().requires_grad(false));
   communicator_.all_gather_into(flat, shard_like.detach().contiguous());
-  return flat.narrow(0, 0, numel_);
+  if (layout_ == ShardLayout::Flat) return flat.narrow(0, 0, numel_);
+  auto natural = torch::empty({numel_}, flat.options());
+  copy_blocks_out(flat, natural);
+  return natural;
 }
 
 torch::Tensor FlatParameter::gather_shards_to(const torch::Tensor& shard_like, int64_t root) const {
@@ -220,7 +393,10 @@ torch::Tensor FlatParameter::gather_shards_to(const torch::Tensor& shard_like, i
   VOLT_INTERNAL_ASSERT(shard_like.numel() == shard_numel_, "gather_shards_to: a tensor of the shard's size");
   const auto gathered = communicator_.gather(shard_like.detach().contiguous(), root);
   if (communicator_.rank() != root) return {};
-  return gathered.reshape({-1}).narrow(0, 0, numel_);
+  if (layout_ == ShardLayout::Flat) return gathered.reshape({-1}).narrow(0, 0, numel_);
+  auto natural = torch::empty({numel_}, gathered.options());
+  copy_blocks_out(gathered.reshape({-1}), natural);
+  return natural;
 }
 
 double gradient_pre_divide_factor(int64_t world) {

@@ -1,5 +1,6 @@
 #include "strategies/fsdp/fsdp_checkpoint_state.h"
 
+#include <map>
 #include <set>
 
 #include "checkpoint/module_state.h"
@@ -16,9 +17,45 @@ FSDPCheckpointState::FSDPCheckpointState(const PartContext& context, CheckpointL
 
 namespace {
 
-// A unit's shard's key in a Sharded checkpoint.
-std::string sharded_key(const fsdp::FullyShardedUnit& unit) {
-  return unit.settings().is_root ? std::string("flat_shard") : unit.name() + ".flat_shard";
+// What a unit writes to a Sharded checkpoint: a flat tensor of the index's (this rank's slice of
+// it, under `key`). The flat layout writes one, its flat shard ("<unit>.flat_shard", the root's
+// "flat_shard"); the per-parameter layout one per parameter ("<name>.flat_shard"): a parameter cut
+// on its first dimension is a flat tensor of one entry cut into equal slices (Note [Per-parameter
+// layout]), so the index that puts flat shards together anywhere reads it as it is, and each rank
+// writes and reads its own shards with no collective.
+struct SavedShard {
+  FlatShardIndex index;
+  torch::Tensor tensor;     // this rank's slice (the flat shard, or the parameter's shard)
+  std::vector<size_t> entries;  // the unit's entries it holds, in index order
+};
+
+std::vector<SavedShard> saved_shards(const fsdp::FullyShardedUnit& unit, int64_t rank) {
+  const auto& flat = unit.flat();
+  std::vector<SavedShard> out;
+  if (flat.empty()) return out;  // a unit whose parameters all went to its children
+  if (flat.layout() == fsdp::ShardLayout::Flat) {
+    SavedShard saved{{unit.settings().is_root ? std::string("flat_shard") : unit.name() + ".flat_shard", flat.numel(),
+                      flat.shard_offset(), flat.shard_numel(), {}, {}, {}},
+                     flat.shard(),
+                     {}};
+    for (size_t e = 0; e < flat.entries().size(); ++e) {
+      const auto& entry = flat.entries()[e];
+      saved.index.names.push_back(entry.name);
+      saved.index.shapes.push_back(entry.shape);
+      saved.index.offsets.push_back(entry.offset);
+      saved.entries.push_back(e);
+    }
+    out.push_back(std::move(saved));
+    return out;
+  }
+  for (size_t e = 0; e < flat.entries().size(); ++e) {
+    const auto& entry = flat.entries()[e];
+    const int64_t numel = entry.chunk.chunk_numel();
+    out.push_back({{entry.name + ".flat_shard", entry.numel(), rank * numel, numel, {entry.name}, {entry.shape}, {0}},
+                   entry.shard,
+                   {e}});
+  }
+  return out;
 }
 
 }  // namespace
@@ -28,7 +65,8 @@ StateDict FSDPCheckpointState::model_state_dict(torch::nn::Module& module, Check
   if (layout == CheckpointLayout::Sharded) {
     for (const auto& unit : state_->units()) {
       for (const auto& entry : unit->flat().entries()) state.erase(entry.name);
-      if (!unit->flat().empty()) state.set(sharded_key(*unit), unit->flat().shard().detach());
+      for (const auto& saved : saved_shards(*unit, unit->flat().shard_rank()))
+        state.set(saved.index.key, saved.tensor.detach());
     }
     return state;
   }
@@ -73,16 +111,18 @@ void FSDPCheckpointState::load_model_state_dict(torch::nn::Module& module, const
     auto& flat = unit->flat();
     if (flat.empty()) continue;
     if (layout == CheckpointLayout::Sharded) {
-      const auto key = sharded_key(*unit);
-      check<CheckpointError>(state.contains(key), source, ": no '", key, "' (the shard of ", unit->describe(),
-                             "); a sharded fsdp checkpoint resumes with the same model and world size only");
-      const auto shard = state.get_tensor(key);
-      check<CheckpointError>(shard.numel() == flat.shard_numel(), source, ": '", key, "' has ", shard.numel(),
-                             " elements, this rank's shard ", flat.shard_numel(),
-                             "; it was written with another model or world size");
-      torch::NoGradGuard no_grad;
-      flat.shard().copy_(shard.reshape({-1}));
-      rest.erase(key);
+      for (const auto& saved : saved_shards(*unit, flat.shard_rank())) {
+        const auto& key = saved.index.key;
+        check<CheckpointError>(state.contains(key), source, ": no '", key, "' (a shard of ", unit->describe(),
+                               "); a sharded fsdp checkpoint resumes with the same model and world size only");
+        const auto shard = state.get_tensor(key);
+        check<CheckpointError>(shard.numel() == saved.tensor.numel(), source, ": '", key, "' has ", shard.numel(),
+                               " elements, this rank's shard ", saved.tensor.numel(),
+                               "; it was written with another model or world size");
+        torch::NoGradGuard no_grad;
+        saved.tensor.view({-1}).copy_(shard.reshape({-1}));
+        rest.erase(key);
+      }
       continue;
     }
     // Only this rank's slice of each parameter (Note [Loading a slice]).
@@ -140,17 +180,12 @@ bool FSDPCheckpointState::is_own_layout(const StateDict& shard) const {
   const auto saved = shard.child("shard_index").at("flat_parameters").toListRef();
   size_t i = 0;
   for (const auto& unit : state_->units()) {
-    const auto& flat = unit->flat();
-    if (flat.empty()) continue;
-    if (i >= saved.size()) return false;
-    const auto index = FlatShardIndex::from_state_dict(StateDict::from_ivalue(saved[i++], "shard_index"));
-    if (index.key != sharded_key(*unit) || index.numel != flat.numel() || index.shard_offset != flat.shard_offset() ||
-        index.shard_numel != flat.shard_numel() || index.names.size() != flat.entries().size()) {
-      return false;
-    }
-    for (size_t e = 0; e < index.names.size(); ++e) {
-      const auto& entry = flat.entries()[e];
-      if (index.names[e] != entry.name || index.shapes[e] != entry.shape || index.offsets[e] != entry.offset)
+    for (const auto& own : saved_shards(*unit, unit->flat().shard_rank())) {
+      if (i >= saved.size()) return false;
+      const auto index = FlatShardIndex::from_state_dict(StateDict::from_ivalue(saved[i++], "shard_index"));
+      if (index.key != own.index.key || index.numel != own.index.numel ||
+          index.shard_offset != own.index.shard_offset || index.shard_numel != own.index.shard_numel ||
+          index.names != own.index.names || index.shapes != own.index.shapes || index.offsets != own.index.offsets)
         return false;
     }
   }
@@ -159,16 +194,14 @@ bool FSDPCheckpointState::is_own_layout(const StateDict& shard) const {
 
 StateDict FSDPCheckpointState::shard_index(const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers) {
   std::vector<FlatShardIndex> flats;
+  // Each original parameter's flat key and entry in it, for the optimizers' layouts.
+  std::map<std::pair<const fsdp::FullyShardedUnit*, size_t>, std::pair<std::string, int64_t>> place;
   for (const auto& unit : state_->units()) {
-    const auto& flat = unit->flat();
-    if (flat.empty()) continue;
-    FlatShardIndex index{sharded_key(*unit), flat.numel(), flat.shard_offset(), flat.shard_numel(), {}, {}, {}};
-    for (const auto& entry : flat.entries()) {
-      index.names.push_back(entry.name);
-      index.shapes.push_back(entry.shape);
-      index.offsets.push_back(entry.offset);
+    for (auto& saved : saved_shards(*unit, unit->flat().shard_rank())) {
+      for (size_t i = 0; i < saved.entries.size(); ++i)
+        place[{unit.get(), saved.entries[i]}] = {saved.index.key, static_cast<int64_t>(i)};
+      flats.push_back(std::move(saved.index));
     }
-    flats.push_back(std::move(index));
   }
   std::vector<OptimizerShardIndex> layouts;
   for (const auto& optimizer : optimizers) {
@@ -179,8 +212,10 @@ StateDict FSDPCheckpointState::shard_index(const std::vector<std::shared_ptr<tor
       for (const auto& group : it->second) {
         OptimizerShardIndex::Group g;
         for (const auto& p : group) {
-          g.flat.push_back(p.unit != nullptr ? sharded_key(*p.unit) : std::string());
-          g.entry.push_back(static_cast<int64_t>(p.entry));
+          const auto where =
+              p.unit != nullptr ? place.at({p.unit, p.entry}) : std::make_pair(std::string(), int64_t{0});
+          g.flat.push_back(where.first);
+          g.entry.push_back(p.unit != nullptr ? where.second : static_cast<int64_t>(p.entry));
           g.stepped.push_back(static_cast<int64_t>(p.stepped));
         }
         layout.groups.push_back(std::move(g));

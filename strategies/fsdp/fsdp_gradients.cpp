@@ -32,6 +32,7 @@ void FSDPGradients::post_backward(const torch::Tensor&) {
 void FSDPGradients::synchronize_accumulated_gradients(torch::nn::Module&) {
   for (const auto& unit : state_->units()) unit->reduce_held_gradients();
   if (auto* bucket = state_->bucket()) bucket->flush();
+  state_->count_shard_gradients();
   // The closing micro-batch's step scope gathered the root (Note [The root unit inside a step])
   // and no backward released it: released now, the next forward gathers the values this window's
   // optimizer step writes, not the ones from before it (which it read when the root stayed
@@ -48,7 +49,9 @@ torch::Tensor FSDPGradients::clip_norm(torch::optim::Optimizer& optimizer, doubl
   // the units is whole on every rank, which this sum would count N times: refuse rather than
   // report a wrong norm.
   std::set<const c10::TensorImpl*> shards;
-  for (const auto& unit : state_->units()) shards.insert(unit->flat().shard().unsafeGetTensorImpl());
+  for (const auto& unit : state_->units()) {
+    for (const auto& stepped : unit->flat().stepped_tensors()) shards.insert(stepped.unsafeGetTensorImpl());
+  }
   for (const auto& p : parameters) {
     check<NotSupportedError>(shards.count(p.unsafeGetTensorImpl()) > 0, "fsdp: gradient clipping by norm needs "
                              "every parameter of the optimizer inside a unit; one of ", p.numel(),

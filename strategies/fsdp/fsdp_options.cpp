@@ -5,6 +5,39 @@
 
 namespace volt {
 
+ReshardAfterForward ReshardAfterForward::to_group(int64_t ranks) {
+  ReshardAfterForward value(true);
+  value.group = ranks;
+  return value;
+}
+
+namespace {
+
+TextForm<ReshardAfterForward> reshard_form() {
+  return {"true, false or a group size of at least 2",
+          [](const std::string& text) {
+            if (text == "true") return ReshardAfterForward(true);
+            if (text == "false") return ReshardAfterForward(false);
+            size_t used = 0;
+            int64_t ranks = 0;
+            try {
+              ranks = std::stoll(text, &used);
+            } catch (const std::exception&) {
+              used = 0;
+            }
+            check<ConfigurationError>(used == text.size() && ranks >= 2, "--strategy fsdp: reshard_after_forward "
+                                      "expects true, false or a group size of at least 2 (keep 1/G of the "
+                                      "parameters after forward, over groups of G consecutive ranks), got '",
+                                      text, "'");
+            return ReshardAfterForward::to_group(ranks);
+          },
+          [](const ReshardAfterForward& value) {
+            return value.group ? std::to_string(*value.group) : std::string(value.reshard ? "true" : "false");
+          }};
+}
+
+}  // namespace
+
 const OptionSchema<FSDPOptions>& FSDPOptions::schema() {
   static const auto schema =
       OptionSchema<FSDPOptions>("--strategy fsdp")
@@ -17,9 +50,11 @@ const OptionSchema<FSDPOptions>& FSDPOptions::schema() {
                   "container; one a Sequential does not call is called through volt::call (PyTorch's "
                   "ModuleWrapPolicy)",
                   module_types_requirement())
-          .option("reshard_after_forward", &FSDPOptions::reshard_after_forward,
+          .option("reshard_after_forward", &FSDPOptions::reshard_after_forward, reshard_form(),
                   "free a unit's gathered parameters after its forward and gather them again for its backward "
-                  "(default true; false keeps them until after the backward, ZeRO-2 style)")
+                  "(default true; false keeps them until after the backward, ZeRO-2 style; a group size G keeps "
+                  "1/G of them on each rank so that the backward gathers within groups of G consecutive ranks, "
+                  "FSDP2's int, ZeRO++'s hpZ)")
           .choice("sharding_strategy", &FSDPOptions::sharding_strategy,
                   {{"FULL_SHARD", ShardingStrategy::FullShard},
                    {"SHARD_GRAD_OP", ShardingStrategy::ShardGradOp},
@@ -48,7 +83,13 @@ const OptionSchema<FSDPOptions>& FSDPOptions::schema() {
           .choice("state_dict_type", &FSDPOptions::state_dict_type,
                   {{"full", CheckpointLayout::Full}, {"sharded", CheckpointLayout::Sharded}},
                   "checkpoint layout: full (PyTorch's names and optimizer layout, gathered; any strategy and world "
-                  "size loads it) or sharded (each rank's flat shards and optimizer shard)")
+                  "size loads it) or sharded (each rank's shards and optimizer shard, with an index: any strategy and "
+                  "world size loads it)")
+          .choice("layout", &FSDPOptions::layout,
+                  {{"flat", fsdp::ShardLayout::Flat}, {"per_parameter", fsdp::ShardLayout::PerParameter}},
+                  "how a unit is cut into shards: flat (its parameters flattened into one tensor, 1/N of it per "
+                  "rank; frozen parameters stay whole) or per_parameter (every parameter on its first dimension, "
+                  "frozen ones too; the optimizer steps one shard per parameter, FSDP2's fully_shard)")
           .option("cpu_offload", &FSDPOptions::cpu_offload,
                   "keep each rank's parameter shards, their gradients and the optimizer step in pinned host memory "
                   "while a CUDA device computes; units are copied to the device to be gathered (PyTorch's "
@@ -65,7 +106,19 @@ int64_t FSDPOptions::size_threshold() const {
 
 bool FSDPOptions::resharding() const {
   if (sharding_strategy && !hybrid()) return *sharding_strategy == ShardingStrategy::FullShard;
-  return reshard_after_forward.value_or(true);
+  return !reshard_after_forward || reshard_after_forward->reshard;
+}
+
+std::optional<int64_t> FSDPOptions::reshard_group() const {
+  return reshard_after_forward ? reshard_after_forward->group : std::nullopt;
+}
+
+void FSDPOptions::check_world_size(int64_t world_size) const {
+  const auto group = reshard_group();
+  check<ConfigurationError>(!group || (*group < world_size && world_size % *group == 0), "--strategy fsdp: "
+                            "reshard_after_forward=", group.value_or(0), " keeps 1/", group.value_or(0),
+                            " of each unit over groups of that many consecutive ranks, which must divide the ",
+                            world_size, " processes and be fewer (", world_size, " is reshard_after_forward=true)");
 }
 
 void FSDPOptions::validate() const {
@@ -77,8 +130,12 @@ void FSDPOptions::validate() const {
   check<ConfigurationError>(!hybrid() || state_dict_type == CheckpointLayout::Full, "--strategy fsdp: "
                             "sharding_strategy=HYBRID_SHARD writes full checkpoints only (every node holds the same "
                             "shards); drop state_dict_type=sharded");
+  check<ConfigurationError>(!reshard_group() || !sharding_strategy || *sharding_strategy == ShardingStrategy::FullShard,
+                            "--strategy fsdp: reshard_after_forward=", reshard_group().value_or(0), " reshards to a "
+                            "group of the ranks FULL_SHARD shards over; it does not apply to sharding_strategy=",
+                            hybrid() ? "HYBRID_SHARD" : "SHARD_GRAD_OP", "; drop one of the two");
   check<ConfigurationError>(!sharding_strategy || hybrid() || !reshard_after_forward ||
-                                *reshard_after_forward == (*sharding_strategy == ShardingStrategy::FullShard),
+                                reshard_after_forward->reshard == (*sharding_strategy == ShardingStrategy::FullShard),
                             "--strategy fsdp: sharding_strategy=",
                             *sharding_strategy == ShardingStrategy::FullShard ? "FULL_SHARD" : "SHARD_GRAD_OP",
                             " means reshard_after_forward=",

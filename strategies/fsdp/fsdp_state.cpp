@@ -42,11 +42,18 @@ void FSDPState::clear() {
   in_forward_scope_ = false;
 }
 
-const FullyShardedUnit* FSDPState::unit_of_shard(const torch::Tensor& shard) const {
+std::vector<torch::Tensor> FSDPState::parameters_stepped_as(const torch::Tensor& stepped) const {
   for (const auto& unit : units_) {
-    if (!unit->flat().empty() && unit->flat().shard().is_same(shard)) return unit.get();
+    const auto& flat = unit->flat();
+    for (size_t e = 0; e < flat.entries().size(); ++e) {
+      if (!flat.stepped(e).is_same(stepped)) continue;
+      if (flat.layout() == ShardLayout::PerParameter) return {flat.entries()[e].parameter};
+      std::vector<torch::Tensor> parameters;
+      for (const auto& entry : flat.entries()) parameters.push_back(entry.parameter);
+      return parameters;
+    }
   }
-  return nullptr;
+  return {};
 }
 
 const FlatParameter::Entry* FSDPState::entry_named(const std::string& name) const {
@@ -70,10 +77,23 @@ void FSDPState::leave_forward_scope() {
 
 void FSDPState::begin_backward() { step_ = StepState::PreBackward; }
 
-void FSDPState::end_backward() { step_ = in_forward_scope_ ? StepState::Forward : StepState::PostBackward; }
+void FSDPState::end_backward() {
+  step_ = in_forward_scope_ ? StepState::Forward : StepState::PostBackward;
+  count_shard_gradients();
+}
+
+void FSDPState::count_shard_gradients() {
+  shard_gradient_bytes_ = 0;
+  for (const auto& unit : units_) shard_gradient_bytes_ += unit->flat().shard_gradient_bytes();
+}
 
 void FSDPState::after_optimizer_steps() {
   if (!in_forward_scope_) step_ = StepState::Idle;
+  // A part a unit kept after a forward whose backward never came (Note [Resharding to a group])
+  // holds the values from before the step: dropped, the next gather reads the shards.
+  for (auto& unit : units_) {
+    if (!unit->flat().gathered() && !unit->flat().prefetching()) unit->flat().release();
+  }
 }
 
 void FSDPState::regather_root_inside_step() {

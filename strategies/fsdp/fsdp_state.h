@@ -70,8 +70,9 @@ class FSDPState {
   OptimizerLayouts& layouts() { return layouts_; }
   const OptimizerLayouts& layouts() const { return layouts_; }
 
-  // The unit whose shard is `shard`; null when none is.
-  const FullyShardedUnit* unit_of_shard(const torch::Tensor& shard) const;
+  // The module's parameters that `stepped` (a tensor the optimizer steps) stands for: a flat
+  // unit's, or one parameter per parameter; empty when it is no unit's.
+  std::vector<torch::Tensor> parameters_stepped_as(const torch::Tensor& stepped) const;
   // The entry named `name` in some unit's flat parameter; null when none is.
   const FlatParameter::Entry* entry_named(const std::string& name) const;
 
@@ -89,6 +90,11 @@ class FSDPState {
   void end_backward();
   // The window's optimizer steps ran (FSDPStrategy::after_optimizer_steps).
   void after_optimizer_steps();
+  // Bytes of the shards' gradients when the last backward's (or window's) gradients were reduced,
+  // counted from the live tensors then: the step's gradient memory (the optimizer may drop the
+  // gradients before the metrics are read).
+  int64_t shard_gradient_bytes() const { return shard_gradient_bytes_; }
+  void count_shard_gradients();
 
   // Note [The root unit inside a step]: the root unit is gathered for a whole step's forward
   // scope, but a manual optimization step runs backward (which releases it) and optimizer steps
@@ -111,6 +117,7 @@ class FSDPState {
   bool synchronize_ = true;
   StepState step_ = StepState::Idle;
   bool in_forward_scope_ = false;
+  int64_t shard_gradient_bytes_ = 0;
 };
 
 }  // namespace volt::fsdp

@@ -96,6 +96,7 @@ Communicator* FSDPStrategy::replica_group() {
 
 void FSDPStrategy::check_world_size(int64_t world_size) const {
   check_nprocs_per_node(world_size, options_.nprocs_per_node, "--strategy fsdp");
+  options_.check_world_size(world_size);
 }
 
 std::map<std::string, double> FSDPStrategy::metrics() const {
@@ -110,6 +111,7 @@ std::map<std::string, double> FSDPStrategy::metrics() const {
   metrics["fsdp/units"] = static_cast<double>(state_->units().size());
   metrics["fsdp/shard_bytes"] = shard_bytes;
   metrics["fsdp/full_bytes"] = full_bytes;
+  metrics["fsdp/shard_gradient_bytes"] = static_cast<double>(state_->shard_gradient_bytes());
   const auto& gathered = *state_->gathered();
   metrics["fsdp/gathered_bytes"] = static_cast<double>(gathered.now);
   metrics["fsdp/peak_gathered_bytes"] = static_cast<double>(last_step_peak_);
@@ -154,11 +156,9 @@ torch::Tensor FSDPStrategy::run_step(RunningStage stage, torch::nn::Module& modu
 }
 
 std::vector<torch::Tensor> FSDPStrategy::module_parameters_of(const torch::Tensor& stepped) const {
-  const auto* unit = state_->unit_of_shard(stepped);
-  if (unit == nullptr) return {stepped};  // outside the units: stepped as it is
-  std::vector<torch::Tensor> parameters;
-  for (const auto& entry : unit->flat().entries()) parameters.push_back(entry.parameter);
-  return parameters;  // outside the units: stepped as it is
+  auto parameters = state_->parameters_stepped_as(stepped);
+  if (parameters.empty()) return {stepped};  // outside the units: stepped as it is
+  return parameters;
 }
 
 void register_fsdp_strategy(Registry<Strategy>& registry) {

@@ -104,7 +104,7 @@ class FSDPStrategy : public ParallelStrategy {
   void wrap_selected_modules(torch::nn::Module& root);
   void build_units(torch::nn::Module& root);
   void unbind_units();
-  fsdp::UnitSettings unit_settings(bool is_root) const;
+  fsdp::UnitSettings unit_settings(bool is_root);
   // The group the units shard over: the world, this rank alone with NO_SHARD, the node with
   // HYBRID_SHARD. [collective the first time for HYBRID_SHARD]
   Communicator& shard_group();

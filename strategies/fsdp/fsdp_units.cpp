@@ -9,10 +9,12 @@
 
 namespace volt {
 
-fsdp::UnitSettings FSDPStrategy::unit_settings(bool is_root) const {
+fsdp::UnitSettings FSDPStrategy::unit_settings(bool is_root) {
   fsdp::UnitSettings settings;
   settings.is_root = is_root;
   settings.reshard_after_forward = options_.resharding();
+  // Note [Resharding to a group]: the groups of reshard_after_forward=G consecutive ranks.
+  if (const auto group = options_.reshard_group()) settings.reshard_group = &build_topology(*group).node();
   settings.reduce_dtype = options_.fp32_reduce_scatter ? torch::kFloat : compute_dtype();
   settings.pre_divide = fsdp::gradient_pre_divide_factor(communicator().size());  // the world's mean
   settings.forward_prefetch = options_.forward_prefetch;
@@ -68,6 +70,7 @@ void FSDPStrategy::build_units(torch::nn::Module& root) {
   if (const auto* policy = checkpointed_modules()) {
     for (const auto& selected : policy->modules()) checkpointed[selected.module] = selected.path;
   }
+  const bool per_parameter = options_.layout == fsdp::ShardLayout::PerParameter;
   std::set<const c10::TensorImpl*> seen;
   std::function<void(torch::nn::Module&, const std::string&, size_t, const std::string*)> walk =
       [&](torch::nn::Module& m, const std::string& prefix, size_t current, const std::string* checkpointed_above) {
@@ -86,7 +89,9 @@ void FSDPStrategy::build_units(torch::nn::Module& root) {
         }
         if (auto it = checkpointed.find(&m); it != checkpointed.end()) checkpointed_above = &it->second;
         for (const auto& item : m.named_parameters(/*recurse=*/false)) {
-          if (!item.value().requires_grad() || !seen.insert(item.value().unsafeGetTensorImpl()).second) continue;
+          // The flat layout leaves frozen parameters whole; per parameter they are sharded too.
+          if (!item.value().requires_grad() && !per_parameter) continue;
+          if (!seen.insert(item.value().unsafeGetTensorImpl()).second) continue;
           pending[current].parameters.emplace_back(prefix + item.key(), item.value());
         }
         for (const auto& child : m.named_children()) {
@@ -100,7 +105,8 @@ void FSDPStrategy::build_units(torch::nn::Module& root) {
   fsdp::FSDPState::Units units;
   for (size_t i = 0; i < pending.size(); ++i) {
     auto flat = std::make_unique<fsdp::FlatParameter>(std::move(pending[i].parameters), shard_group(), dtype,
-                                                      state_->gathered(), communicator().size(), options_.cpu_offload);
+                                                      state_->gathered(), communicator().size(), options_.cpu_offload,
+                                                      options_.layout);
     auto unit = std::make_shared<fsdp::FullyShardedUnit>(pending[i].name, std::move(flat), unit_settings(i == 0),
                                                          *bucket, &state_->order());
     if (pending[i].bind) pending[i].bind(unit);

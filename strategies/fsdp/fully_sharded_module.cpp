@@ -50,16 +50,18 @@ FullyShardedImpl::FullyShardedImpl(torch::nn::AnyModule module) : module_(std::m
 }
 
 torch::Tensor FullyShardedImpl::forward(const torch::Tensor& input) {
-  return forward_with([&] { return module_.forward<torch::Tensor>(input); });
+  std::vector<torch::Tensor> inputs{input};
+  return forward_in_unit(unit_.get(), [&] { return module_.forward<torch::Tensor>(inputs[0]); }, &inputs);
 }
 
 torch::Tensor FullyShardedImpl::forward_with(const std::function<torch::Tensor()>& forward) {
   return forward_in_unit(unit_.get(), forward);
 }
 
-torch::Tensor forward_in_unit(FullyShardedUnit* unit, const std::function<torch::Tensor()>& forward) {
+torch::Tensor forward_in_unit(FullyShardedUnit* unit, const std::function<torch::Tensor()>& forward,
+                              std::vector<torch::Tensor>* inputs) {
   if (unit == nullptr) return forward();
-  unit->before_forward();
+  unit->before_forward(inputs);
   torch::Tensor output;
   try {
     output = forward();

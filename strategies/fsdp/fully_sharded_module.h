@@ -65,8 +65,11 @@ void shard(const torch::nn::ModuleHolder<ModuleType>& module) {
 bool is_marked_for_sharding(const torch::nn::Module& module);
 
 // Runs `forward` between `unit`'s gather and release (abort_forward when it throws); the output is
-// what the unit hooks for its backward. A null unit: `forward` alone.
-torch::Tensor forward_in_unit(FullyShardedUnit* unit, const std::function<torch::Tensor()>& forward);
+// what the unit hooks for its backward. `inputs` (null: not known): the tensors `forward` takes,
+// which a unit with frozen parameters may replace by aliases before it runs (FullyShardedUnit's
+// header): `forward` reads them from there. A null unit: `forward` alone.
+torch::Tensor forward_in_unit(FullyShardedUnit* unit, const std::function<torch::Tensor()>& forward,
+                              std::vector<torch::Tensor>* inputs = nullptr);
 
 // fairscale's wrap(): marks `module` as an FSDP unit of its own.
 template <typename ModuleType>

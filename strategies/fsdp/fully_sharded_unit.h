@@ -25,6 +25,16 @@
 // prefetched unit that does not run is released with the others at the end of backward (in
 // evaluation, at its next gather or release).
 //
+// Frozen parameters (the per-parameter layout shards them, Note [Per-parameter layout]) get no
+// gradient to count, yet the unit's backward still reads them (the gradient of the input goes
+// through a frozen weight): a unit holding any releases its parameters only once its parameters'
+// gradients arrived and the gradients of its forward's inputs were computed. The forward's inputs
+// that require grad go through one autograd node of the unit's (aliases of them, FSDP2's
+// post-backward function on the inputs), which runs when their gradients are complete: before
+// the gradient reaches the previous unit's outputs, so that this unit is released before that one
+// is gathered again. Where the inputs are not known (a forward run through forward_with), at the
+// end of backward.
+//
 // Every transition that gathers or reduces is a collective: every rank's model must run the same
 // units in the same order (as for PyTorch's FSDP). Not thread-safe.
 #include <torch/torch.h>
@@ -45,6 +55,9 @@ std::string to_string(TrainingState state);
 struct UnitSettings {
   bool is_root = false;
   bool reshard_after_forward = true;      // free gathered parameters between forward and backward
+  // With reshard_after_forward: keep 1/G of them over this group of G ranks instead of freeing all
+  // (Note [Resharding to a group] in flat_parameter.h); null: free all.
+  Communicator* reshard_group = nullptr;
   torch::Dtype reduce_dtype = torch::kFloat;  // the dtype gradients are reduce-scattered in
   double pre_divide = 1.0;                // gradient_pre_divide_factor(world)
   bool forward_prefetch = false;          // gather the next unit while this one's forward runs
@@ -71,8 +84,10 @@ class FullyShardedUnit : public std::enable_shared_from_this<FullyShardedUnit> {
   TrainingState state() const { return state_; }
   const UnitSettings& settings() const { return settings_; }
 
-  // Idle → Forward: gathers the parameters (and prefetches the next unit). [collective]
-  void before_forward();
+  // Idle → Forward: gathers the parameters (and prefetches the next unit). `inputs`: the forward's
+  // tensor arguments (null: not known), which a unit with frozen parameters replaces by aliases
+  // that the forward must take instead. [collective]
+  void before_forward(std::vector<torch::Tensor>* inputs = nullptr);
   // Forward → Idle: releases the parameters (non-root units, when resharding after forward or
   // when no gradient will follow) and hooks `output` when it requires grad.
   void after_forward(const torch::Tensor& output);
@@ -94,7 +109,11 @@ class FullyShardedUnit : public std::enable_shared_from_this<FullyShardedUnit> {
   void prefetch_for_forward();         // the unit before it in forward is gathering itself
   void prefetch_for_backward();        // the unit after it in forward is gathering for backward
   void on_parameter_gradient(size_t index);
+  void on_inputs_gradient();
+  void watch_inputs(std::vector<torch::Tensor>* inputs);  // for a unit with frozen parameters
+  void maybe_complete_backward();      // complete once every awaited gradient arrived
   void complete_backward();            // reduce (when synchronizing) and release
+  void forget_inputs();
   void reduce_gradients();             // through the bucket: the shard's gradient is set when it is reduced
   void expect(TrainingState state, const char* what) const;
 
@@ -106,10 +125,16 @@ class FullyShardedUnit : public std::enable_shared_from_this<FullyShardedUnit> {
   TrainingState state_ = TrainingState::Idle;
   bool synchronize_ = true;
   bool backward_done_ = false;
-  std::vector<bool> arrived_;
+  std::vector<bool> arrived_;  // per trainable entry (hooked_)
   size_t arrived_count_ = 0;
+  std::vector<size_t> hooked_;  // the entries whose gradient accumulators are hooked: the trainable
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   std::vector<uintptr_t> hook_keys_;
+  // A unit with frozen parameters: this backward's forwards whose inputs it watches, and how many
+  // of their nodes ran.
+  bool has_frozen_ = false;
+  bool inputs_known_ = true;
+  size_t inputs_watched_ = 0, inputs_arrived_ = 0;
 };
 
 }  // namespace volt::fsdp

@@ -16,6 +16,7 @@ OptimizerLayouts replace_parameters_by_shards(const std::vector<std::shared_ptr<
     for (size_t e = 0; e < entries.size(); ++e) unit_of[entries[e].parameter.unsafeGetTensorImpl()] = {unit.get(), e};
   }
   std::map<const FullyShardedUnit*, std::string> placed;  // unit → "optimizer i, group g"
+  std::map<const c10::TensorImpl*, std::string> placed_entries;  // per parameter: parameter → the same
   for (size_t o = 0; o < optimizers.size(); ++o) {
     auto& groups = optimizers[o]->param_groups();
     auto& layout = layouts[optimizers[o].get()];
@@ -33,8 +34,19 @@ OptimizerLayouts replace_parameters_by_shards(const std::vector<std::shared_ptr<
           continue;
         }
         auto* unit = it->second.first;
+        const size_t entry = it->second.second;
+        if (unit->flat().layout() == ShardLayout::PerParameter) {
+          // Per parameter: its own shard in its place (Note [Per-parameter layout]).
+          const auto [at, inserted] = placed_entries.emplace(p.unsafeGetTensorImpl(), where);
+          check<ConfigurationError>(inserted, "fsdp: parameter '", unit->flat().entries()[entry].name, "' is in ",
+                                    at->second, " and in ", where, "; each parameter may be stepped by one optimizer "
+                                    "only");
+          originals.push_back({unit, entry, replaced.size()});
+          replaced.push_back(unit->flat().stepped(entry));
+          continue;
+        }
         if (count[unit]++ == 0) order.push_back(unit);
-        originals.push_back({unit, it->second.second, 0});
+        originals.push_back({unit, entry, 0});
       }
       std::map<const FullyShardedUnit*, size_t> shard_index;
       for (auto* unit : order) {
@@ -49,7 +61,8 @@ OptimizerLayouts replace_parameters_by_shards(const std::vector<std::shared_ptr<
         replaced.push_back(unit->flat().shard());
       }
       for (auto& original : originals) {
-        if (original.unit != nullptr) original.stepped = shard_index.at(original.unit);
+        if (original.unit != nullptr && original.unit->flat().layout() == ShardLayout::Flat)
+          original.stepped = shard_index.at(original.unit);
       }
       layout.push_back(std::move(originals));
       check<ConfigurationError>(optimizers[o]->state().empty(), "fsdp: ", where,

@@ -1,7 +1,8 @@
 #pragma once
 // Optimizer surgery for FSDP: the user's optimizers were built over the module's parameters
 // (configure_optimizers runs after setup_module), but FSDP steps each unit's flat shard. Each
-// param group's parameters of a unit are replaced by that unit's shard, and what was where is
+// param group's parameters of a unit are replaced by that unit's shard (per parameter, Note
+// [Per-parameter layout]: each parameter by its own shard, in its place), and what was where is
 // kept (GroupLayout) so that a Full checkpoint writes the optimizer state in PyTorch's layout over
 // the original parameters (flat_optimizer_state.h).
 #include <torch/torch.h>
@@ -19,8 +20,8 @@ using OptimizerLayouts = std::map<const torch::optim::Optimizer*, std::vector<Gr
 
 // Replaces, in every param group of `optimizers`, the parameters of each of `units` by the unit's
 // shard (a parameter outside the units stays as it is); returns each optimizer's original layout.
-// Throws ConfigurationError when a unit's parameters are split over param groups or optimizers,
-// or an optimizer already has state.
+// Throws ConfigurationError when a flat unit's parameters are split over param groups or
+// optimizers, a parameter is in two, or an optimizer already has state.
 OptimizerLayouts replace_parameters_by_shards(const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers,
                                               const std::vector<std::shared_ptr<FullyShardedUnit>>& units);
 

@@ -137,4 +137,28 @@ inline std::string run_print_steps(const std::string& strategy, int64_t ranks, c
   return result.output;
 }
 
+// The last value of `column` that the run under `root` logged to its metrics.csv; -1 when it
+// logged none.
+inline double last_logged(const std::string& root, const std::string& column) {
+  double value = -1;
+  for (const auto& row : read_csv(root + "/volt_logs/version_0/metrics.csv")) {
+    if (row.count(column) && !row.at(column).empty()) value = std::stod(row.at(column));
+  }
+  return value;
+}
+
+// Every one of `variants` (strategies) trains like `reference` with `flags` on `ranks`, within
+// `tolerance` relative after every step on every rank; a failure names the variant and the run.
+inline void expect_steps_like(const std::string& reference, const std::vector<std::string>& variants, int64_t ranks,
+                              const std::string& optimizer, const std::string& flags, double tolerance) {
+  const auto expected = step_lines(run_print_steps(reference, ranks, optimizer, flags));
+  ASSERT_EQ(expected.size(), static_cast<size_t>(ranks)) << reference << " " << flags;
+  ASSERT_GE(expected.at(0).size(), 3u) << reference << " " << flags;
+  for (const auto& variant : variants) {
+    expect_steps_close(step_lines(run_print_steps(variant, ranks, optimizer, flags)), expected, tolerance,
+                       variant + " vs " + reference + ", " + flags + ", " + optimizer + ", " + std::to_string(ranks) +
+                           " ranks");
+  }
+}
+
 }  // namespace volt::testing

@@ -1,8 +1,8 @@
 // Note [HYBRID_SHARD]: `fsdp:sharding_strategy=HYBRID_SHARD` shards within a node and replicates
 // across nodes. Four ranks as two simulated nodes of two (nprocs_per_node=2) train like ddp within
 // 1e-6 after every step (ring reduce-scatter in the node plus the peers' all-reduce, against ddp's
-// ring all-reduce: other summation orders), with units by size or by type, with and without
-// resharding; the gradients cross nodes only through the peers' group, whose bytes
+// ring all-reduce: other summation orders), with units by size or by type (also in the
+// per-parameter layout), with and without resharding; the gradients cross nodes only through the peers' group, whose bytes
 // per step are the shards' (1/2 of the units' gradients per rank), counted by its Communicator; on
 // one node it warns and is FULL_SHARD bit for bit; a resume from its full checkpoint is bitwise
 // the uninterrupted run; bad settings stop the run saying what to do.
@@ -20,27 +20,16 @@ using testing::step_lines;
 using testing::train_command;
 
 TEST(FSDPHybridShard, FourRanksAsTwoNodesTrainLikeDDPAfterEveryStep) {
-  const auto ddp = step_lines(run_print_steps("ddp", 4, "adam", "--model mlp"));
-  ASSERT_EQ(ddp.size(), 4u);
-  for (const std::string fsdp :
-       {"fsdp:min_num_params=20,sharding_strategy=HYBRID_SHARD,nprocs_per_node=2",
-        "fsdp:min_num_params=20,sharding_strategy=HYBRID_SHARD,nprocs_per_node=2,reshard_after_forward=false"}) {
-    testing::expect_steps_close(step_lines(run_print_steps(fsdp, 4, "adam", "--model mlp")), ddp, 1e-6,
-                                fsdp + " vs ddp, 4 ranks");
-  }
-  const auto blocks = step_lines(run_print_steps("ddp", 4, "adam", "--model blocks"));
-  const std::string by_type = "fsdp:wrap=RegressionBlock,sharding_strategy=HYBRID_SHARD,nprocs_per_node=2";
-  testing::expect_steps_close(step_lines(run_print_steps(by_type, 4, "adam", "--model blocks")), blocks, 1e-6,
-                              by_type + " vs ddp, blocks");
-}
-
-// The last logged value of `column` in the run's metrics.csv.
-double last_logged(const std::string& root, const std::string& column) {
-  double value = -1;
-  for (const auto& row : testing::read_csv(root + "/volt_logs/version_0/metrics.csv")) {
-    if (row.count(column) && !row.at(column).empty()) value = std::stod(row.at(column));
-  }
-  return value;
+  testing::expect_steps_like(
+      "ddp",
+      {"fsdp:min_num_params=20,sharding_strategy=HYBRID_SHARD,nprocs_per_node=2",
+       "fsdp:min_num_params=20,sharding_strategy=HYBRID_SHARD,nprocs_per_node=2,reshard_after_forward=false"},
+      4, "adam", "--model mlp", 1e-6);
+  testing::expect_steps_like(
+      "ddp",
+      {"fsdp:wrap=RegressionBlock,sharding_strategy=HYBRID_SHARD,nprocs_per_node=2",
+       "fsdp:wrap=RegressionBlock,sharding_strategy=HYBRID_SHARD,nprocs_per_node=2,layout=per_parameter"},
+      4, "adam", "--model blocks", 1e-6);
 }
 
 // The worker's train mode on the MLP under `strategy` on `ranks`, with `extra` flags (expects success).
@@ -57,9 +46,9 @@ testing::ProcessResult run_mlp(const testing::TemporaryDirectory& dir, const std
 TEST(FSDPHybridShard, GradientsCrossNodesThroughThePeersGroupOnly) {
   testing::TemporaryDirectory dir;
   run_mlp(dir, "fsdp:min_num_params=20,sharding_strategy=HYBRID_SHARD,nprocs_per_node=2", 4);
-  const double peers = last_logged(dir.path(), "comm/peers/step_bytes");
-  const double node = last_logged(dir.path(), "comm/node/step_bytes");
-  const double shards = last_logged(dir.path(), "fsdp/shard_bytes");
+  const double peers = testing::last_logged(dir.path(), "comm/peers/step_bytes");
+  const double node = testing::last_logged(dir.path(), "comm/node/step_bytes");
+  const double shards = testing::last_logged(dir.path(), "fsdp/shard_bytes");
   // A step all-reduces each unit's float32 shard gradient once with the other node: the payload
   // is the rank's shards' bytes, no more.
   EXPECT_EQ(peers, shards) << "the shards' gradients, once a step";

@@ -20,6 +20,7 @@ RegressionModule::RegressionModule(RegressionOptions opts) : options(std::move(o
     for (int64_t i = 0; i < options.blocks; ++i) {
       RegressionBlock block(options.features, options.block_dropout);
       if (options.shard_blocks) fsdp::shard(block);
+      if (options.freeze_block_weights) block->linear->weight.set_requires_grad(false);
       blocks->push_back(block);
     }
   }

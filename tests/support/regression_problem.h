@@ -44,6 +44,9 @@ struct RegressionOptions {
   int64_t blocks = 0;
   double block_dropout = 0.0;
   bool shard_blocks = false;  // with blocks: each marked by volt::fsdp::shard, a unit of its own under fsdp
+  // With blocks: each block's weight frozen (requires_grad false), its bias trained: a unit mixing
+  // frozen and trainable parameters (a LoRA model's shape).
+  bool freeze_block_weights = false;
 };
 
 // x + mask * tanh(W x) with a dropout on the update: a residual block of the shape a transformer's

@@ -268,9 +268,10 @@ testing::RegressionOptions regression_options(const std::string& optimizer, int6
   testing::RegressionOptions options;
   check<ConfigurationError>(model == "linear" || model == "batch_norm" || model == "branch" ||
                                 model == "sparse_embedding" || model == "mlp" || model == "mlp_wrapped" ||
-                                model == "wide_mlp" || model == "blocks" || model == "blocks_sharded",
+                                model == "wide_mlp" || model == "blocks" || model == "blocks_sharded" ||
+                                model == "blocks_frozen",
                             "worker: --model expects linear, batch_norm, branch, sparse_embedding, mlp, "
-                            "mlp_wrapped, wide_mlp, blocks or blocks_sharded, got '", model, "'");
+                            "mlp_wrapped, wide_mlp, blocks, blocks_sharded or blocks_frozen, got '", model, "'");
   // Small enough that a STEP line (17 digits a parameter) stays below PIPE_BUF: the ranks' lines
   // reach the test whole, not interleaved.
   if (model == "mlp" || model == "mlp_wrapped") options.hidden = 4;
@@ -280,10 +281,13 @@ testing::RegressionOptions regression_options(const std::string& optimizer, int6
   options.wrap_by_hand = model == "mlp_wrapped";
   // Two RegressionBlocks called through volt::call, with dropout: for the policies by type;
   // blocks_sharded: each marked by volt::fsdp::shard where the model builds it.
-  if (model == "blocks" || model == "blocks_sharded") {
+  // blocks_frozen: each block's weight frozen, its bias trained (frozen and trainable parameters in
+  // one unit).
+  if (model == "blocks" || model == "blocks_sharded" || model == "blocks_frozen") {
     options.blocks = 2;
     options.block_dropout = 0.2;
     options.shard_blocks = model == "blocks_sharded";
+    options.freeze_block_weights = model == "blocks_frozen";
   }
   options.batch_norm = model == "batch_norm";
   options.sparse_embedding = model == "sparse_embedding";
@@ -535,7 +539,8 @@ int main(int argc, char** argv) {
         ("manual-no-sync", po::bool_switch(),
          "with --manual-accumulate: skip synchronization in the module's no_sync(), not toggle_model(false)")
         ("model", po::value<std::string>()->default_value("linear"),
-         "linear | batch_norm | branch | sparse_embedding | mlp | mlp_wrapped | wide_mlp | blocks | blocks_sharded "
+         "linear | batch_norm | branch | sparse_embedding | mlp | mlp_wrapped | wide_mlp | blocks | blocks_sharded | "
+         "blocks_frozen "
          "(--mode train)")
         ("skip-every", po::value<int64_t>()->default_value(0),
          "N > 0: training_step returns no loss for batches N-1, 2N-1, ... (--mode train)");

@@ -1,0 +1,186 @@
+// The per-parameter layout (Note [Per-parameter layout]) on ranks as threads: the geometry (rows
+// per rank, trainable chunks first, padding zero, a copy in and out is the identity); each rank's
+// shard of every parameter is its rows, in the parameter's shape, frozen parameters included; a
+// gather gives the parameters back bit for bit; a unit's backward leaves each trainable shard the
+// mean of its rows' gradients and frozen ones none, whatever the order of its gradients and its
+// input's.
+#include <gtest/gtest.h>
+
+#include "strategies/fsdp/fully_sharded_module.h"
+#include "strategies/fsdp/parameter_chunks.h"
+#include "tests/distributed/thread_ranks.h"
+
+namespace volt::fsdp {
+namespace {
+
+using testing::with_communicators;
+
+TEST(ParameterChunks, RowsPerRankTrainableFirstAndTheLastRanksPadded) {
+  // [5, 3] trainable, [2] frozen, a 0-d trainable, [7] trainable, over 3 ranks.
+  const auto layout = layout_chunks({{5, 3}, {2}, {}, {7}}, {true, false, true, true}, 3);
+  ASSERT_EQ(layout.chunks.size(), 4u);
+  EXPECT_EQ(layout.chunks[0].chunk_rows, 2);
+  EXPECT_EQ(layout.chunks[0].row_numel, 3);
+  EXPECT_EQ(layout.chunks[1].chunk_rows, 1);
+  EXPECT_EQ(layout.chunks[2].chunk_rows, 1);
+  EXPECT_EQ(layout.chunks[3].chunk_rows, 3);
+  // Trainable first: [5,3] at 0 (6), the 0-d at 6 (1), [7] at 7 (3), then the frozen at 10 (1).
+  EXPECT_EQ(layout.chunks[0].offset, 0);
+  EXPECT_EQ(layout.chunks[2].offset, 6);
+  EXPECT_EQ(layout.chunks[3].offset, 7);
+  EXPECT_EQ(layout.chunks[1].offset, 10);
+  EXPECT_EQ(layout.gradient_numel, 10);
+  EXPECT_EQ(layout.block_numel, 11);
+  // Rank 2 holds row 4 of the [5, 3] (one row of its two), nothing of the 0-d, row 6 of the [7].
+  EXPECT_EQ(layout.chunks[0].begin(2), 12);
+  EXPECT_EQ(layout.chunks[0].count(2), 3);
+  EXPECT_EQ(layout.chunks[2].count(1), 0);
+  EXPECT_EQ(layout.chunks[3].count(2), 1);
+  EXPECT_EQ(layout.chunks[0].chunk_shape({5, 3}), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(layout.chunks[2].chunk_shape({}), (std::vector<int64_t>{1}));
+}
+
+TEST(ParameterChunks, CopiedIntoTheBlocksAndOutAgainIsTheIdentityWithZeroPadding) {
+  for (const int64_t world : {1, 2, 3, 4, 8}) {
+    const std::vector<std::vector<int64_t>> shapes{{5, 3}, {2}, {}, {7, 2, 2}};
+    const auto layout = layout_chunks(shapes, {true, true, true, true}, world);
+    auto blocks = torch::full({world, layout.block_numel}, 99.0);
+    std::vector<torch::Tensor> values;
+    for (const auto& shape : shapes) values.push_back(torch::randn(shape));
+    for (size_t i = 0; i < shapes.size(); ++i) copy_chunks_in(values[i].reshape({-1}), layout.chunks[i], blocks, 2.0);
+    EXPECT_EQ(blocks.eq(99.0).sum().item<int64_t>(), 0) << "every element of the blocks written, world " << world;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const auto& chunk = layout.chunks[i];
+      auto out = torch::empty(shapes[i]);
+      copy_chunks_out(blocks, chunk, out);
+      EXPECT_TRUE(torch::equal(out, values[i] / 2.0)) << "parameter " << i << ", world " << world;
+      for (int64_t r = 0; r < world; ++r) {
+        const auto padding = blocks[r].narrow(0, chunk.offset + chunk.count(r), chunk.chunk_numel() - chunk.count(r));
+        EXPECT_TRUE(padding.eq(0).all().item<bool>()) << "parameter " << i << ", rank " << r << ", world " << world;
+      }
+    }
+  }
+}
+
+// weight [5, 3] (5 rows: uneven on 2, 3 and 4 ranks), bias [5], and a frozen scale [5]: y =
+// (W x + b) * scale. The same values on every rank.
+struct ScaledLinear {
+  torch::Tensor weight = (torch::arange(15, torch::kFloat).reshape({5, 3}) * 0.125 - 0.75).set_requires_grad(true);
+  torch::Tensor bias = (torch::arange(5, torch::kFloat) * 0.25).set_requires_grad(true);
+  torch::Tensor scale = torch::tensor({1.0f, -2.0f, 0.5f, 3.0f, -1.0f});  // frozen
+  std::vector<std::pair<std::string, torch::Tensor>> named() const {
+    return {{"weight", weight}, {"scale", scale}, {"bias", bias}};
+  }
+};
+
+class PerParameterFlat : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(PerParameterFlat, EachRankKeepsItsRowsOfEveryParameterFrozenOnesTooAndGathersThemBack) {
+  const int64_t n = GetParam();
+  with_communicators(n, [&](Communicator& c) {
+    ScaledLinear model;
+    const auto weight = model.weight.detach().clone(), bias = model.bias.detach().clone(),
+               scale = model.scale.clone();
+    FlatParameter flat(model.named(), c, torch::kFloat, nullptr, 0, false, ShardLayout::PerParameter);
+    flat.release();
+    EXPECT_EQ(model.weight.numel(), 0) << "released";
+    const int64_t rows = (5 + n - 1) / n;
+    // This rank's rows of a 5-row parameter, padded with zero rows, in the parameter's shape.
+    const auto own_rows = [&](const torch::Tensor& full) {
+      auto padded = torch::zeros({rows * n, full.numel() / 5});
+      padded.narrow(0, 0, 5).copy_(full.reshape({5, -1}));
+      auto shape = full.sizes().vec();
+      shape[0] = rows;
+      return padded.narrow(0, c.rank() * rows, rows).reshape(shape);
+    };
+    ASSERT_EQ(flat.entries().size(), 3u);
+    EXPECT_TRUE(torch::equal(flat.stepped(0), own_rows(weight))) << "rank " << c.rank();
+    EXPECT_TRUE(torch::equal(flat.stepped(1), own_rows(scale))) << "rank " << c.rank();
+    EXPECT_TRUE(torch::equal(flat.stepped(2), own_rows(bias))) << "rank " << c.rank();
+    EXPECT_TRUE(flat.stepped(0).requires_grad() && flat.stepped(0).is_leaf());
+    EXPECT_FALSE(flat.stepped(1).requires_grad()) << "a frozen parameter's shard is frozen";
+    EXPECT_EQ(flat.stepped_tensors().size(), 3u);
+    EXPECT_EQ(flat.shard_numel(), rows * 5) << "the block: 3 + 1 + 1 elements a row";
+    EXPECT_EQ(flat.gradient_numel(), n * rows * 4) << "the trainable prefix: weight and bias";
+    const auto natural = torch::cat({weight.flatten(), scale, bias});
+    for (int64_t root : {int64_t{0}, n - 1}) {
+      const auto gathered = flat.gather_shards_to(flat.shard(), root);
+      if (c.rank() == root) EXPECT_TRUE(torch::equal(gathered, natural)) << "root " << root;
+      if (c.rank() != root) EXPECT_FALSE(gathered.defined());
+      const auto weight_rows = flat.gather_stepped_to(0, flat.stepped(0), root);
+      if (c.rank() == root) EXPECT_TRUE(torch::equal(weight_rows, weight.flatten()));
+    }
+    flat.gather();
+    EXPECT_TRUE(torch::equal(model.weight.detach(), weight));
+    EXPECT_TRUE(torch::equal(model.bias.detach(), bias));
+    EXPECT_TRUE(torch::equal(model.scale, scale));
+    EXPECT_TRUE(torch::equal(flat.full_values(), natural));
+  });
+}
+
+TEST_P(PerParameterFlat, AUnitsBackwardLeavesEachTrainableShardTheMeanOfItsRowsAndFrozenOnesNone) {
+  const int64_t n = GetParam();
+  with_communicators(n, [&](Communicator& c) {
+    // The unsharded reference: the mean over ranks of each rank's gradient (input = rank + 1).
+    torch::Tensor expected_weight, expected_bias;
+    {
+      std::vector<torch::Tensor> weights, biases;
+      for (int64_t r = 0; r < n; ++r) {
+        ScaledLinear reference;
+        ((torch::addmm(reference.bias, torch::full({1, 3}, static_cast<double>(r + 1)), reference.weight.t())) *
+         reference.scale)
+            .sum()
+            .backward();
+        weights.push_back(reference.weight.grad());
+        biases.push_back(reference.bias.grad());
+      }
+      expected_weight = torch::stack(weights).mean(0);
+      expected_bias = torch::stack(biases).mean(0);
+    }
+    ScaledLinear model;
+    const auto scale = model.scale.clone();  // the model's reads as empty once released
+    UnitSettings settings;
+    settings.pre_divide = gradient_pre_divide_factor(n);
+    ReduceScatterBucket bucket(c, 0);
+    auto unit = std::make_shared<FullyShardedUnit>(
+        "scaled", std::make_unique<FlatParameter>(model.named(), c, torch::kFloat, nullptr, 0, false,
+                                                  ShardLayout::PerParameter),
+        settings, bucket);
+    // The input requires grad (an earlier unit's output): the unit waits for its gradient too, so
+    // the frozen scale is still there when the input's gradient is computed through it.
+    auto input = torch::full({1, 3}, static_cast<double>(c.rank() + 1)).set_requires_grad(true);
+    std::vector<torch::Tensor> inputs{input};
+    auto output = forward_in_unit(
+        unit.get(), [&] { return torch::addmm(model.bias, inputs[0], model.weight.t()) * model.scale; }, &inputs);
+    EXPECT_FALSE(inputs[0].is_same(input)) << "the unit's alias, whose gradient goes through its node";
+    EXPECT_FALSE(unit->flat().gathered()) << "resharded after forward";
+    unit->start_backward(true);
+    output.sum().backward();
+    EXPECT_FALSE(unit->flat().gathered()) << "released once the input's gradient was computed";
+    unit->finish_backward();
+    bucket.flush();
+    const int64_t rows = (5 + n - 1) / n;
+    auto padded = [&](const torch::Tensor& full) {
+      auto out = torch::zeros({rows * n, full.numel() / 5});
+      out.narrow(0, 0, 5).copy_(full.reshape({5, -1}));
+      return out.narrow(0, c.rank() * rows, rows);
+    };
+    EXPECT_TRUE(torch::allclose(unit->flat().stepped(0).grad().reshape({rows, -1}), padded(expected_weight), 1e-6,
+                                1e-7))
+        << "rank " << c.rank();
+    EXPECT_TRUE(torch::allclose(unit->flat().stepped(2).grad().reshape({rows, -1}), padded(expected_bias), 1e-6,
+                                1e-7))
+        << "rank " << c.rank();
+    EXPECT_FALSE(unit->flat().stepped(1).grad().defined()) << "no gradient storage for a frozen parameter";
+    EXPECT_EQ(unit->flat().shard_gradient_bytes(), rows * 4 * 4);
+    // The input's gradient went through the frozen scale and the gathered weight.
+    const auto expected_input =
+        (scale.unsqueeze(1) * (torch::arange(15, torch::kFloat).reshape({5, 3}) * 0.125 - 0.75)).sum(0);
+    EXPECT_TRUE(torch::allclose(input.grad().flatten(), expected_input, 1e-6, 1e-6));
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, PerParameterFlat, ::testing::Values(2, 3, 4));
+
+}  // namespace
+}  // namespace volt::fsdp
