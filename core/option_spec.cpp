@@ -22,13 +22,6 @@ std::string lower(std::string s) {
   return s;
 }
 
-bool parse_bool(const std::string& text, bool* out) {
-  const auto v = lower(text);
-  if (v == "true" || v == "1" || v == "yes" || v == "on") return *out = true, true;
-  if (v == "false" || v == "0" || v == "no" || v == "off") return *out = false, true;
-  return false;
-}
-
 bool parse_double(const std::string& text, double* out) {
   if (text.empty()) return false;
   std::istringstream in(text);
@@ -85,6 +78,13 @@ std::string with_article(OptionType type) {
 }
 
 }  // namespace
+
+bool parse_bool(const std::string& text, bool* out) {
+  const auto v = lower(text);
+  if (v == "true" || v == "1" || v == "yes" || v == "on") return *out = true, true;
+  if (v == "false" || v == "0" || v == "no" || v == "off") return *out = false, true;
+  return false;
+}
 
 std::string join(const std::vector<std::string>& items, const std::string& separator) {
   std::string out;

@@ -105,6 +105,10 @@ std::map<std::string, std::string> resolve_aliases(const std::string& owner, con
 
 std::string to_string(OptionType type);
 
+// A boolean as options write it: true/1/yes/on or false/0/no/off, in any case. False when `text`
+// is none of them (`out` untouched).
+bool parse_bool(const std::string& text, bool* out);
+
 // "a, b, c" (what error messages list).
 std::string join(const std::vector<std::string>& items, const std::string& separator = ", ");
 

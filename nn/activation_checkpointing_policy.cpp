@@ -10,7 +10,7 @@ class CheckpointedModules::Wrapper : public ForwardWrapper {
   int depth() const override { return kCheckpointingDepth; }
 
   torch::Tensor around(torch::nn::Module& module, const std::vector<torch::Tensor>& tensors,
-                       const ModuleForward& forward) override {
+                       const ModuleForward& forward, bool /*tensors_complete*/) override {
     if (!torch::GradMode::is_enabled()) return forward(tensors);  // nothing kept to save
     ++calls;
     auto outputs = checkpoint([forward](const std::vector<torch::Tensor>& given) {

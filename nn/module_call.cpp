@@ -87,13 +87,14 @@ bool has_forward_wrappers(const torch::nn::Module& module) {
 }
 
 torch::Tensor run_wrapped_forward(torch::nn::Module& module, const std::vector<torch::Tensor>& tensors,
-                                  const ModuleForward& forward) {
+                                  const ModuleForward& forward, bool tensors_complete) {
   const auto wrappers = wrappers_of(module);
   ModuleForward composed = forward;
   // Innermost first: each wrapper's forward is the composition of those inside it.
   for (auto it = wrappers.rbegin(); it != wrappers.rend(); ++it) {
-    composed = [wrapper = *it, target = &module, inner = std::move(composed)](const std::vector<torch::Tensor>& given) {
-      return wrapper->around(*target, given, inner);
+    composed = [wrapper = *it, target = &module, inner = std::move(composed),
+                tensors_complete](const std::vector<torch::Tensor>& given) {
+      return wrapper->around(*target, given, inner, tensors_complete);
     };
   }
   return composed(tensors);

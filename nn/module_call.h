@@ -40,9 +40,10 @@ class ForwardWrapper {
   // registered in: FSDP's unit (kUnitDepth) gathers around the checkpointed forward.
   virtual int depth() const = 0;
   // Runs `forward` (with `tensors`, the call's tensor arguments, or others in their place) and
-  // returns its output.
+  // returns its output. `tensors_complete`: false when an argument of another type (an optional
+  // or a container of tensors, a struct) may carry a tensor that `tensors` does not hold.
   virtual torch::Tensor around(torch::nn::Module& module, const std::vector<torch::Tensor>& tensors,
-                               const ModuleForward& forward) = 0;
+                               const ModuleForward& forward, bool tensors_complete) = 0;
 };
 
 constexpr int kUnitDepth = 0;           // FSDP's units
@@ -54,9 +55,9 @@ void add_forward_wrapper(torch::nn::Module& module, std::shared_ptr<ForwardWrapp
 void remove_forward_wrapper(torch::nn::Module& module, const ForwardWrapper& wrapper);
 bool has_forward_wrappers(const torch::nn::Module& module);
 
-// `forward` inside `module`'s wrappers, outermost first.
+// `forward` inside `module`'s wrappers, outermost first (`tensors_complete` as ForwardWrapper says).
 torch::Tensor run_wrapped_forward(torch::nn::Module& module, const std::vector<torch::Tensor>& tensors,
-                                  const ModuleForward& forward);
+                                  const ModuleForward& forward, bool tensors_complete = true);
 
 // `module`'s type as a policy names it: the class name without a trailing "Impl" ("Block" for
 // BlockImpl, "torch::nn::Linear" for torch::nn::LinearImpl).
@@ -68,6 +69,11 @@ namespace detail {
 
 template <typename T>
 constexpr bool is_tensor_v = std::is_same_v<std::decay_t<T>, torch::Tensor>;
+
+// An argument that cannot carry a tensor besides being one: a tensor, a number, an enumeration.
+template <typename T>
+constexpr bool is_plain_argument_v =
+    is_tensor_v<T> || std::is_arithmetic_v<std::decay_t<T>> || std::is_enum_v<std::decay_t<T>>;
 
 // For each argument, its index among the call's tensor arguments.
 template <typename... Args>
@@ -132,7 +138,7 @@ auto call(Holder&& module, Args&&... args) -> std::decay_t<decltype(module->forw
         return module->forward(detail::argument_or_tensor<Args>(std::get<I>(kept), given, slots[I])...);
       }(std::index_sequence_for<Args...>{});
     };
-    return run_wrapped_forward(target, tensors, forward);
+    return run_wrapped_forward(target, tensors, forward, (detail::is_plain_argument_v<Args> && ...));
   }
 }
 

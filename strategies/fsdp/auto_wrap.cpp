@@ -49,10 +49,11 @@ int64_t wrap_below(torch::nn::Module& module, int64_t min_num_params, std::vecto
 void unwrap(const AutoWrapped& wrapped) { restore_sequential_entry(wrapped.entry); }
 
 torch::Tensor UnitForwardWrapper::around(torch::nn::Module&, const std::vector<torch::Tensor>& tensors,
-                                         const ModuleForward& forward) {
+                                         const ModuleForward& forward, bool tensors_complete) {
   ++calls_;
   auto inputs = tensors;  // a unit with frozen parameters passes aliases on instead
-  return forward_in_unit(unit_.get(), [&] { return forward(inputs); }, &inputs);
+  // Inputs the unit cannot see (inside an optional, a container, a struct): not known.
+  return forward_in_unit(unit_.get(), [&] { return forward(inputs); }, tensors_complete ? &inputs : nullptr);
 }
 
 const WrappedModule* first_never_called(const std::vector<WrappedModule>& wrapped) {

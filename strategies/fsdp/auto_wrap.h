@@ -46,7 +46,7 @@ class UnitForwardWrapper : public ForwardWrapper {
  public:
   int depth() const override { return kUnitDepth; }
   torch::Tensor around(torch::nn::Module& module, const std::vector<torch::Tensor>& tensors,
-                       const ModuleForward& forward) override;
+                       const ModuleForward& forward, bool tensors_complete) override;
   void bind(std::shared_ptr<FullyShardedUnit> unit) { unit_ = std::move(unit); }
   // Forwards run through it so far.
   int64_t calls() const { return calls_; }

@@ -145,7 +145,11 @@ void load_consolidated_optimizer_state(torch::optim::Optimizer& optimizer, const
       for (const auto& item : parts.front().second) {
         const auto& key = item.key().toStringRef();
         const auto& entry0 = flat.entries()[first->entry];
-        if (!per_element(item.value(), entry0.numel())) {
+        // A 0-d parameter's per-element state is 0-d too (its shard is one row): told from Adam's
+        // 0-d step by name.
+        const bool scalar_state = flat.layout() == ShardLayout::PerParameter && entry0.shape.empty() &&
+                                  item.value().isTensor() && item.value().toTensor().dim() == 0 && key != "step";
+        if (!scalar_state && !per_element(item.value(), entry0.numel())) {
           shard_state.insert(key, owned(item.value()));  // placeholders among them are read below
           continue;
         }

@@ -218,19 +218,22 @@ void FlatParameter::release_to_group(Communicator& group) {
   VOLT_INTERNAL_ASSERT(world_ % parts == 0 && rank_ % parts == group.rank(),
                        "release_to_group: a group of consecutive ranks dividing the shard group");
   torch::NoGradGuard no_grad;
+  const bool rebuilt = layout_ == ShardLayout::PerParameter;
   torch::Tensor gathered = full_;
-  if (layout_ == ShardLayout::PerParameter) {
+  if (rebuilt) {
     // The blocks the all-gather filled, rebuilt from the parameters (they were copied out of them).
     gathered = torch::empty({world_, shard_numel_}, full_.options());
     if (gathered_bytes_) gathered_bytes_->add(static_cast<int64_t>(bytes_of(gathered)));
     for (const auto& entry : entries_)
       copy_chunks_in(full_.narrow(0, entry.offset, entry.numel()), entry.chunk, gathered, 1.0);
-    if (gathered_bytes_) gathered_bytes_->remove(static_cast<int64_t>(bytes_of(gathered)));
   }
   drop_group_part();
   group_part_ = gathered.view({-1}).narrow(0, group.rank() * part_numel, part_numel).clone();
   group_ = &group;
-  if (gathered_bytes_) gathered_bytes_->add(static_cast<int64_t>(bytes_of(group_part_)));
+  if (gathered_bytes_) {
+    gathered_bytes_->add(static_cast<int64_t>(bytes_of(group_part_)));  // all three alive at this moment
+    if (rebuilt) gathered_bytes_->remove(static_cast<int64_t>(bytes_of(gathered)));
+  }
   free_gathered();
 }
 

@@ -1,6 +1,7 @@
 #include "strategies/fsdp/fsdp_options.h"
 
 #include "core/error.h"
+#include "core/option_spec.h"
 #include "strategies/shared_strategy_options.h"
 
 namespace volt {
@@ -16,8 +17,8 @@ namespace {
 TextForm<ReshardAfterForward> reshard_form() {
   return {"true, false or a group size of at least 2",
           [](const std::string& text) {
-            if (text == "true") return ReshardAfterForward(true);
-            if (text == "false") return ReshardAfterForward(false);
+            // The spellings of a boolean option first (1 and 0 among them), then a group size.
+            if (bool value = false; parse_bool(text, &value)) return ReshardAfterForward(value);
             size_t used = 0;
             int64_t ranks = 0;
             try {

@@ -90,18 +90,20 @@ void FullyShardedUnit::before_forward(std::vector<torch::Tensor>* inputs) {
 
 void FullyShardedUnit::watch_inputs(std::vector<torch::Tensor>* inputs) {
   if (!has_frozen_ || !torch::GradMode::is_enabled()) return;
-  if (inputs == nullptr) {
+  std::vector<size_t> differentiable;
+  if (inputs != nullptr) {
+    for (size_t i = 0; i < inputs->size(); ++i) {
+      if ((*inputs)[i].defined() && (*inputs)[i].requires_grad()) differentiable.push_back(i);
+    }
+  }
+  if (differentiable.empty()) {
     inputs_known_ = false;  // released at the end of backward
     return;
   }
-  std::vector<size_t> differentiable;
-  for (size_t i = 0; i < inputs->size(); ++i) {
-    if ((*inputs)[i].defined() && (*inputs)[i].requires_grad()) differentiable.push_back(i);
-  }
-  if (differentiable.empty()) return;
   std::weak_ptr<FullyShardedUnit> unit = weak_from_this();
-  auto node = std::shared_ptr<InputsGradientNotice>(new InputsGradientNotice([unit] {
-                                                       if (auto alive = unit.lock()) alive->on_inputs_gradient();
+  const size_t index = watched_.size();
+  auto node = std::shared_ptr<InputsGradientNotice>(new InputsGradientNotice([unit, index] {
+                                                       if (auto alive = unit.lock()) alive->on_inputs_gradient(index);
                                                      }),
                                                      torch::autograd::deleteNode);
   std::vector<torch::Tensor> watched;
@@ -112,11 +114,13 @@ void FullyShardedUnit::watch_inputs(std::vector<torch::Tensor>* inputs) {
     torch::autograd::set_history(alias, node);
     (*inputs)[i] = alias;
   }
-  ++inputs_watched_;
+  watched_.push_back(node);
+  watched_ran_.push_back(false);
 }
 
 void FullyShardedUnit::forget_inputs() {
-  inputs_watched_ = inputs_arrived_ = 0;
+  watched_.clear();
+  watched_ran_.clear();
   inputs_known_ = true;
 }
 
@@ -183,16 +187,21 @@ void FullyShardedUnit::on_parameter_gradient(size_t index) {
   maybe_complete_backward();
 }
 
-void FullyShardedUnit::on_inputs_gradient() {
-  if (state_ != TrainingState::Backward || backward_done_) return;
-  ++inputs_arrived_;
+void FullyShardedUnit::on_inputs_gradient(size_t watched) {
+  if (state_ != TrainingState::Backward || backward_done_ || watched >= watched_ran_.size()) return;
+  watched_ran_[watched] = true;
   maybe_complete_backward();
 }
 
 void FullyShardedUnit::maybe_complete_backward() {
   if (arrived_count_ < arrived_.size()) return;
-  // A frozen parameter may still be read by the backward of an input's gradient.
-  if (has_frozen_ && (!inputs_known_ || inputs_arrived_ < inputs_watched_)) return;
+  if (has_frozen_) {
+    // A frozen parameter may still be read by the backward of an input's gradient.
+    if (settings_.is_root || !inputs_known_) return;
+    for (size_t i = 0; i < watched_.size(); ++i) {
+      if (!watched_ran_[i] && !watched_[i].expired()) return;
+    }
+  }
   complete_backward();
 }
 

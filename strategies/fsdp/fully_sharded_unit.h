@@ -32,8 +32,11 @@
 // that require grad go through one autograd node of the unit's (aliases of them, FSDP2's
 // post-backward function on the inputs), which runs when their gradients are complete: before
 // the gradient reaches the previous unit's outputs, so that this unit is released before that one
-// is gathered again. Where the inputs are not known (a forward run through forward_with), at the
-// end of backward.
+// is gathered again. Where that cannot be known, at the end of backward (as FSDP2 does): inputs
+// not known (a forward run through forward_with, or an argument of volt::call that may hide a
+// tensor), no input that requires grad (a frozen parameter's backward may still feed a unit
+// nested inside), and the root (gathered for a whole step). A node whose forward never got a
+// backward (its graph freed) counts as run.
 //
 // Every transition that gathers or reduces is a collective: every rank's model must run the same
 // units in the same order (as for PyTorch's FSDP). Not thread-safe.
@@ -109,7 +112,7 @@ class FullyShardedUnit : public std::enable_shared_from_this<FullyShardedUnit> {
   void prefetch_for_forward();         // the unit before it in forward is gathering itself
   void prefetch_for_backward();        // the unit after it in forward is gathering for backward
   void on_parameter_gradient(size_t index);
-  void on_inputs_gradient();
+  void on_inputs_gradient(size_t watched);
   void watch_inputs(std::vector<torch::Tensor>* inputs);  // for a unit with frozen parameters
   void maybe_complete_backward();      // complete once every awaited gradient arrived
   void complete_backward();            // reduce (when synchronizing) and release
@@ -130,11 +133,12 @@ class FullyShardedUnit : public std::enable_shared_from_this<FullyShardedUnit> {
   std::vector<size_t> hooked_;  // the entries whose gradient accumulators are hooked: the trainable
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   std::vector<uintptr_t> hook_keys_;
-  // A unit with frozen parameters: this backward's forwards whose inputs it watches, and how many
-  // of their nodes ran.
+  // A unit with frozen parameters: the nodes its forwards' inputs go through since the last
+  // backward, and whether each ran.
   bool has_frozen_ = false;
   bool inputs_known_ = true;
-  size_t inputs_watched_ = 0, inputs_arrived_ = 0;
+  std::vector<std::weak_ptr<torch::autograd::Node>> watched_;
+  std::vector<bool> watched_ran_;
 };
 
 }  // namespace volt::fsdp

@@ -144,7 +144,8 @@ TEST(FSDPPerParameterCheckpoints, AFullCheckpointResumesBitwiseAndMovesToDDPAndT
 // the agreements that make a save atomic (the directory prepared, every shard written, the
 // directory renamed: strategies/checkpoint_files.cpp); a full save gathers, which the same count
 // sees. It resumes bitwise, and the same files load under the flat layout on 3 ranks and under ddp
-// like the full checkpoint of the same epoch.
+// like the full checkpoint of the same epoch, also when written on 3 ranks (some ranks' slices of
+// a one-row parameter all padding).
 TEST(FSDPPerParameterCheckpoints, AShardedCheckpointIsWrittenWithoutCollectivesAndLoadsAnywhere) {
   const std::string common = " --model mlp --optimizer adam --batch-size 4";
   const std::string per_parameter = "--strategy fsdp:min_num_params=20,layout=per_parameter";
@@ -175,13 +176,22 @@ TEST(FSDPPerParameterCheckpoints, AShardedCheckpointIsWrittenWithoutCollectivesA
   // The full checkpoint of the same epoch, for the moves.
   trained(full_dir.path(), per_parameter + " --devices 2 --checkpoint-every-epoch" + common, 1);
   const auto full = newest_checkpoint(full_dir.path());
-  for (const std::string reader : {"--strategy fsdp:min_num_params=20 --devices 3", "--strategy ddp --devices 2"}) {
+  const auto expect_loads_like = [&](const std::string& reader, const fs::path& sharded_checkpoint,
+                                    const fs::path& full_checkpoint) {
     testing::TemporaryDirectory a, b;
-    const auto from_sharded = trained(a.path(), reader + common + " --ckpt-path " + checkpoint.string(), 2);
-    const auto from_full = trained(b.path(), reader + common + " --ckpt-path " + full.string(), 2);
+    const auto from_sharded = trained(a.path(), reader + common + " --ckpt-path " + sharded_checkpoint.string(), 2);
+    const auto from_full = trained(b.path(), reader + common + " --ckpt-path " + full_checkpoint.string(), 2);
     ASSERT_FALSE(from_sharded.empty() || from_full.empty()) << reader;
-    EXPECT_EQ(from_sharded[0].params, from_full[0].params) << reader;
-  }
+    EXPECT_EQ(from_sharded[0].params, from_full[0].params) << reader << " from " << sharded_checkpoint;
+  };
+  for (const std::string reader : {"--strategy fsdp:min_num_params=20 --devices 3", "--strategy ddp --devices 2"})
+    expect_loads_like(reader, checkpoint, full);
+  // Written on 3 ranks, where the head's weight [1, 4] is one row: ranks 1 and 2 hold only padding
+  // of it, slices past its end, which a load elsewhere skips.
+  testing::TemporaryDirectory sharded3, full3;
+  trained(sharded3.path(), per_parameter + ",state_dict_type=sharded --devices 3 --checkpoint-every-epoch" + common, 1);
+  trained(full3.path(), per_parameter + " --devices 3 --checkpoint-every-epoch" + common, 1);
+  expect_loads_like("--strategy ddp --devices 2", newest_checkpoint(sharded3.path()), newest_checkpoint(full3.path()));
 }
 
 }  // namespace

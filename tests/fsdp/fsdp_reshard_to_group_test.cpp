@@ -59,8 +59,10 @@ TEST(FSDPReshardToGroup, ABadGroupIsRefusedBeforeTheRunSayingWhatToDo) {
   EXPECT_NE(testing::trainer_construction_error("fsdp:reshard_after_forward=4", 4)
                 .find("4 is reshard_after_forward=true"),
             std::string::npos);
-  EXPECT_NE(testing::trainer_construction_error("fsdp:reshard_after_forward=1", 4).find("a group size of at least 2"),
+  EXPECT_NE(testing::trainer_construction_error("fsdp:reshard_after_forward=half", 4).find("a group size of at least 2"),
             std::string::npos);
+  // 1 and 0 are a boolean option's spellings, as for every other key.
+  EXPECT_NO_THROW(testing::construct_quiet_trainer("fsdp:reshard_after_forward=0", 4));
   EXPECT_NE(testing::trainer_construction_error("fsdp:reshard_after_forward=2,sharding_strategy=SHARD_GRAD_OP", 4)
                 .find("does not apply to sharding_strategy=SHARD_GRAD_OP"),
             std::string::npos);

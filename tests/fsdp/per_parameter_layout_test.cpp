@@ -3,7 +3,7 @@
 // shard of every parameter is its rows, in the parameter's shape, frozen parameters included; a
 // gather gives the parameters back bit for bit; a unit's backward leaves each trainable shard the
 // mean of its rows' gradients and frozen ones none, whatever the order of its gradients and its
-// input's.
+// input's; one that cannot know when its backward is over stays gathered until the end of it.
 #include <gtest/gtest.h>
 
 #include "strategies/fsdp/fully_sharded_module.h"
@@ -73,6 +73,17 @@ struct ScaledLinear {
   }
 };
 
+// `model` as one unit in the per-parameter layout over `c`, its gradients reduced through `bucket`.
+std::shared_ptr<FullyShardedUnit> per_parameter_unit(ScaledLinear& model, Communicator& c,
+                                                     ReduceScatterBucket& bucket) {
+  UnitSettings settings;
+  settings.pre_divide = gradient_pre_divide_factor(c.size());
+  return std::make_shared<FullyShardedUnit>(
+      "scaled",
+      std::make_unique<FlatParameter>(model.named(), c, torch::kFloat, nullptr, 0, false, ShardLayout::PerParameter),
+      settings, bucket);
+}
+
 class PerParameterFlat : public ::testing::TestWithParam<int64_t> {};
 
 TEST_P(PerParameterFlat, EachRankKeepsItsRowsOfEveryParameterFrozenOnesTooAndGathersThemBack) {
@@ -139,13 +150,8 @@ TEST_P(PerParameterFlat, AUnitsBackwardLeavesEachTrainableShardTheMeanOfItsRowsA
     }
     ScaledLinear model;
     const auto scale = model.scale.clone();  // the model's reads as empty once released
-    UnitSettings settings;
-    settings.pre_divide = gradient_pre_divide_factor(n);
     ReduceScatterBucket bucket(c, 0);
-    auto unit = std::make_shared<FullyShardedUnit>(
-        "scaled", std::make_unique<FlatParameter>(model.named(), c, torch::kFloat, nullptr, 0, false,
-                                                  ShardLayout::PerParameter),
-        settings, bucket);
+    auto unit = per_parameter_unit(model, c, bucket);
     // The input requires grad (an earlier unit's output): the unit waits for its gradient too, so
     // the frozen scale is still there when the input's gradient is computed through it.
     auto input = torch::full({1, 3}, static_cast<double>(c.rank() + 1)).set_requires_grad(true);
@@ -177,6 +183,32 @@ TEST_P(PerParameterFlat, AUnitsBackwardLeavesEachTrainableShardTheMeanOfItsRowsA
     const auto expected_input =
         (scale.unsqueeze(1) * (torch::arange(15, torch::kFloat).reshape({5, 3}) * 0.125 - 0.75)).sum(0);
     EXPECT_TRUE(torch::allclose(input.grad().flatten(), expected_input, 1e-6, 1e-6));
+  });
+}
+
+// A unit with frozen parameters none of whose inputs requires grad cannot know when its backward
+// is over (a frozen parameter's backward may still feed a unit inside it): it stays gathered
+// until the end of backward, as does one whose inputs are not known.
+TEST_P(PerParameterFlat, AUnitWithFrozenParametersAndNoWatchedInputIsReleasedAtTheEndOfBackward) {
+  const int64_t n = GetParam();
+  with_communicators(n, [&](Communicator& c) {
+    for (const bool inputs_known : {true, false}) {
+      ScaledLinear model;
+      ReduceScatterBucket bucket(c, 0);
+      auto unit = per_parameter_unit(model, c, bucket);
+      std::vector<torch::Tensor> inputs{torch::ones({1, 3})};  // data: no gradient
+      auto output = forward_in_unit(
+          unit.get(), [&] { return torch::addmm(model.bias, inputs[0], model.weight.t()) * model.scale; },
+          inputs_known ? &inputs : nullptr);
+      unit->start_backward(true);
+      output.sum().backward();
+      EXPECT_TRUE(unit->flat().gathered()) << "released while a backward might still read it; inputs known: "
+                                           << inputs_known;
+      unit->finish_backward();
+      bucket.flush();
+      EXPECT_FALSE(unit->flat().gathered()) << "inputs known: " << inputs_known;
+      EXPECT_TRUE(unit->flat().stepped(0).grad().defined()) << "reduced at the end of backward";
+    }
   });
 }
 

@@ -1,12 +1,15 @@
 // volt::call and the forward wrappers (Note [Calling a module through volt]), the module selection
 // a policy names, and activation checkpointing by policy (nn/activation_checkpointing_policy.h):
-// a call with no wrapper is the plain forward; wrappers see the call's tensors, nest by depth
+// a call with no wrapper is the plain forward; wrappers see the call's tensors (and learn when an
+// argument of another type may hold one they cannot see), nest by depth
 // whatever their registration order, and may run the forward again in the backward with other
 // tensors (the call's other arguments were copied); a Sequential's entry is routed and put back;
 // a forward that returns no Tensor is refused once wrapped; selection by type and by predicate,
 // with the error that lists the model's types; the policy's gradients equal the plain run's with
 // dropout on, and a model that never reaches the policy is told how to.
 #include <gtest/gtest.h>
+
+#include <optional>
 
 #include <torch/torch.h>
 
@@ -61,8 +64,8 @@ class Recording : public ForwardWrapper {
       : depth_(depth), log_(log), name_(std::move(name)) {}
   int depth() const override { return depth_; }
   torch::Tensor around(torch::nn::Module&, const std::vector<torch::Tensor>& tensors,
-                       const ModuleForward& forward) override {
-    log_.push_back(name_ + ":" + std::to_string(tensors.size()));
+                       const ModuleForward& forward, bool tensors_complete) override {
+    log_.push_back(name_ + ":" + std::to_string(tensors.size()) + (tensors_complete ? "" : "+"));
     kept = forward;
     return forward(tensors);
   }
@@ -98,6 +101,26 @@ TEST(ModuleCall, WithoutWrappersItIsTheForwardAndWrappersNestByDepth) {
   remove_forward_wrapper(*block, *inner);
   remove_forward_wrapper(*block, *outer);
   EXPECT_FALSE(has_forward_wrappers(*block));
+}
+
+// x + bias, the bias optional: a tensor argument the call cannot see into.
+class OptionalBiasImpl : public torch::nn::Module {
+ public:
+  torch::Tensor forward(const torch::Tensor& x, const std::optional<torch::Tensor>& bias) {
+    return bias ? x + *bias : x;
+  }
+};
+TORCH_MODULE(OptionalBias);
+
+TEST(ModuleCall, AnArgumentThatMayHoldATensorMakesTheCallsTensorsIncomplete) {
+  OptionalBias block;
+  std::vector<std::string> log;
+  auto recording = std::make_shared<Recording>(kUnitDepth, log, "block");
+  add_forward_wrapper(*block, recording);
+  const auto x = torch::ones({2}), bias = torch::full({2}, 2.0);
+  EXPECT_TRUE(torch::equal(volt::call(block, x, std::optional<torch::Tensor>(bias)), x + bias));
+  EXPECT_EQ(log, (std::vector<std::string>{"block:1+"})) << "x seen; the optional's tensor not";
+  remove_forward_wrapper(*block, *recording);
 }
 
 TEST(ModuleCall, ASequentialsEntryIsRoutedThroughItsModulesWrappersAndPutBack) {
