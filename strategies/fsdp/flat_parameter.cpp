@@ -385,10 +385,7 @@ torch::Tensor FlatParameter::gather_shards(const torch::Tensor& shard_like) cons
   VOLT_INTERNAL_ASSERT(shard_like.numel() == shard_numel_, "gather_shards: a tensor of the shard's size");
   auto flat = torch::empty({padded_numel()}, shard_like.options().requires_grad(false));
   communicator_.all_gather_into(flat, shard_like.detach().contiguous());
-  if (layout_ == ShardLayout::Flat) return flat.narrow(0, 0, numel_);
-  auto natural = torch::empty({numel_}, flat.options());
-  copy_blocks_out(flat, natural);
-  return natural;
+  return in_parameter_order(flat);
 }
 
 torch::Tensor FlatParameter::gather_shards_to(const torch::Tensor& shard_like, int64_t root) const {
@@ -396,9 +393,13 @@ torch::Tensor FlatParameter::gather_shards_to(const torch::Tensor& shard_like, i
   VOLT_INTERNAL_ASSERT(shard_like.numel() == shard_numel_, "gather_shards_to: a tensor of the shard's size");
   const auto gathered = communicator_.gather(shard_like.detach().contiguous(), root);
   if (communicator_.rank() != root) return {};
-  if (layout_ == ShardLayout::Flat) return gathered.reshape({-1}).narrow(0, 0, numel_);
+  return in_parameter_order(gathered.reshape({-1}));
+}
+
+torch::Tensor FlatParameter::in_parameter_order(const torch::Tensor& gathered) const {
+  if (layout_ == ShardLayout::Flat) return gathered.narrow(0, 0, numel_);
   auto natural = torch::empty({numel_}, gathered.options());
-  copy_blocks_out(gathered.reshape({-1}), natural);
+  copy_blocks_out(gathered, natural);
   return natural;
 }
 

@@ -203,6 +203,9 @@ class FlatParameter {
   // Per parameter: the all-gathered blocks ([world · shard_numel]) copied out into `natural` (the
   // parameters one after another).
   void copy_blocks_out(const torch::Tensor& blocks, const torch::Tensor& natural) const;
+  // Every rank's shard all-gathered ([world · shard_numel]) as the parameters one after another,
+  // without padding.
+  torch::Tensor in_parameter_order(const torch::Tensor& gathered) const;
   // Refills full_'s storage and starts the all-gather into it (counted as gathered from now):
   // `ahead` (a prefetch) on the backend's worker thread, else volt's ring, in place.
   CollectiveHandle start_gather(bool ahead);

@@ -18,7 +18,8 @@ TEST(FsdpCpuOffload, TrainsLikeTheRunWithoutItAfterEveryStep) {
   VOLT_REQUIRE_CUDA();
   for (const std::string optimizer : {"momentum", "adam"}) {
     for (const std::string options : {"min_num_params=10", "min_num_params=10,sharding_strategy=SHARD_GRAD_OP",
-                                      "min_num_params=10,forward_prefetch=true,backward_prefetch=true"}) {
+                                      "min_num_params=10,forward_prefetch=true,backward_prefetch=true",
+                                      "min_num_params=10,layout=per_parameter"}) {
       const std::string plain = "fsdp:" + options;
       const std::string offloaded = plain + ",cpu_offload=true";
       const auto want = step_lines(run_print_steps(plain, 1, optimizer, "--model mlp --accelerator cuda"));
