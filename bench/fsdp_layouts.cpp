@@ -9,6 +9,8 @@
 //      and B [384, 4] trained (98% of the parameters frozen), each block a unit (wrap=LoraBlock),
 //      4 ranks: the flat layout keeps the frozen parameters whole on every rank, per_parameter
 //      shards them.
+//   3. The same with its frozen base in bfloat16 beside float32 adapters (LoRA's usual dtypes):
+//      per_parameter then shards units of two dtypes (a block of bytes, one all-gather).
 //
 // Columns: params (the module's and the optimizer's storages: shards, and frozen parameters
 // wherever they are), gathered (the most gathered at once during a step: the unit, and per
@@ -32,21 +34,23 @@ using volt::bench::model_state;
 
 constexpr int64_t kBatch = 16, kLoraWidth = 384, kLoraRank = 4, kLoraBlocks = 64, kLoraRanks = 4;
 
-// relu(W x + b + B A x): W and b frozen (the pretrained weight), A and B the adapter (B starts at
-// zero, LoRA's initialization).
+// relu(W x + b + B A x): W and b frozen (the pretrained weight, in `base_dtype`), A and B the
+// adapter (float32; B starts at zero, LoRA's initialization).
 class LoraBlockImpl : public torch::nn::Module {
  public:
-  LoraBlockImpl()
+  explicit LoraBlockImpl(torch::Dtype base_dtype = torch::kFloat)
       : base(register_module("base", torch::nn::Linear(kLoraWidth, kLoraWidth))),
         down(register_module("down", torch::nn::Linear(torch::nn::LinearOptions(kLoraWidth, kLoraRank).bias(false)))),
         up(register_module("up", torch::nn::Linear(torch::nn::LinearOptions(kLoraRank, kLoraWidth).bias(false)))) {
+    base->to(base_dtype);
     base->weight.set_requires_grad(false);
     base->bias.set_requires_grad(false);
     torch::NoGradGuard no_grad;
     up->weight.zero_();
   }
   torch::Tensor forward(const torch::Tensor& x) {
-    return torch::relu(base->forward(x) + up->forward(down->forward(x)));
+    const auto frozen = base->forward(x.to(base->weight.scalar_type())).to(x.scalar_type());
+    return torch::relu(frozen + up->forward(down->forward(x)));
   }
 
   torch::nn::Linear base, down, up;
@@ -55,8 +59,8 @@ TORCH_MODULE(LoraBlock);
 
 class LoraModel : public volt::Module {
  public:
-  LoraModel() {
-    for (int64_t i = 0; i < kLoraBlocks; ++i) net->push_back(LoraBlock());
+  explicit LoraModel(torch::Dtype base_dtype) {
+    for (int64_t i = 0; i < kLoraBlocks; ++i) net->push_back(LoraBlock(base_dtype));
     register_module("net", net);
   }
   torch::Tensor training_step(const volt::Batch& batch, int64_t) override {
@@ -84,8 +88,8 @@ void run_worker(volt::ProcessLauncher& launcher, volt::bench::RankedFlags flags)
   torch::manual_seed(0);
   std::shared_ptr<volt::Module> module;
   int64_t width = 0;
-  if (model == "lora") {
-    module = std::make_shared<LoraModel>();
+  if (model == "lora" || model == "lora_bf16") {
+    module = std::make_shared<LoraModel>(model == "lora" ? torch::kFloat : torch::kBFloat16);
     width = kLoraWidth;
   } else {
     module = std::make_shared<volt::bench::BlockMlp>();
@@ -144,6 +148,12 @@ void compare_all(const volt::bench::RankedFlags& flags, const std::string& progr
               static_cast<long long>(kLoraRanks), mib(static_cast<double>(trained) * 4 / kLoraRanks),
               static_cast<long long>(kLoraRanks), header);
   compare(flags, program, "lora", {"fsdp:wrap=LoraBlock", "fsdp:wrap=LoraBlock,layout=per_parameter"}, kLoraRanks);
+  std::printf("\n3. LoRA-style, its frozen base in bfloat16 (units of two dtypes per parameter); goal per_parameter: "
+              "params %.2f MiB (frozen x 2 bytes + trained x 4, / %lld)\n\n%s",
+              mib((static_cast<double>(frozen) * 2 + static_cast<double>(trained) * 4) / kLoraRanks),
+              static_cast<long long>(kLoraRanks), header);
+  compare(flags, program, "lora_bf16", {"fsdp:wrap=LoraBlock", "fsdp:wrap=LoraBlock,layout=per_parameter"},
+          kLoraRanks);
 }
 
 }  // namespace

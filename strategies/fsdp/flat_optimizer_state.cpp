@@ -161,7 +161,8 @@ void load_consolidated_optimizer_state(torch::optim::Optimizer& optimizer, const
                                  " elements, the parameter ", flat.entries()[original->entry].numel());
           values[original->entry] = value;
         }
-        shard_state.insert(key, read_stepped_slice(flat, first->entry, values, source, flat.shard().scalar_type()));
+        shard_state.insert(key, read_stepped_slice(flat, first->entry, values, source,
+                                                       flat.stepped(first->entry).scalar_type()));
       }
       sharded_states.insert(base + static_cast<int64_t>(stepped), shard_state);
     }

@@ -39,27 +39,35 @@ int64_t FlatParameter::Entry::numel() const {
 }
 
 FlatParameter::FlatParameter(std::vector<std::pair<std::string, torch::Tensor>> parameters,
-                             Communicator& communicator, torch::Dtype compute_dtype,
+                             Communicator& communicator, std::optional<torch::Dtype> cast_dtype,
                              std::shared_ptr<GatheredBytes> gathered, int64_t gradient_world, bool offload_to_host,
                              ShardLayout layout)
     : communicator_(communicator),
       rank_(communicator.rank()),
       world_(communicator.size()),
       gradient_world_(gradient_world > 0 ? gradient_world : communicator.size()),
-      compute_dtype_(compute_dtype),
       layout_(layout),
       gathered_bytes_(std::move(gathered)) {
   std::vector<torch::Tensor> flat_pieces;
   for (auto& [name, parameter] : parameters) {
     const auto& first = parameters.front().second;
-    check<ConfigurationError>(parameter.scalar_type() == first.scalar_type() && parameter.device() == first.device(),
-                              "fsdp: the parameters of one unit must share a dtype and device; '", name, "' is ",
-                              c10::toString(parameter.scalar_type()), " on ", parameter.device().str(), ", '",
-                              parameters.front().first, "' ", c10::toString(first.scalar_type()), " on ",
-                              first.device().str(), ". Convert the module first, or wrap these in separate units");
+    check<ConfigurationError>(parameter.device() == first.device(), "fsdp: the parameters of one unit must share a "
+                              "device; '", name, "' is on ", parameter.device().str(), ", '", parameters.front().first,
+                              "' on ", first.device().str(),
+                              ". Move the module first, or wrap these in separate units");
+    check<ConfigurationError>(
+        layout == ShardLayout::PerParameter || parameter.scalar_type() == first.scalar_type(),
+        "fsdp: the parameters of one unit must share a dtype in the flat layout; '", name, "' is ",
+        c10::toString(parameter.scalar_type()), ", '", parameters.front().first, "' ",
+        c10::toString(first.scalar_type()), ". Use layout=per_parameter (which gathers mixed dtypes in one "
+        "all-gather), convert the module first, or wrap these in separate units");
     check<ConfigurationError>(parameter.layout() == torch::kStrided && parameter.is_leaf(), "fsdp: parameter '",
                               name, "' must be a dense leaf tensor");
-    entries_.push_back({name, parameter, numel_, parameter.sizes().vec(), parameter.requires_grad(), {}, {}});
+    Entry entry{name, parameter, numel_, parameter.sizes().vec(), parameter.requires_grad()};
+    entry.dtype = parameter.scalar_type();
+    // Mixed precision computes floating-point parameters in its dtype; the rest keep their own.
+    entry.compute_dtype = cast_dtype && at::isFloatingType(entry.dtype) ? *cast_dtype : entry.dtype;
+    entries_.push_back(std::move(entry));
     numel_ += parameter.numel();
     flat_pieces.push_back(parameter.detach().reshape({-1}));
   }
@@ -77,42 +85,66 @@ FlatParameter::FlatParameter(std::vector<std::pair<std::string, torch::Tensor>> 
   if (gathered_bytes_) gathered_bytes_->add(static_cast<int64_t>(bytes_of(full_)));
 }
 
+int64_t FlatParameter::unsharded_bytes() const {
+  if (entries_.empty()) return 0;
+  return gathered_block_numel_ * world_ * static_cast<int64_t>(full_.element_size());
+}
+
 void FlatParameter::build_flat(const std::vector<torch::Tensor>& flat_pieces, bool offload_to_host) {
-  shard_numel_ = gradient_shard_numel_ = (numel_ + world_ - 1) / world_;
+  shard_numel_ = gradient_shard_numel_ = gathered_block_numel_ = (numel_ + world_ - 1) / world_;
   auto flat = torch::zeros({shard_numel_ * world_}, entries_.front().parameter.options());
   flat.narrow(0, 0, numel_).copy_(torch::cat(flat_pieces));
   const auto mine = flat.narrow(0, rank_ * shard_numel_, shard_numel_);
   shard_ = (offload_to_host ? host_copy(mine) : mine.clone()).set_requires_grad(true);
-  full_ = flat.to(compute_dtype_);
+  full_ = flat.to(entries_.front().compute_dtype);
 }
 
 void FlatParameter::build_per_parameter(const std::vector<torch::Tensor>& flat_pieces, bool offload_to_host) {
   std::vector<std::vector<int64_t>> shapes;
   std::vector<bool> trainable;
+  std::vector<torch::Dtype> dtypes, compute_dtypes;
   for (const auto& entry : entries_) {
     shapes.push_back(entry.shape);
     trainable.push_back(entry.trainable);
+    dtypes.push_back(entry.dtype);
+    compute_dtypes.push_back(entry.compute_dtype);
   }
-  auto chunks = layout_chunks(shapes, trainable, world_);
+  auto chunks = layout_chunks(shapes, trainable, world_, dtypes, compute_dtypes);
   shard_numel_ = chunks.block_numel;
+  gathered_block_numel_ = chunks.gathered_numel;
   gradient_shard_numel_ = chunks.gradient_numel;
-  const auto natural = torch::cat(flat_pieces);
-  auto block = torch::zeros({shard_numel_}, natural.options());
+  // Both blocks of one dtype each (offsets in elements, the same): the shard is sent as it is.
+  shard_is_gathered_block_ = chunks.block_dtype != torch::kByte && chunks.gathered_dtype != torch::kByte;
+  const auto options = entries_.front().parameter.options();
+  auto block = torch::zeros({shard_numel_}, options.dtype(chunks.block_dtype));
+  // full_: the parameters one after another in their compute dtypes (bytes, aligned, where they differ).
+  int64_t natural_numel = 0;
   for (size_t i = 0; i < entries_.size(); ++i) {
     auto& entry = entries_[i];
     entry.chunk = chunks.chunks[i];
-    block.narrow(0, entry.chunk.offset, entry.chunk.count(rank_))
-        .copy_(natural.narrow(0, entry.offset + entry.chunk.begin(rank_), entry.chunk.count(rank_)));
+    typed_span(block, entry.chunk.offset, entry.chunk.count(rank_), entry.dtype)
+        .copy_(flat_pieces[i].narrow(0, entry.chunk.begin(rank_), entry.chunk.count(rank_)));
+    if (chunks.gathered_dtype == torch::kByte) {
+      natural_numel = (natural_numel + kChunkAlignment - 1) / kChunkAlignment * kChunkAlignment;
+      entry.offset = natural_numel;
+      natural_numel += entry.numel() * static_cast<int64_t>(c10::elementSize(entry.compute_dtype));
+    } else {
+      entry.offset = natural_numel;
+      natural_numel += entry.numel();
+    }
   }
   shard_ = offload_to_host ? host_copy(block) : block;
   for (auto& entry : entries_) {
     // A leaf of its own (what the optimizer steps) over the entry's chunk of the block.
-    entry.shard = shard_.narrow(0, entry.chunk.offset, entry.chunk.chunk_numel())
+    entry.shard = typed_span(shard_, entry.chunk.offset, entry.chunk.chunk_numel(), entry.dtype)
                       .view(entry.chunk.chunk_shape(entry.shape))
                       .detach()
                       .set_requires_grad(entry.trainable);
   }
-  full_ = natural.to(compute_dtype_, /*non_blocking=*/false, /*copy=*/true);
+  full_ = torch::empty({natural_numel}, options.dtype(chunks.gathered_dtype));
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    typed_span(full_, entries_[i].offset, entries_[i].numel(), entries_[i].compute_dtype).copy_(flat_pieces[i]);
+  }
 }
 
 std::vector<FlatParameter::Piece> FlatParameter::pieces() const {
@@ -157,21 +189,35 @@ torch::Tensor FlatParameter::gather_stepped_to(size_t entry, const torch::Tensor
                        "gather_stepped_to: a tensor of the chunk's size");
   const auto gathered = communicator_.gather(stepped_like.detach().contiguous().view({-1}), root);
   if (communicator_.rank() != root) return {};
-  auto chunk = e.chunk;
-  chunk.offset = 0;  // the gathered rows hold this parameter's chunks only
   auto out = torch::empty({e.numel()}, gathered.options());
-  copy_chunks_out(gathered.reshape({world_, chunk.chunk_numel()}), chunk, out);
+  copy_chunks_out(gathered.reshape({world_, e.chunk.chunk_numel()}), e.chunk, out);
   return out;
 }
 
-void FlatParameter::copy_blocks_out(const torch::Tensor& blocks, const torch::Tensor& natural) const {
-  const auto rows = blocks.view({world_, shard_numel_});
-  for (const auto& entry : entries_) copy_chunks_out(rows, entry.chunk, natural.narrow(0, entry.offset, entry.numel()));
+void FlatParameter::copy_blocks_out(const torch::Tensor& blocks) const {
+  const auto rows = blocks.view({world_, gathered_block_numel_});
+  for (const auto& entry : entries_) {
+    copy_chunks_out(typed_span(rows, entry.chunk.gathered_offset, entry.chunk.chunk_numel(), entry.compute_dtype),
+                    entry.chunk, typed_span(full_, entry.offset, entry.numel(), entry.compute_dtype));
+  }
+}
+
+void FlatParameter::write_gathered_block(const torch::Tensor& row) const {
+  if (shard_is_gathered_block_) {
+    row.copy_(shard_.detach());
+    return;
+  }
+  for (const auto& entry : entries_) {
+    const int64_t n = entry.chunk.chunk_numel();
+    typed_span(row, entry.chunk.gathered_offset, n, entry.compute_dtype)
+        .copy_(typed_span(shard_.detach(), entry.chunk.offset, n, entry.dtype));
+  }
 }
 
 void FlatParameter::point_parameters_at(const torch::Tensor& flat) {
   torch::NoGradGuard no_grad;
-  for (auto& entry : entries_) entry.parameter.set_data(flat.narrow(0, entry.offset, entry.numel()).view(entry.shape));
+  for (auto& entry : entries_)
+    entry.parameter.set_data(typed_span(flat, entry.offset, entry.numel(), entry.compute_dtype).view(entry.shape));
 }
 
 FlatParameter::~FlatParameter() {
@@ -190,31 +236,39 @@ CollectiveHandle FlatParameter::start_gather(bool ahead) {
   torch::NoGradGuard no_grad;
   // Per parameter the all-gather fills the blocks, copied out into full_ when it completed.
   if (layout_ == ShardLayout::PerParameter) {
-    blocks_ = torch::empty({shard_numel_ * world_}, full_.options());
+    blocks_ = torch::empty({gathered_block_numel_ * world_}, full_.options());
     if (gathered_bytes_) gathered_bytes_->add(static_cast<int64_t>(bytes_of(blocks_)));
   }
   auto& target = layout_ == ShardLayout::PerParameter ? blocks_ : full_;
   // From every rank's shard, or from the parts a group kept (Note [Resharding to a group]).
   const bool from_part = group_part_.defined();
   Communicator& over = from_part ? *group_ : communicator_;
-  const torch::Tensor& source = from_part ? group_part_ : shard_;
-  const int64_t count = source.numel();
+  const int64_t count = from_part ? group_part_.numel() : gathered_block_numel_;
+  // This rank's part: the kept part as it is, or the shard cast to the compute dtypes (and
+  // copied to the compute device when offloaded).
+  auto write_own = [&](const torch::Tensor& row) {
+    if (from_part) {
+      row.copy_(group_part_);
+    } else {
+      write_gathered_block(row);
+    }
+  };
   if (ahead) {
     // Note [Prefetching a unit]: the backend's own all-gather, on its worker thread.
-    pending_source_ = source.detach().to(compute_device_, compute_dtype_).contiguous();
+    pending_source_ = torch::empty({count}, target.options());
+    write_own(pending_source_);
     return over.all_gather_into_async(target, pending_source_);
   }
-  // This rank's shard goes straight into its place (cast to the compute dtype, copied to the
-  // compute device when offloaded); the ring fills the others' in place (Note [Ring all_gather
-  // in place]): no staging buffer (and, in the flat layout, no copy out).
-  target.narrow(0, over.rank() * count, count).copy_(source.detach());
+  // This rank's part goes straight into its place; the ring fills the others' in place (Note
+  // [Ring all_gather in place]): no staging buffer (and, in the flat layout, no copy out).
+  write_own(target.narrow(0, over.rank() * count, count));
   return over.all_gather_chunks_async(target, std::vector<int64_t>(static_cast<size_t>(over.size()), count));
 }
 
 void FlatParameter::release_to_group(Communicator& group) {
   if (pending_) finish_prefetch();
   if (!gathered_ || entries_.empty()) return;
-  const int64_t parts = group.size(), part_numel = shard_numel_ * world_ / parts;
+  const int64_t parts = group.size(), part_numel = gathered_block_numel_ * world_ / parts;
   VOLT_INTERNAL_ASSERT(world_ % parts == 0 && rank_ % parts == group.rank(),
                        "release_to_group: a group of consecutive ranks dividing the shard group");
   torch::NoGradGuard no_grad;
@@ -222,10 +276,13 @@ void FlatParameter::release_to_group(Communicator& group) {
   torch::Tensor gathered = full_;
   if (rebuilt) {
     // The blocks the all-gather filled, rebuilt from the parameters (they were copied out of them).
-    gathered = torch::empty({world_, shard_numel_}, full_.options());
+    gathered = torch::empty({world_, gathered_block_numel_}, full_.options());
     if (gathered_bytes_) gathered_bytes_->add(static_cast<int64_t>(bytes_of(gathered)));
-    for (const auto& entry : entries_)
-      copy_chunks_in(full_.narrow(0, entry.offset, entry.numel()), entry.chunk, gathered, 1.0);
+    for (const auto& entry : entries_) {
+      const auto columns = typed_span(gathered, entry.chunk.gathered_offset, entry.chunk.chunk_numel(),
+                                      entry.compute_dtype);
+      copy_chunks_in(typed_span(full_, entry.offset, entry.numel(), entry.compute_dtype), entry.chunk, columns, 1.0);
+    }
   }
   drop_group_part();
   group_part_ = gathered.view({-1}).narrow(0, group.rank() * part_numel, part_numel).clone();
@@ -263,7 +320,7 @@ void FlatParameter::finish_prefetch() {
   pending_source_ = torch::Tensor();
   if (blocks_.defined()) {
     torch::NoGradGuard no_grad;
-    copy_blocks_out(blocks_, full_);
+    copy_blocks_out(blocks_);
     if (gathered_bytes_) gathered_bytes_->remove(static_cast<int64_t>(bytes_of(blocks_)));
     blocks_ = torch::Tensor();
   }
@@ -280,8 +337,7 @@ void FlatParameter::release() {
 
 void FlatParameter::free_gathered() {
   if (!gathered_ || entries_.empty()) return;
-  const auto empty = torch::empty({0}, full_.options());
-  for (auto& entry : entries_) entry.parameter.set_data(empty);
+  for (auto& entry : entries_) entry.parameter.set_data(torch::empty({0}, full_.options().dtype(entry.compute_dtype)));
   free_storage(full_);
   gathered_ = false;
   if (gathered_bytes_) gathered_bytes_->remove(static_cast<int64_t>(bytes_of(full_)));
@@ -307,7 +363,8 @@ void FlatParameter::write_flat_gradient(torch::Tensor rows, double pre_divide) {
     for (auto& entry : entries_) {
       if (!entry.trainable) continue;
       auto& grad = entry.parameter.mutable_grad();
-      copy_chunks_in(grad.defined() ? grad.reshape({-1}) : grad, entry.chunk, rows, pre_divide);
+      copy_chunks_in(grad.defined() ? grad.reshape({-1}) : grad, entry.chunk,
+                     rows.narrow(1, entry.chunk.gradient_offset, entry.chunk.chunk_numel()), pre_divide);
       grad = torch::Tensor();
     }
     return;
@@ -349,7 +406,7 @@ void FlatParameter::accumulate_reduced(const torch::Tensor& reduced, double pre_
   // by nobody after this: the gradient may be (a view of) it.
   const double post_divide = static_cast<double>(gradient_world_) / pre_divide;
   auto mean = post_divide != 1.0 ? reduced / post_divide : reduced;
-  mean = mean.to(shard_.device(), shard_.scalar_type());  // back to the host when offloaded
+  mean = mean.to(shard_.device());  // back to the host when offloaded
   auto accumulate = [](torch::Tensor& shard_grad, const torch::Tensor& value) {
     if (shard_grad.defined()) {
       shard_grad.add_(value);
@@ -357,50 +414,63 @@ void FlatParameter::accumulate_reduced(const torch::Tensor& reduced, double pre_
       shard_grad = value;
     }
   };
-  if (layout_ == ShardLayout::Flat) return accumulate(shard_.mutable_grad(), mean);
-  // Each trainable entry's chunk of the block's gradient prefix, in its shard's shape.
+  if (layout_ == ShardLayout::Flat) return accumulate(shard_.mutable_grad(), mean.to(shard_.scalar_type()));
+  // Each trainable entry's chunk of the block's gradient prefix, in its shard's shape and dtype.
   for (auto& entry : entries_) {
     if (!entry.trainable) continue;
-    accumulate(entry.shard.mutable_grad(),
-               mean.narrow(0, entry.chunk.offset, entry.chunk.chunk_numel()).view(entry.shard.sizes()));
+    accumulate(entry.shard.mutable_grad(), mean.narrow(0, entry.chunk.gradient_offset, entry.chunk.chunk_numel())
+                                               .view(entry.shard.sizes())
+                                               .to(entry.dtype));
   }
 }
 
 void FlatParameter::restore_parameters() {
   if (entries_.empty()) return;
-  const auto values = full_values();
+  const auto values = full_parameters();
   release();
   torch::NoGradGuard no_grad;
-  for (auto& entry : entries_) {
-    entry.parameter.set_data(values.narrow(0, entry.offset, entry.numel())
-                                 .view(entry.shape)
-                                 .to(compute_device_, values.scalar_type(), /*non_blocking=*/false, /*copy=*/true));
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    entries_[i].parameter.set_data(
+        values[i].to(compute_device_, values[i].scalar_type(), /*non_blocking=*/false, /*copy=*/true));
   }
 }
 
-torch::Tensor FlatParameter::full_values() const { return gather_shards(shard_.detach()); }
+std::vector<torch::Tensor> FlatParameter::full_parameters() const {
+  if (entries_.empty()) return {};
+  auto gathered = torch::empty({padded_numel()}, shard_.options().requires_grad(false));
+  communicator_.all_gather_into(gathered, shard_.detach().contiguous());
+  return split_parameters(gathered);
+}
 
-torch::Tensor FlatParameter::gather_shards(const torch::Tensor& shard_like) const {
-  if (entries_.empty()) return torch::empty({0}, shard_like.options());
-  VOLT_INTERNAL_ASSERT(shard_like.numel() == shard_numel_, "gather_shards: a tensor of the shard's size");
-  auto flat = torch::empty({padded_numel()}, shard_like.options().requires_grad(false));
-  communicator_.all_gather_into(flat, shard_like.detach().contiguous());
-  return in_parameter_order(flat);
+std::vector<torch::Tensor> FlatParameter::parameters_gathered_to(int64_t root) const {
+  if (entries_.empty()) return {};
+  const auto gathered = communicator_.gather(shard_.detach().contiguous(), root);
+  if (communicator_.rank() != root) return {};
+  return split_parameters(gathered.reshape({-1}));
 }
 
 torch::Tensor FlatParameter::gather_shards_to(const torch::Tensor& shard_like, int64_t root) const {
+  VOLT_INTERNAL_ASSERT(layout_ == ShardLayout::Flat, "gather_shards_to: the flat layout's shards");
   if (entries_.empty()) return communicator_.rank() == root ? torch::empty({0}, shard_like.options()) : torch::Tensor();
   VOLT_INTERNAL_ASSERT(shard_like.numel() == shard_numel_, "gather_shards_to: a tensor of the shard's size");
   const auto gathered = communicator_.gather(shard_like.detach().contiguous(), root);
   if (communicator_.rank() != root) return {};
-  return in_parameter_order(gathered.reshape({-1}));
+  return gathered.reshape({-1}).narrow(0, 0, numel_);
 }
 
-torch::Tensor FlatParameter::in_parameter_order(const torch::Tensor& gathered) const {
-  if (layout_ == ShardLayout::Flat) return gathered.narrow(0, 0, numel_);
-  auto natural = torch::empty({numel_}, gathered.options());
-  copy_blocks_out(gathered, natural);
-  return natural;
+std::vector<torch::Tensor> FlatParameter::split_parameters(const torch::Tensor& gathered) const {
+  std::vector<torch::Tensor> out;
+  if (layout_ == ShardLayout::Flat) {
+    for (const auto& entry : entries_) out.push_back(gathered.narrow(0, entry.offset, entry.numel()).view(entry.shape));
+    return out;
+  }
+  const auto rows = gathered.view({world_, shard_numel_});
+  for (const auto& entry : entries_) {
+    auto value = torch::empty(entry.shape, gathered.options().dtype(entry.dtype));
+    copy_chunks_out(typed_span(rows, entry.chunk.offset, entry.chunk.chunk_numel(), entry.dtype), entry.chunk, value);
+    out.push_back(std::move(value));
+  }
+  return out;
 }
 
 double gradient_pre_divide_factor(int64_t world) {

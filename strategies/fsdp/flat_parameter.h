@@ -44,7 +44,8 @@
 // each parameter), each entry's `shard` a leaf viewing its chunk (what the optimizer steps),
 // full_ the parameters unsharded in their own order (gather() copies the all-gathered blocks
 // into it; the blocks live only until then), and frozen parameters are entries too, with no
-// gradient.
+// gradient. Its parameters may differ in dtype: shard_, the blocks and full_ are then bytes, each
+// parameter a view of its own dtype into them; the flat layout needs one dtype.
 //
 // Not thread-safe; every [collective] method must be called by every rank in the same order.
 #include <torch/torch.h>
@@ -78,9 +79,11 @@ class FlatParameter {
   struct Entry {
     std::string name;          // the parameter's name in the root module
     torch::Tensor parameter;   // the module's parameter (its data becomes a view into full_)
-    int64_t offset = 0;        // where it starts in the flat tensor (the parameters one after another)
+    int64_t offset = 0;        // where it starts in full_ (the parameters one after another; bytes if mixed)
     std::vector<int64_t> shape;
     bool trainable = true;     // requires grad (always, in the flat layout)
+    torch::Dtype dtype = torch::kFloat;          // its own: the shard's, what the optimizer steps
+    torch::Dtype compute_dtype = torch::kFloat;  // gathered and computed in (mixed precision's, or its own)
     // The per-parameter layout: its chunk's place, and the leaf the optimizer steps for it (this
     // rank's rows, a view into shard_; requires grad when the parameter does).
     ParameterChunk chunk;
@@ -94,17 +97,17 @@ class FlatParameter {
     int64_t begin = 0, count = 0, position = 0;
   };
 
-  // Flattens `parameters` (same dtype and device; each requiring grad in the flat layout; may be
-  // empty) and keeps this rank's shard among the ranks of `communicator` (the group it is sharded
-  // over), cut as `layout` says; the
-  // parameters are left gathered (views of full_, in the compute dtype). `compute_dtype`: the
-  // dtype parameters are gathered and computed in. `gathered`: where its gathers and releases are
+  // Flattens `parameters` (same device; in the flat layout of one dtype and each requiring grad;
+  // may be empty) and keeps this rank's shard among the ranks of `communicator` (the group it is
+  // sharded over), cut as `layout` says; the parameters are left gathered (views of full_, in
+  // their compute dtype). `cast_dtype`: mixed precision's dtype, which floating-point parameters
+  // are gathered and computed in (none: each in its own). `gathered`: where its gathers and releases are
   // counted (none: null). `gradient_world`: the number of ranks whose gradients are averaged into
   // the shard's (0: the communicator's size; more where the gradients are also all-reduced over
   // replicas of the shard, Note [NO_SHARD] in fsdp_strategy.h). `offload_to_host`: keep the shard
   // in host memory while the parameters are on a CUDA device (Note [CPU offload]).
   FlatParameter(std::vector<std::pair<std::string, torch::Tensor>> parameters, Communicator& communicator,
-                torch::Dtype compute_dtype, std::shared_ptr<GatheredBytes> gathered = nullptr,
+                std::optional<torch::Dtype> cast_dtype, std::shared_ptr<GatheredBytes> gathered = nullptr,
                 int64_t gradient_world = 0, bool offload_to_host = false,
                 ShardLayout layout = ShardLayout::Flat);
   // Waits for a prefetch still in flight (its collective writes into full_'s storage).
@@ -146,7 +149,8 @@ class FlatParameter {
   // stepped(entry)) put together on `root` (undefined elsewhere), without padding: the values of
   // the entries stepped(entry) stands for, one after another. [collective]
   torch::Tensor gather_stepped_to(size_t entry, const torch::Tensor& stepped_like, int64_t root) const;
-  torch::Dtype compute_dtype() const { return compute_dtype_; }
+  // Bytes of the unit gathered: every rank's shard in the compute dtypes, padding included.
+  int64_t unsharded_bytes() const;
   // Where the parameters are gathered and compute (the shard's device unless offloaded).
   const torch::Device& compute_device() const { return compute_device_; }
 
@@ -187,25 +191,28 @@ class FlatParameter {
   // unsharded values; the flat parameter is not used after it. [collective]
   void restore_parameters();
 
-  // The unsharded parameters in the shards' dtype, flat and unpadded. [collective]
-  torch::Tensor full_values() const;
-  // Every rank's `shard_like` (shard_numel() elements: e.g. an optimizer state tensor of the
-  // shard), concatenated without the padding: numel() elements. [collective]
-  torch::Tensor gather_shards(const torch::Tensor& shard_like) const;
-  // The same on `root` alone (undefined elsewhere): no other rank holds the unit whole, even for a
+  // The unsharded parameters, a tensor each in its own shape and dtype (the shards'). [collective]
+  std::vector<torch::Tensor> full_parameters() const;
+  // The same on `root` alone (empty elsewhere): no other rank holds the unit whole, even for a
   // moment (a full checkpoint's save, Note [A full save gathers to rank 0]). [collective]
+  std::vector<torch::Tensor> parameters_gathered_to(int64_t root) const;
+  // The flat layout: every rank's `shard_like` (shard_numel() elements: e.g. an optimizer state
+  // tensor of the flat shard), concatenated without the padding (numel() elements), on `root`
+  // alone (undefined elsewhere). [collective]
   torch::Tensor gather_shards_to(const torch::Tensor& shard_like, int64_t root) const;
 
  private:
   void build_flat(const std::vector<torch::Tensor>& flat_pieces, bool offload_to_host);
   void build_per_parameter(const std::vector<torch::Tensor>& flat_pieces, bool offload_to_host);
   void point_parameters_at(const torch::Tensor& flat);
-  // Per parameter: the all-gathered blocks ([world · shard_numel]) copied out into `natural` (the
-  // parameters one after another).
-  void copy_blocks_out(const torch::Tensor& blocks, const torch::Tensor& natural) const;
-  // Every rank's shard all-gathered ([world · shard_numel]) as the parameters one after another,
-  // without padding.
-  torch::Tensor in_parameter_order(const torch::Tensor& gathered) const;
+  // Per parameter: the all-gathered blocks ([world · gathered block]) copied out into full_.
+  void copy_blocks_out(const torch::Tensor& blocks) const;
+  // This rank's shard as its part of what the all-gather fills (cast to the compute dtypes, on
+  // the compute device), written into `row`.
+  void write_gathered_block(const torch::Tensor& row) const;
+  // Every rank's shard as all-gathered (`gathered`: [world · shard_numel], this rank's or another's)
+  // as the parameters, a tensor each.
+  std::vector<torch::Tensor> split_parameters(const torch::Tensor& gathered) const;
   // Refills full_'s storage and starts the all-gather into it (counted as gathered from now):
   // `ahead` (a prefetch) on the backend's worker thread, else volt's ring, in place.
   CollectiveHandle start_gather(bool ahead);
@@ -216,14 +223,17 @@ class FlatParameter {
   Communicator& communicator_;
   int64_t rank_, world_;
   int64_t gradient_world_;  // ranks whose gradients are averaged (world_, or more with replicas)
-  torch::Dtype compute_dtype_;
   torch::Device compute_device_ = torch::kCPU;
   ShardLayout layout_;
   std::vector<Entry> entries_;
   int64_t numel_ = 0, shard_numel_ = 0, gradient_shard_numel_ = 0;
+  int64_t gathered_block_numel_ = 0;  // a rank's part of what the all-gather fills
+  // The shard is what the all-gather sends as it is, but for a cast (no per-parameter copy).
+  bool shard_is_gathered_block_ = true;
   torch::Tensor shard_;
-  // In compute_dtype_, its storage freed while released: the flat layout's padded flat tensor, or
-  // per parameter the parameters one after another ([numel]).
+  // In the compute dtype, its storage freed while released: the flat layout's padded flat tensor,
+  // or per parameter the parameters one after another (each at its entry's offset; bytes where
+  // their compute dtypes differ).
   torch::Tensor full_;
   torch::Tensor blocks_;  // per parameter: what the all-gather fills, alive until copied out
   torch::Tensor group_part_;         // Note [Resharding to a group]: this rank's part, while kept

@@ -65,8 +65,11 @@ StateDict FSDPCheckpointState::model_state_dict(torch::nn::Module& module, Check
   if (layout == CheckpointLayout::Sharded) {
     for (const auto& unit : state_->units()) {
       for (const auto& entry : unit->flat().entries()) state.erase(entry.name);
+      // A shard of another dtype than its block (a unit of mixed dtypes keeps bytes) is written as a
+      // copy: a file stores each storage once, in one dtype, and these would share the block's.
+      const bool bytes = unit->flat().shard().scalar_type() == torch::kByte;
       for (const auto& saved : saved_shards(*unit, unit->flat().shard_rank()))
-        state.set(saved.index.key, saved.tensor.detach());
+        state.set(saved.index.key, bytes ? saved.tensor.detach().clone() : saved.tensor.detach());
     }
     return state;
   }
@@ -79,12 +82,10 @@ StateDict FSDPCheckpointState::model_state_dict(torch::nn::Module& module, Check
   const bool is_root = context().topology().global_rank == root;
   for (const auto& unit : state_->units()) {
     if (unit->flat().empty()) continue;  // a unit whose parameters all went to its children
-    const auto flat = unit->flat().gather_shards_to(unit->flat().shard().detach(), root);
+    const auto values = unit->flat().parameters_gathered_to(root);
     if (!is_root) continue;
-    const auto host = flat.to(torch::kCPU);
-    for (const auto& entry : unit->flat().entries()) {
-      state.set(entry.name, host.narrow(0, entry.offset, entry.numel()).view(entry.shape));
-    }
+    const auto& entries = unit->flat().entries();
+    for (size_t i = 0; i < entries.size(); ++i) state.set(entries[i].name, values[i].to(torch::kCPU));
   }
   return state;
 }
@@ -95,10 +96,9 @@ StateDict FSDPCheckpointState::full_model_state_dict(torch::nn::Module& module) 
   // module order.
   for (const auto& unit : state_->units()) {
     if (unit->flat().empty()) continue;
-    const auto flat = unit->flat().full_values();
-    for (const auto& entry : unit->flat().entries()) {
-      state.set(entry.name, flat.narrow(0, entry.offset, entry.numel()).view(entry.shape));
-    }
+    const auto values = unit->flat().full_parameters();
+    const auto& entries = unit->flat().entries();
+    for (size_t i = 0; i < entries.size(); ++i) state.set(entries[i].name, values[i]);
   }
   return state;
 }
@@ -136,7 +136,15 @@ void FSDPCheckpointState::load_model_state_dict(torch::nn::Module& module, const
       values.push_back(value);
       rest.erase(entry.name);
     }
-    fsdp::read_flat_slice_into(flat, values, slices, flat.shard());
+    if (flat.layout() == fsdp::ShardLayout::Flat) {
+      fsdp::read_flat_slice_into(flat, values, slices, flat.shard());
+      continue;
+    }
+    torch::NoGradGuard no_grad;
+    for (size_t e = 0; e < values.size(); ++e) {
+      const auto& shard = flat.stepped(e);  // each parameter's rows, in its own dtype
+      shard.copy_(fsdp::read_stepped_slice(flat, e, values, slices, shard.scalar_type()));
+    }
   }
   if (slices != nullptr) rest = slices->materialize(rest);  // buffers and parameters outside the units
   // Buffers and parameters outside the units; the units' parameters (released) are checked above.

@@ -106,7 +106,7 @@ std::map<std::string, double> FSDPStrategy::metrics() const {
     const auto& flat = unit->flat();
     if (flat.empty()) continue;
     shard_bytes += static_cast<double>(flat.shard().numel() * flat.shard().element_size());
-    full_bytes += static_cast<double>(flat.padded_numel() * c10::elementSize(flat.compute_dtype()));
+    full_bytes += static_cast<double>(flat.unsharded_bytes());
   }
   metrics["fsdp/units"] = static_cast<double>(state_->units().size());
   metrics["fsdp/shard_bytes"] = shard_bytes;

@@ -99,12 +99,13 @@ void FSDPStrategy::build_units(torch::nn::Module& root) {
         }
       };
   walk(root, "", 0, nullptr);
-  const auto dtype = compute_dtype();
+  // Mixed precision gathers floating-point parameters in its dtype; otherwise each computes in its own.
+  const auto cast_dtype = options_.mixed_precision ? std::optional<torch::Dtype>(compute_dtype()) : std::nullopt;
   auto bucket = std::make_unique<fsdp::ReduceScatterBucket>(
       shard_group(), static_cast<int64_t>(options_.bucket_cap_mb * 1024.0 * 1024.0), replica_group());
   fsdp::FSDPState::Units units;
   for (size_t i = 0; i < pending.size(); ++i) {
-    auto flat = std::make_unique<fsdp::FlatParameter>(std::move(pending[i].parameters), shard_group(), dtype,
+    auto flat = std::make_unique<fsdp::FlatParameter>(std::move(pending[i].parameters), shard_group(), cast_dtype,
                                                       state_->gathered(), communicator().size(), options_.cpu_offload,
                                                       options_.layout);
     auto unit = std::make_shared<fsdp::FullyShardedUnit>(pending[i].name, std::move(flat), unit_settings(i == 0),

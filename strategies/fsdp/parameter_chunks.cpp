@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include "core/error.h"
+
 namespace volt::fsdp {
 
 int64_t ParameterChunk::begin(int64_t rank) const { return std::min(rows, rank * chunk_rows) * row_numel; }
@@ -18,8 +20,46 @@ std::vector<int64_t> ParameterChunk::chunk_shape(const std::vector<int64_t>& sha
   return out;
 }
 
+namespace {
+
+int64_t round_up(int64_t value, int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+
+// The chunks placed one after another in a block, trainable ones first (the gradient is the
+// block's prefix): in elements of the dtypes' one dtype, or in aligned bytes where they differ.
+struct Placement {
+  std::vector<int64_t> offsets;
+  int64_t numel = 0, trainable_numel = 0;
+  torch::Dtype dtype = torch::kFloat;
+};
+
+Placement place(const std::vector<ParameterChunk>& chunks, const std::vector<bool>& trainable,
+                const std::vector<torch::Dtype>& dtypes) {
+  Placement out;
+  out.offsets.resize(chunks.size());
+  const bool bytes = std::any_of(dtypes.begin(), dtypes.end(), [&](torch::Dtype d) { return d != dtypes.front(); });
+  if (!dtypes.empty()) out.dtype = bytes ? torch::kByte : dtypes.front();
+  for (const bool pass_trainable : {true, false}) {
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      if (trainable[i] != pass_trainable) continue;
+      if (bytes) out.numel = round_up(out.numel, kChunkAlignment);
+      out.offsets[i] = out.numel;
+      out.numel += chunks[i].chunk_numel() * (bytes ? static_cast<int64_t>(c10::elementSize(dtypes[i])) : 1);
+    }
+    if (pass_trainable) out.trainable_numel = out.numel;
+  }
+  // Every rank's block the same multiple: the next rank's chunks aligned too.
+  if (bytes) out.numel = round_up(out.numel, kChunkAlignment);
+  return out;
+}
+
+}  // namespace
+
 ChunkLayout layout_chunks(const std::vector<std::vector<int64_t>>& shapes, const std::vector<bool>& trainable,
-                          int64_t world) {
+                          int64_t world, const std::vector<torch::Dtype>& dtypes,
+                          const std::vector<torch::Dtype>& gathered_dtypes) {
+  VOLT_INTERNAL_ASSERT(trainable.size() == shapes.size() && (dtypes.empty() || dtypes.size() == shapes.size()) &&
+                           (gathered_dtypes.empty() || gathered_dtypes.size() == shapes.size()),
+                       "layout_chunks: one trainable flag and dtype per shape");
   ChunkLayout layout;
   layout.chunks.resize(shapes.size());
   for (size_t i = 0; i < shapes.size(); ++i) {
@@ -31,16 +71,27 @@ ChunkLayout layout_chunks(const std::vector<std::vector<int64_t>>& shapes, const
                                                           std::multiplies<>());
     chunk.chunk_rows = (chunk.rows + world - 1) / world;
   }
-  // Trainable chunks first: the gradient is the block's prefix.
-  for (const bool pass_trainable : {true, false}) {
-    for (size_t i = 0; i < shapes.size(); ++i) {
-      if (trainable[i] != pass_trainable) continue;
-      layout.chunks[i].offset = layout.block_numel;
-      layout.block_numel += layout.chunks[i].chunk_numel();
-    }
-    if (pass_trainable) layout.gradient_numel = layout.block_numel;
+  const auto shard = place(layout.chunks, trainable, dtypes);
+  const auto gathered = place(layout.chunks, trainable, gathered_dtypes);
+  const auto gradient = place(layout.chunks, trainable, {});  // one dtype: elements
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    layout.chunks[i].offset = shard.offsets[i];
+    layout.chunks[i].gathered_offset = gathered.offsets[i];
+    layout.chunks[i].gradient_offset = gradient.offsets[i];
   }
+  layout.block_numel = shard.numel;
+  layout.block_dtype = shard.dtype;
+  layout.gathered_numel = gathered.numel;
+  layout.gathered_dtype = gathered.dtype;
+  layout.gradient_numel = gradient.trainable_numel;
   return layout;
+}
+
+torch::Tensor typed_span(const torch::Tensor& block, int64_t offset, int64_t numel, torch::Dtype dtype) {
+  if (block.scalar_type() == dtype) return block.narrow(-1, offset, numel);
+  VOLT_INTERNAL_ASSERT(block.scalar_type() == torch::kByte && offset % kChunkAlignment == 0,
+                       "typed_span: a block of the dtype, or of bytes at an aligned offset");
+  return block.narrow(-1, offset, numel * static_cast<int64_t>(c10::elementSize(dtype))).view(dtype);
 }
 
 namespace {
@@ -55,19 +106,18 @@ std::pair<int64_t, int64_t> full_ranks_and_rest(const ParameterChunk& chunk) {
 
 }  // namespace
 
-void copy_chunks_out(const torch::Tensor& blocks, const ParameterChunk& chunk, const torch::Tensor& parameter) {
+void copy_chunks_out(const torch::Tensor& columns, const ParameterChunk& chunk, const torch::Tensor& parameter) {
   const auto [full, rest] = full_ranks_and_rest(chunk);
   const int64_t n = chunk.chunk_numel();
   auto out = parameter.view({-1});
-  if (full > 0) out.narrow(0, 0, full * n).view({full, n}).copy_(blocks.narrow(0, 0, full).narrow(1, chunk.offset, n));
-  if (rest > 0) out.narrow(0, full * n, rest).copy_(blocks[full].narrow(0, chunk.offset, rest));
+  if (full > 0) out.narrow(0, 0, full * n).view({full, n}).copy_(columns.narrow(0, 0, full));
+  if (rest > 0) out.narrow(0, full * n, rest).copy_(columns[full].narrow(0, 0, rest));
 }
 
-void copy_chunks_in(const torch::Tensor& gradient, const ParameterChunk& chunk, const torch::Tensor& blocks,
+void copy_chunks_in(const torch::Tensor& gradient, const ParameterChunk& chunk, const torch::Tensor& columns,
                     double pre_divide) {
   const auto [full, rest] = full_ranks_and_rest(chunk);
-  const int64_t n = chunk.chunk_numel(), world = blocks.size(0);
-  auto columns = blocks.narrow(1, chunk.offset, n);  // [world, n]: this parameter's chunks
+  const int64_t n = chunk.chunk_numel(), world = columns.size(0);
   auto put = [&](torch::Tensor place, const torch::Tensor& source) {
     if (!gradient.defined()) {
       place.zero_();

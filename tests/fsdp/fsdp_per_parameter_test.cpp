@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 #include <tuple>
 
 #include "tests/distributed/worker_runs.h"
@@ -51,6 +52,31 @@ TEST(FSDPPerParameterLikeDDP, UnitsMixingFrozenAndTrainableParameters) {
                   2, "adam", "--model blocks_frozen");
   expect_like_ddp({"fsdp:wrap=RegressionBlock,layout=per_parameter,backward_prefetch=true"}, 3, "momentum",
                   "--model blocks_frozen");
+}
+
+// Units of two dtypes (Note [Per-parameter layout]): each block's weight bfloat16, its bias
+// float32. blocks_mixed freezes the bfloat16 weights (a LoRA model's base): the flat layout leaves
+// them whole outside the units, the per-parameter one shards them in one unit with the float32
+// biases, in one all-gather of bytes. blocks_mixed_trained trains them too; their gradients are
+// reduce-scattered in float32 with the biases' (ddp sums them in bfloat16: on 2 ranks the same
+// number, each half exact, the float32 sum rounded once; on 3 a rounding apart, which momentum
+// carries: within 5e-2 over 12 steps, 1.1e-2 measured).
+TEST(FSDPPerParameterLikeDDP, UnitsOfTwoDtypes) {
+  const std::string per_parameter = "fsdp:wrap=RegressionBlock,layout=per_parameter";
+  expect_like_ddp({per_parameter, per_parameter + ",backward_prefetch=true,forward_prefetch=true",
+                   "fsdp:wrap=RegressionBlock"},
+                  2, "adam", "--model blocks_mixed");
+  expect_like_ddp({per_parameter, per_parameter + ",reshard_after_forward=false"}, 2, "momentum",
+                  "--model blocks_mixed_trained");
+  expect_like_ddp({per_parameter}, 3, "momentum", "--model blocks_mixed");
+  // A bfloat16 rounding of a gradient, carried by momentum over the run's 12 steps.
+  testing::expect_steps_like("ddp", {per_parameter}, 3, "momentum", "--model blocks_mixed_trained", 5e-2);
+  // Mixed precision gathers both dtypes in bfloat16 (a gathered block of one dtype from a shard of
+  // bytes): the flat layout's arithmetic, whose units hold the float32 biases alone (the bfloat16
+  // weights left whole). Not ddp's: its autocast adds the float32 bias in float32.
+  const std::string mixed_precision = ",mixed_precision=true,fp32_reduce_scatter=true";
+  testing::expect_steps_like("fsdp:wrap=RegressionBlock" + mixed_precision, {per_parameter + mixed_precision}, 2,
+                             "momentum", "--model blocks_mixed --precision bf16-mixed", 1e-6);
 }
 
 TEST(FSDPPerParameterLikeDDP, UnderAccumulationClippingAndMixedPrecision) {
@@ -192,6 +218,35 @@ TEST(FSDPPerParameterCheckpoints, AShardedCheckpointIsWrittenWithoutCollectivesA
   trained(sharded3.path(), per_parameter + ",state_dict_type=sharded --devices 3 --checkpoint-every-epoch" + common, 1);
   trained(full3.path(), per_parameter + " --devices 3 --checkpoint-every-epoch" + common, 1);
   expect_loads_like("--strategy ddp --devices 2", newest_checkpoint(sharded3.path()), newest_checkpoint(full3.path()));
+}
+
+// Units of two dtypes checkpointed: the full checkpoint holds each parameter in its own dtype
+// (bfloat16 weights, float32 biases), the sharded one each rank's shard of each in it; both resume
+// bitwise, and the sharded one loads under ddp like the full one of the same epoch.
+TEST(FSDPPerParameterCheckpoints, UnitsOfTwoDtypesResumeBitwiseFromBothLayouts) {
+  const std::string common = " --devices 2 --model blocks_mixed_trained --optimizer adam --batch-size 4"
+                             " --checkpoint-every-epoch";
+  std::map<std::string, testing::TemporaryDirectory> runs;  // kept: ddp reads their checkpoints below
+  for (const std::string kind : {"full", "sharded"}) {
+    const std::string strategy = "--strategy fsdp:wrap=RegressionBlock,layout=per_parameter,state_dict_type=" + kind;
+    const auto& first = runs[kind];
+    trained(first.path(), strategy + common, 1);
+    const auto checkpoint = newest_checkpoint(first.path());
+    ASSERT_FALSE(checkpoint.empty()) << kind;
+    testing::TemporaryDirectory resuming, whole;
+    const auto resumed = trained(resuming.path(), strategy + common + " --ckpt-path " + checkpoint.string(), 2);
+    const auto uninterrupted = trained(whole.path(), strategy + common, 2);
+    ASSERT_EQ(resumed.size(), 2u) << kind;
+    ASSERT_EQ(uninterrupted.size(), 2u) << kind;
+    for (size_t r = 0; r < 2; ++r) EXPECT_EQ(resumed[r].params, uninterrupted[r].params) << kind << ", rank " << r;
+  }
+  testing::TemporaryDirectory a, b;
+  const std::string ddp = "--strategy ddp" + common;
+  const auto from_sharded =
+      trained(a.path(), ddp + " --ckpt-path " + newest_checkpoint(runs["sharded"].path()).string(), 2);
+  const auto from_full = trained(b.path(), ddp + " --ckpt-path " + newest_checkpoint(runs["full"].path()).string(), 2);
+  ASSERT_FALSE(from_sharded.empty() || from_full.empty());
+  EXPECT_EQ(from_sharded[0].params, from_full[0].params) << "ddp from the sharded checkpoint vs from the full one";
 }
 
 }  // namespace

@@ -51,13 +51,16 @@ TEST(FSDPRefusals, AUnitSplitOverParamGroupsOrOptimizersAndAnOptimizerWithState)
   });
 }
 
-TEST(FSDPRefusals, AUnitOfTwoDtypes) {
+TEST(FSDPRefusals, AUnitOfTwoDtypesInTheFlatLayout) {
   with_communicators(1, [&](Communicator& c) {
     torch::nn::Linear linear(3, 2);
     linear->bias.set_data(linear->bias.detach().to(torch::kDouble));
     const auto mixed = testing::configuration_error_of([&] { FlatParameter flat(named(linear), c, torch::kFloat); });
-    EXPECT_NE(mixed.find("the parameters of one unit must share a dtype and device"), std::string::npos) << mixed;
-    EXPECT_NE(mixed.find("wrap these in separate units"), std::string::npos) << mixed;
+    EXPECT_NE(mixed.find("the parameters of one unit must share a dtype in the flat layout"), std::string::npos)
+        << mixed;
+    EXPECT_NE(mixed.find("Use layout=per_parameter"), std::string::npos) << mixed;
+    EXPECT_NO_THROW(FlatParameter(named(linear), c, std::nullopt, nullptr, 0, false, ShardLayout::PerParameter))
+        << "the per-parameter layout takes them";
   });
 }
 

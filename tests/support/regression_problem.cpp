@@ -11,7 +11,12 @@ RegressionBlockImpl::RegressionBlockImpl(int64_t features, double dropout_probab
 
 torch::Tensor RegressionBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& mask) {
   ++forwards;
-  return x + mask * dropout->forward(torch::tanh(linear->forward(x)));
+  const auto& weight = linear->weight;
+  // A weight of another dtype (RegressionOptions::block_weight_dtype): the product in its dtype.
+  const auto z = weight.scalar_type() == x.scalar_type()
+                     ? linear->forward(x)
+                     : torch::matmul(x.to(weight.scalar_type()), weight.t()).to(x.scalar_type()) + linear->bias;
+  return x + mask * dropout->forward(torch::tanh(z));
 }
 
 RegressionModule::RegressionModule(RegressionOptions opts) : options(std::move(opts)) {
@@ -20,6 +25,9 @@ RegressionModule::RegressionModule(RegressionOptions opts) : options(std::move(o
     for (int64_t i = 0; i < options.blocks; ++i) {
       RegressionBlock block(options.features, options.block_dropout);
       if (options.shard_blocks) fsdp::shard(block);
+      if (options.block_weight_dtype) {
+        block->linear->weight.set_data(block->linear->weight.detach().to(*options.block_weight_dtype));
+      }
       if (options.freeze_block_weights) block->linear->weight.set_requires_grad(false);
       blocks->push_back(block);
     }
@@ -158,7 +166,9 @@ TrainerOptions options_from_args(std::vector<std::string> args) {
 torch::Tensor full_parameters(const Strategy& strategy, torch::nn::Module& module) {
   const auto state = strategy.checkpointing().full_model_state_dict(module);
   std::vector<torch::Tensor> flat;
-  for (const auto& item : module.named_parameters()) flat.push_back(state.get_tensor(item.key()).flatten());
+  // In float64, which holds every parameter's value exactly whatever its dtype (a model may mix them).
+  for (const auto& item : module.named_parameters())
+    flat.push_back(state.get_tensor(item.key()).flatten().to(torch::kDouble));
   return torch::cat(flat);
 }
 

@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,9 @@ struct RegressionOptions {
   // With blocks: each block's weight frozen (requires_grad false), its bias trained: a unit mixing
   // frozen and trainable parameters (a LoRA model's shape).
   bool freeze_block_weights = false;
+  // With blocks: each block's weight stored in this dtype (a bfloat16 base beside float32 biases:
+  // a unit of two dtypes), its product computed in it.
+  std::optional<torch::Dtype> block_weight_dtype;
 };
 
 // x + mask * tanh(W x) with a dropout on the update: a residual block of the shape a transformer's

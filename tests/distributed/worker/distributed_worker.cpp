@@ -269,9 +269,10 @@ testing::RegressionOptions regression_options(const std::string& optimizer, int6
   check<ConfigurationError>(model == "linear" || model == "batch_norm" || model == "branch" ||
                                 model == "sparse_embedding" || model == "mlp" || model == "mlp_wrapped" ||
                                 model == "wide_mlp" || model == "blocks" || model == "blocks_sharded" ||
-                                model == "blocks_frozen",
+                                model == "blocks_frozen" || model == "blocks_mixed" || model == "blocks_mixed_trained",
                             "worker: --model expects linear, batch_norm, branch, sparse_embedding, mlp, "
-                            "mlp_wrapped, wide_mlp, blocks, blocks_sharded or blocks_frozen, got '", model, "'");
+                            "mlp_wrapped, wide_mlp, blocks, blocks_sharded, blocks_frozen, blocks_mixed or "
+                            "blocks_mixed_trained, got '", model, "'");
   // Small enough that a STEP line (17 digits a parameter) stays below PIPE_BUF: the ranks' lines
   // reach the test whole, not interleaved.
   if (model == "mlp" || model == "mlp_wrapped") options.hidden = 4;
@@ -283,11 +284,15 @@ testing::RegressionOptions regression_options(const std::string& optimizer, int6
   // blocks_sharded: each marked by volt::fsdp::shard where the model builds it.
   // blocks_frozen: each block's weight frozen, its bias trained (frozen and trainable parameters in
   // one unit).
-  if (model == "blocks" || model == "blocks_sharded" || model == "blocks_frozen") {
+  // blocks_mixed: each block's weight bfloat16 and frozen, its bias float32 and trained (a LoRA
+  // model's bfloat16 base); blocks_mixed_trained: the bfloat16 weights trained too (units of two
+  // dtypes either way).
+  if (model.rfind("blocks", 0) == 0) {
     options.blocks = 2;
     options.block_dropout = 0.2;
     options.shard_blocks = model == "blocks_sharded";
-    options.freeze_block_weights = model == "blocks_frozen";
+    options.freeze_block_weights = model == "blocks_frozen" || model == "blocks_mixed";
+    if (model == "blocks_mixed" || model == "blocks_mixed_trained") options.block_weight_dtype = torch::kBFloat16;
   }
   options.batch_norm = model == "batch_norm";
   options.sparse_embedding = model == "sparse_embedding";
@@ -540,8 +545,7 @@ int main(int argc, char** argv) {
          "with --manual-accumulate: skip synchronization in the module's no_sync(), not toggle_model(false)")
         ("model", po::value<std::string>()->default_value("linear"),
          "linear | batch_norm | branch | sparse_embedding | mlp | mlp_wrapped | wide_mlp | blocks | blocks_sharded | "
-         "blocks_frozen "
-         "(--mode train)")
+         "blocks_frozen | blocks_mixed | blocks_mixed_trained (--mode train)")
         ("skip-every", po::value<int64_t>()->default_value(0),
          "N > 0: training_step returns no loss for batches N-1, 2N-1, ... (--mode train)");
     po::variables_map vm;
