@@ -58,4 +58,9 @@ void CollectiveArguments::root(int64_t root, const char* what) const {
                             size_, "), got ", root);
 }
 
+void CollectiveArguments::peer(int64_t peer, int64_t self, const char* what) const {
+  check<ConfigurationError>(peer >= 0 && peer < size_ && peer != self, group_, ": ", what,
+                            " expects another rank of the group, in [0, ", size_, ") and not ", self, ", got ", peer);
+}
+
 }  // namespace volt

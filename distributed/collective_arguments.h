@@ -29,6 +29,8 @@ class CollectiveArguments {
   void chunks(const torch::Tensor& flat, const std::vector<int64_t>& counts, const char* what) const;
   // A rank of the group.
   void root(int64_t root, const char* what) const;
+  // A rank of the group other than `self` (a point-to-point peer).
+  void peer(int64_t peer, int64_t self, const char* what) const;
 
  private:
   std::string group_;

@@ -11,6 +11,8 @@ std::string to_string(CollectiveKind kind) {
     case CollectiveKind::Reduce: return "reduce";
     case CollectiveKind::Barrier: return "barrier";
     case CollectiveKind::Gather: return "gather";
+    case CollectiveKind::Send: return "send";
+    case CollectiveKind::Recv: return "recv";
   }
   return "?";
 }

@@ -9,8 +9,9 @@
 
 namespace volt {
 
-enum class CollectiveKind { AllReduce, Broadcast, AllGather, ReduceScatter, Reduce, Barrier, Gather };
-inline constexpr size_t kCollectiveKinds = 7;
+// Send and Recv are point to point (Communicator::send_async), not collectives, counted beside them.
+enum class CollectiveKind { AllReduce, Broadcast, AllGather, ReduceScatter, Reduce, Barrier, Gather, Send, Recv };
+inline constexpr size_t kCollectiveKinds = 9;
 
 // "all_reduce", "broadcast", ... (the names the metrics use).
 std::string to_string(CollectiveKind kind);

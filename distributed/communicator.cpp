@@ -101,6 +101,12 @@ void Communicator::reduce(torch::Tensor& tensor, int64_t root, ReduceOp op) {
 
 void Communicator::barrier() { barrier_async().wait(); }
 
+void Communicator::send(const torch::Tensor& tensor, int64_t peer) { send_async(staged(*this, tensor), peer).wait(); }
+
+void Communicator::recv(torch::Tensor& tensor, int64_t peer) {
+  in_place(*this, tensor, false, [&](const torch::Tensor& t) { return recv_async(t, peer); });
+}
+
 torch::Tensor Communicator::gather(const torch::Tensor& tensor, int64_t root) {
   return back_to(gather_async(staged(*this, tensor), root).wait(), tensor);
 }

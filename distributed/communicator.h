@@ -168,6 +168,19 @@ class Communicator {
   virtual CollectiveHandle reduce_scatter_chunks_async(torch::Tensor output, const torch::Tensor& input,
                                                        std::vector<int64_t> counts, ReduceOp op = ReduceOp::Sum) = 0;
 
+  // ---- point to point (not collectives: only the two ranks take part)
+  // Note [Point to point]: send_async(tensor, peer) hands `tensor` to rank `peer` of this
+  // communicator, whose recv_async(tensor, src) of a tensor of the same shape and dtype fills it in
+  // place; between two ranks, sends and receives match in the order each side issues them. They
+  // are counted (send, recv) but do not advance the collective sequence by which the peer monitor
+  // compares ranks (Note [Naming the failed rank]): ranks issue different numbers of them. A
+  // receive whose send does not come within the timeout fails naming the peer. The blocking forms
+  // stage a CPU tensor through tensor_device() like the collectives'.
+  void send(const torch::Tensor& tensor, int64_t peer);
+  virtual CollectiveHandle send_async(const torch::Tensor& tensor, int64_t peer) = 0;
+  void recv(torch::Tensor& tensor, int64_t peer);
+  virtual CollectiveHandle recv_async(torch::Tensor tensor, int64_t peer) = 0;
+
   // ---- variable-size bytes (serialized state), each [collective]: sizes are gathered first,
   // then the bytes padded to the largest; costs two collectives.
   // Every rank's `bytes`, by rank, on every rank.

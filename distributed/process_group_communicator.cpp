@@ -24,6 +24,9 @@ namespace {
 // What a collective's description says of one that goes through shared memory.
 constexpr const char* kThroughShm = " through shared memory";
 
+// The c10d tag of every send and receive (Note [Point to point]).
+constexpr int kPointToPointTag = 0;
+
 // A collective's finisher for `tensor`, which ran on `work` (itself, or a contiguous copy): the
 // result copied back into `tensor` where they differ.
 std::function<torch::Tensor()> copied_back(torch::Tensor tensor, torch::Tensor work) {
@@ -273,6 +276,32 @@ class ProcessGroupCommunicator : public Communicator {
                              if (!reduced.is_same(tensor)) tensor.copy_(reduced);
                              return tensor;
                            });
+  }
+
+  // Note [Point to point]: through the process group (Gloo's pairs, NCCL's send/recv), one tag
+  // for all: between two ranks, c10d matches them in issue order.
+  CollectiveHandle send_async(const torch::Tensor& tensor, int64_t peer) override {
+    arguments_.tensor(tensor, "send");
+    arguments_.peer(peer, rank(), "send");
+    auto work_tensor = tensor.contiguous();
+    return launch(CollectiveKind::Send, work_tensor, "(to rank " + std::to_string(peer) + ")",
+                  [&] {
+                    std::vector<at::Tensor> tensors{movable(work_tensor)};
+                    return process_group_->send(tensors, static_cast<int>(peer), kPointToPointTag);
+                  },
+                  [work_tensor] { return work_tensor; }, /*collective=*/false);
+  }
+
+  CollectiveHandle recv_async(torch::Tensor tensor, int64_t peer) override {
+    arguments_.tensor(tensor, "recv");
+    arguments_.peer(peer, rank(), "recv");
+    auto work_tensor = tensor.is_contiguous() ? tensor : torch::empty_like(tensor, torch::MemoryFormat::Contiguous);
+    return launch(CollectiveKind::Recv, work_tensor, "(from rank " + std::to_string(peer) + ")",
+                  [&] {
+                    std::vector<at::Tensor> tensors{movable(work_tensor)};
+                    return process_group_->recv(tensors, static_cast<int>(peer), kPointToPointTag);
+                  },
+                  copied_back(tensor, work_tensor), /*collective=*/false);
   }
 
   CollectiveHandle barrier_async() override {
@@ -530,17 +559,19 @@ class ProcessGroupCommunicator : public Communicator {
 
   // A collective that `start` enqueues on the process group (through entry_: Note [Entering c10d
   // from several threads]).
+  // `collective`: false for a send or receive (Note [Point to point]).
   template <typename Start, typename Finish>
   CollectiveHandle launch(CollectiveKind kind, const torch::Tensor& payload, const std::string& detail,
-                          Start&& start, Finish&& finish) {
-    return start_work(kind, payload, detail, [&] { return entry_.enter(start); }, std::forward<Finish>(finish));
+                          Start&& start, Finish&& finish, bool collective = true) {
+    return start_work(kind, payload, detail, [&] { return entry_.enter(start); }, std::forward<Finish>(finish),
+                      collective);
   }
 
   // A collective whose Work `start` returns.
   template <typename Start, typename Finish>
   CollectiveHandle start_work(CollectiveKind kind, const torch::Tensor& payload, const std::string& detail,
-                              Start&& start, Finish&& finish) {
-    auto state = begin(kind, payload, detail, std::forward<Finish>(finish));
+                              Start&& start, Finish&& finish, bool collective = true) {
+    auto state = begin(kind, payload, detail, std::forward<Finish>(finish), collective);
     try {
       state->work = start();
     } catch (const std::exception& e) {
@@ -549,14 +580,17 @@ class ProcessGroupCommunicator : public Communicator {
     return CollectiveHandle(std::move(state));
   }
 
-  // Counts and numbers a collective about to start; the state says what it is in errors.
+  // Counts and numbers a collective about to start; the state says what it is in errors. A send
+  // or receive (`collective` false) is numbered apart and leaves the monitor's progress alone
+  // (Note [Point to point]).
   template <typename Finish>
   std::shared_ptr<CollectiveHandle::State> begin(CollectiveKind kind, const torch::Tensor& payload,
-                                                 const std::string& detail, Finish&& finish) {
+                                                 const std::string& detail, Finish&& finish, bool collective = true) {
     const int64_t bytes = payload_bytes(payload);
     count(kind, bytes);
     auto state = std::make_shared<CollectiveHandle::State>();
-    state->what = describe() + ": " + to_string(kind) + " #" + std::to_string(++sequence_) + detail +
+    const int64_t number = collective ? ++sequence_ : ++point_to_point_sequence_;
+    state->what = describe() + ": " + to_string(kind) + " #" + std::to_string(number) + detail +
                   (payload.defined() ? " of " + std::to_string(bytes) + " bytes" : "");
     state->timeout = timeout();
     state->stream_ordered = setup_.backend == "nccl";  // Note [Waiting for NCCL without blocking the host]
@@ -564,8 +598,9 @@ class ProcessGroupCommunicator : public Communicator {
     if (setup_.monitor) {
       // Note [Naming the failed rank]: only the root communicator's numbering is comparable
       // across ranks (every rank runs the same root collectives); sub-groups pass -1.
-      const int64_t comparable = is_root_ ? sequence_ : -1;
-      if (is_root_) setup_.monitor->set_progress(sequence_);
+      const bool root_collective = is_root_ && collective;
+      const int64_t comparable = root_collective ? sequence_ : -1;
+      if (root_collective) setup_.monitor->set_progress(sequence_);
       state->diagnose = [monitor = setup_.monitor, comparable] { return monitor->diagnose(comparable); };
     }
     return state;
@@ -580,6 +615,7 @@ class ProcessGroupCommunicator : public Communicator {
   bool said_buffers_fall_back_ = false;     // rank 0 warned that allocate_buffers fell back
   int64_t next_group_ = 0;
   int64_t sequence_ = 0;
+  int64_t point_to_point_sequence_ = 0;
 };
 
 }  // namespace
