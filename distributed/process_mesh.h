@@ -38,8 +38,7 @@ class ProcessMesh {
   // Arranges `world`'s ranks on `dimensions` (checked as parse_mesh_dimensions checks them; their
   // sizes must multiply to the world size: ConfigurationError naming both otherwise) and builds
   // every group of every dimension. [collective over `world`]
-  static std::unique_ptr<ProcessMesh> build(std::shared_ptr<Communicator> world,
-                                            std::vector<MeshDimension> dimensions);
+  static std::unique_ptr<ProcessMesh> build(std::shared_ptr<Communicator> world, std::vector<MeshDimension> dimensions);
 
   const std::vector<MeshDimension>& dimensions() const { return dimensions_; }
   Communicator& world() const { return *world_; }

@@ -79,7 +79,8 @@ TEST(ProcessMeshTest, SizesThatDoNotMultiplyToTheWorldAreRefusedOnEveryRankBefor
     auto world = Communicator::connect(loopback_options(rank, 4, port));
     const auto message = testing::configuration_error_of([&] { ProcessMesh::build(world, {{"dp", 3}, {"tp", 2}}); });
     EXPECT_NE(message.find("dp=3,tp=2 holds 6 ranks, but the world has 4; choose sizes whose product is 4"),
-              std::string::npos) << message;
+              std::string::npos)
+        << message;
     auto t = torch::ones({1});
     world->all_reduce(t);
     EXPECT_EQ(t.item<float>(), 4.0f) << "the refusal communicated nothing (rank " << rank << ")";
