@@ -30,7 +30,9 @@ TEST(PointToPointTest, ATensorTravelsAlongAChainOfRanksAndBack) {
     if (rank > 0) c.recv(activation, rank - 1);
     activation += static_cast<double>(rank + 1);
     if (rank < last) c.send(activation, rank + 1);
-    if (rank == last) EXPECT_TRUE(torch::equal(activation, torch::full({2, 3}, 6.0f)));
+    if (rank == last) {
+      EXPECT_TRUE(torch::equal(activation, torch::full({2, 3}, 6.0f)));
+    }
     // Backward: the other way, into a non-contiguous target (a transposed view).
     auto storage = torch::zeros({3, 2});
     auto gradient = storage.t();

@@ -176,10 +176,16 @@ TEST_P(PerParameterFlat, EachRankKeepsItsRowsOfEveryParameterFrozenOnesTooAndGat
     };
     for (int64_t root : {int64_t{0}, n - 1}) {
       const auto gathered = flat.parameters_gathered_to(root);
-      if (c.rank() == root) EXPECT_TRUE(equal_to_whole(gathered)) << "root " << root;
-      if (c.rank() != root) EXPECT_TRUE(gathered.empty());
+      if (c.rank() == root) {
+        EXPECT_TRUE(equal_to_whole(gathered)) << "root " << root;
+      }
+      if (c.rank() != root) {
+        EXPECT_TRUE(gathered.empty());
+      }
       const auto weight_rows = flat.gather_stepped_to(0, flat.stepped(0), root);
-      if (c.rank() == root) EXPECT_TRUE(torch::equal(weight_rows, weight.flatten()));
+      if (c.rank() == root) {
+        EXPECT_TRUE(torch::equal(weight_rows, weight.flatten()));
+      }
     }
     flat.gather();
     EXPECT_TRUE(torch::equal(model.weight.detach(), weight));

@@ -15,8 +15,9 @@ order, then for every step its input batch ([B, 6], row-major) and its target ([
 Each of S processes (gloo on 127.0.0.1:P, the CPU) builds the model, loads the parameters, keeps
 its stage's entries (nn.Sequential keeps their names) in a pipelining.PipelineStage, and steps
 ScheduleGPipe or Schedule1F1B with M micro-batches and loss_fn = mean squared error, then SGD with
-lr 0.1. After every step every stage prints "STEP stage=s step=k params=..." (its parameters in
-named_parameters order, 17 digits). Gradients: PyTorch's schedules sum the micro-batches'
+lr 0.1. After every step every stage notes "STEP stage=s step=k params=..." (its parameters in
+named_parameters order, each exactly), in a file of its own beside FILE, which the parent prints
+once every stage is done. Gradients: PyTorch's schedules sum the micro-batches'
 gradients and divide by M after the backwards (scale_grads=True); volt divides each micro-batch's
 loss by M before its backward: the same mean, rounded at another place.
 """
@@ -62,6 +63,7 @@ def run(stage_index, args):
     schedule = schedule_class(stage, args.microbatches, loss_fn=loss_fn)
     sgd = torch.optim.SGD(mine.parameters(), lr=0.1)
     steps = (len(lines) - 1) // 2
+    printed = []
     for k in range(steps):
         x = numbers(lines[1 + 2 * k]).reshape(-1, 6)
         y = numbers(lines[2 + 2 * k]).reshape(-1, 1)
@@ -74,9 +76,17 @@ def run(stage_index, args):
             schedule.step()
         sgd.step()
         values = torch.cat([p.detach().reshape(-1) for _, p in mine.named_parameters()]).double().tolist()
-        print(f"STEP stage={stage_index} step={k} params=" + ",".join(repr(v) for v in values), flush=True)
+        printed.append(f"STEP stage={stage_index} step={k} params=" + ",".join(repr(v) for v in values))
+    # A line longer than a pipe's atomic write would interleave with the other stages' on a shared
+    # stdout: each stage writes a file of its own, which the parent prints.
+    with open(stage_file(args, stage_index), "w") as f:
+        f.write("\n".join(printed) + "\n")
     dist.barrier()
     dist.destroy_process_group()
+
+
+def stage_file(args, stage_index):
+    return os.path.join(os.path.dirname(os.path.abspath(args.data)), f"pipelining_stage{stage_index}.txt")
 
 
 def main():
@@ -93,6 +103,9 @@ def main():
         raise SystemExit(f"torch.distributed.pipelining needs PyTorch 2.x; this is {torch.__version__}")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     mp.spawn(run, args=(args,), nprocs=args.stages, join=True)
+    for stage_index in range(args.stages):
+        with open(stage_file(args, stage_index)) as f:
+            print(f.read(), end="", flush=True)
 
 
 if __name__ == "__main__":
