@@ -118,20 +118,15 @@ void FlatParameter::build_per_parameter(const std::vector<torch::Tensor>& flat_p
   const auto options = entries_.front().parameter.options();
   auto block = torch::zeros({shard_numel_}, options.dtype(chunks.block_dtype));
   // full_: the parameters one after another in their compute dtypes (bytes, aligned, where they differ).
-  int64_t natural_numel = 0;
+  std::vector<int64_t> numels;
+  for (const auto& entry : entries_) numels.push_back(entry.numel());
+  const auto natural = place_in_block(numels, std::vector<bool>(entries_.size(), true), compute_dtypes);
   for (size_t i = 0; i < entries_.size(); ++i) {
     auto& entry = entries_[i];
     entry.chunk = chunks.chunks[i];
+    entry.offset = natural.offsets[i];
     typed_span(block, entry.chunk.offset, entry.chunk.count(rank_), entry.dtype)
         .copy_(flat_pieces[i].narrow(0, entry.chunk.begin(rank_), entry.chunk.count(rank_)));
-    if (chunks.gathered_dtype == torch::kByte) {
-      natural_numel = (natural_numel + kChunkAlignment - 1) / kChunkAlignment * kChunkAlignment;
-      entry.offset = natural_numel;
-      natural_numel += entry.numel() * static_cast<int64_t>(c10::elementSize(entry.compute_dtype));
-    } else {
-      entry.offset = natural_numel;
-      natural_numel += entry.numel();
-    }
   }
   shard_ = offload_to_host ? host_copy(block) : block;
   for (auto& entry : entries_) {
@@ -141,7 +136,7 @@ void FlatParameter::build_per_parameter(const std::vector<torch::Tensor>& flat_p
                       .detach()
                       .set_requires_grad(entry.trainable);
   }
-  full_ = torch::empty({natural_numel}, options.dtype(chunks.gathered_dtype));
+  full_ = torch::empty({natural.numel}, options.dtype(natural.dtype));
   for (size_t i = 0; i < entries_.size(); ++i) {
     typed_span(full_, entries_[i].offset, entries_[i].numel(), entries_[i].compute_dtype).copy_(flat_pieces[i]);
   }

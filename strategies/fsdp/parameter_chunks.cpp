@@ -24,35 +24,27 @@ namespace {
 
 int64_t round_up(int64_t value, int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
 
-// The chunks placed one after another in a block, trainable ones first (the gradient is the
-// block's prefix): in elements of the dtypes' one dtype, or in aligned bytes where they differ.
-struct Placement {
-  std::vector<int64_t> offsets;
-  int64_t numel = 0, trainable_numel = 0;
-  torch::Dtype dtype = torch::kFloat;
-};
+}  // namespace
 
-Placement place(const std::vector<ParameterChunk>& chunks, const std::vector<bool>& trainable,
-                const std::vector<torch::Dtype>& dtypes) {
-  Placement out;
-  out.offsets.resize(chunks.size());
+BlockPlacement place_in_block(const std::vector<int64_t>& numels, const std::vector<bool>& first,
+                              const std::vector<torch::Dtype>& dtypes) {
+  BlockPlacement out;
+  out.offsets.resize(numels.size());
   const bool bytes = std::any_of(dtypes.begin(), dtypes.end(), [&](torch::Dtype d) { return d != dtypes.front(); });
   if (!dtypes.empty()) out.dtype = bytes ? torch::kByte : dtypes.front();
-  for (const bool pass_trainable : {true, false}) {
-    for (size_t i = 0; i < chunks.size(); ++i) {
-      if (trainable[i] != pass_trainable) continue;
+  for (const bool pass_first : {true, false}) {
+    for (size_t i = 0; i < numels.size(); ++i) {
+      if (first[i] != pass_first) continue;
       if (bytes) out.numel = round_up(out.numel, kChunkAlignment);
       out.offsets[i] = out.numel;
-      out.numel += chunks[i].chunk_numel() * (bytes ? static_cast<int64_t>(c10::elementSize(dtypes[i])) : 1);
+      out.numel += numels[i] * (bytes ? static_cast<int64_t>(c10::elementSize(dtypes[i])) : 1);
     }
-    if (pass_trainable) out.trainable_numel = out.numel;
+    if (pass_first) out.first_numel = out.numel;
   }
   // Every rank's block the same multiple: the next rank's chunks aligned too.
   if (bytes) out.numel = round_up(out.numel, kChunkAlignment);
   return out;
 }
-
-}  // namespace
 
 ChunkLayout layout_chunks(const std::vector<std::vector<int64_t>>& shapes, const std::vector<bool>& trainable,
                           int64_t world, const std::vector<torch::Dtype>& dtypes,
@@ -71,9 +63,12 @@ ChunkLayout layout_chunks(const std::vector<std::vector<int64_t>>& shapes, const
                                                           std::multiplies<>());
     chunk.chunk_rows = (chunk.rows + world - 1) / world;
   }
-  const auto shard = place(layout.chunks, trainable, dtypes);
-  const auto gathered = place(layout.chunks, trainable, gathered_dtypes);
-  const auto gradient = place(layout.chunks, trainable, {});  // one dtype: elements
+  std::vector<int64_t> numels;
+  for (const auto& chunk : layout.chunks) numels.push_back(chunk.chunk_numel());
+  // Trainable chunks first in each block: the gradient is the blocks' prefix.
+  const auto shard = place_in_block(numels, trainable, dtypes);
+  const auto gathered = place_in_block(numels, trainable, gathered_dtypes);
+  const auto gradient = place_in_block(numels, trainable, {});  // one dtype: elements
   for (size_t i = 0; i < shapes.size(); ++i) {
     layout.chunks[i].offset = shard.offsets[i];
     layout.chunks[i].gathered_offset = gathered.offsets[i];
@@ -83,7 +78,7 @@ ChunkLayout layout_chunks(const std::vector<std::vector<int64_t>>& shapes, const
   layout.block_dtype = shard.dtype;
   layout.gathered_numel = gathered.numel;
   layout.gathered_dtype = gathered.dtype;
-  layout.gradient_numel = gradient.trainable_numel;
+  layout.gradient_numel = gradient.first_numel;
   return layout;
 }
 

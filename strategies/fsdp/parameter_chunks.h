@@ -58,6 +58,18 @@ struct ParameterChunk {
   std::vector<int64_t> chunk_shape(const std::vector<int64_t>& shape) const;
 };
 
+// Items of `numels[i]` elements of `dtypes[i]` (empty: float32 for all) placed one after another
+// in a block, those with `first[i]` before the others: offsets in elements of the dtypes' one
+// dtype, or where they differ in bytes, each item at a multiple of kChunkAlignment.
+struct BlockPlacement {
+  std::vector<int64_t> offsets;
+  int64_t numel = 0;        // the block's size (a multiple of kChunkAlignment in bytes)
+  int64_t first_numel = 0;  // where the items after the first ones begin
+  torch::Dtype dtype = torch::kFloat;  // the one dtype, or kByte
+};
+BlockPlacement place_in_block(const std::vector<int64_t>& numels, const std::vector<bool>& first,
+                              const std::vector<torch::Dtype>& dtypes);
+
 // The chunks of parameters of `shapes` over `world` ranks; `trainable[i]`: parameter i requires
 // grad (placed first in the blocks). `dtypes` / `gathered_dtypes`: each parameter's dtype in the
 // shard block / the gathered block (empty: float32 for all).
