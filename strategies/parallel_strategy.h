@@ -72,6 +72,9 @@ class ParallelStrategy : public Strategy, public ProcessGroupContext {
   // Makes every rank start from rank 0's parameters and buffers (after checking that every rank
   // built the same model). [collective]
   void wrap_module(torch::nn::Module& module) override;
+  // The root communicator, for what shares its ownership (a ProcessMesh over the world); null
+  // before setup_environment.
+  std::shared_ptr<Communicator> shared_communicator() const { return communicator_; }
   // Broadcasts every parameter and buffer of `module` from rank 0, in registration order.
   // [collective]
   void broadcast_module_state(torch::nn::Module& module);

@@ -46,6 +46,15 @@ class Placement {
   // Whether evaluation steps run collectives, so that every rank must run as many of them.
   virtual bool evaluation_needs_equal_steps() const { return false; }
 
+  // Which of how many data-parallel replicas this rank is: distribute_loader gives the ranks of
+  // one replica the same batches. Every rank is a replica of its own by default; the ranks of a
+  // pipeline, which run one batch together, are one.
+  struct DataReplica {
+    int64_t index = 0;
+    int64_t count = 1;
+  };
+  virtual DataReplica data_replica() const;
+
  protected:
   const PartContext& context() const { return context_; }
 

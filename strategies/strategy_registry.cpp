@@ -2,6 +2,8 @@
 
 #include "strategies/ddp/ddp_strategy.h"
 #include "strategies/fsdp/fsdp_strategy.h"
+#include "strategies/pipeline/pipeline_strategy.h"
+#include "strategies/tensor_parallel/tensor_parallel_strategy.h"
 #include "strategies/sharded/sharded_ddp_strategy.h"
 #include "strategies/single_device_strategy.h"
 #include "strategies/slowmo/slowmo_strategy.h"
@@ -20,6 +22,8 @@ void register_builtin_strategies(Registry<Strategy>& registry) {
   register_sharded_strategies(registry);
   register_fsdp_strategy(registry);
   register_slowmo_strategy(registry);
+  register_pipeline_strategy(registry);
+  register_tensor_parallel_strategy(registry);
 }
 
 }  // namespace

@@ -50,7 +50,7 @@ torch::Tensor PipelineStage::receive_like_header() {
 
 torch::Tensor PipelineStage::run(PipelineSchedule schedule, int64_t microbatches,
                                  const std::vector<torch::Tensor>& inputs, const std::vector<torch::Tensor>& targets,
-                                 const PipelineLoss& loss) {
+                                 const PipelineLoss& loss, const ForwardScope& forward_scope) {
   check<ConfigurationError>(microbatches >= 1, "pipeline: microbatches=", microbatches, "; at least one");
   check<ConfigurationError>(!is_first() || static_cast<int64_t>(inputs.size()) == microbatches, "pipeline: the first ",
                             "stage got ", inputs.size(), " inputs for ", microbatches, " micro-batches");
@@ -78,11 +78,13 @@ torch::Tensor PipelineStage::run(PipelineSchedule schedule, int64_t microbatches
         input.set_requires_grad(true);
       }
       const auto busy_from = Clock::now();
-      auto output = module_->forward(input);
-      if (is_last()) {
-        output = loss(output, targets[static_cast<size_t>(i)]) * scale;
-        loss_sum = loss_sum.defined() ? loss_sum + output.detach() : output.detach();
+      torch::Tensor output;
+      {
+        ScopeGuard scope = forward_scope ? forward_scope() : ScopeGuard{};
+        output = module_->forward(input);
+        if (is_last()) output = loss(output, targets[static_cast<size_t>(i)]) * scale;
       }
+      if (is_last()) loss_sum = loss_sum.defined() ? loss_sum + output.detach() : output.detach();
       report_.busy_seconds += seconds_between(busy_from, Clock::now());
       if (!is_last()) {
         if (!outgoing.defined()) {

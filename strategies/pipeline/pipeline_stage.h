@@ -23,12 +23,16 @@
 #include <functional>
 #include <vector>
 
+#include "core/scope_guard.h"
 #include "distributed/communicator.h"
 #include "strategies/pipeline/pipeline_schedule.h"
 
 namespace volt::pipeline {
 
 using PipelineLoss = std::function<torch::Tensor(const torch::Tensor& output, const torch::Tensor& target)>;
+// The region each forward (and the last stage's loss) runs in, e.g. the precision's autocast;
+// backwards run outside it, as PyTorch recommends for autocast.
+using ForwardScope = std::function<ScopeGuard()>;
 
 // What the last step measured on this stage.
 struct StageStepReport {
@@ -57,7 +61,8 @@ class PipelineStage {
   // undefined elsewhere. Every stage calls it with the same M and schedule.
   // [point to point with the neighbouring stages]
   torch::Tensor run(PipelineSchedule schedule, int64_t microbatches, const std::vector<torch::Tensor>& inputs,
-                    const std::vector<torch::Tensor>& targets, const PipelineLoss& loss);
+                    const std::vector<torch::Tensor>& targets, const PipelineLoss& loss,
+                    const ForwardScope& forward_scope = nullptr);
 
   const StageStepReport& last_step() const { return report_; }
 

@@ -48,7 +48,8 @@ std::vector<std::vector<torch::Tensor>> OSS::group_parameters() const {
 }
 
 void OSS::repartition() {
-  partition_ = partition_parameters(group_parameters(), communicator_.size());
+  partition_ = options_.partition ? options_.partition(group_parameters(), communicator_.size())
+                                  : partition_parameters(group_parameters(), communicator_.size());
   trainable_.clear();
   owner_.clear();
   for (size_t g = 0; g < param_groups_.size(); ++g) {
@@ -64,7 +65,7 @@ void OSS::repartition() {
       for (const size_t i : partition_.owned[r][g]) by_owner[r].push_back(param_groups_[g].params()[i]);
     }
   }
-  buffers_ = std::make_unique<OwnerBuffers>(by_owner);
+  if (options_.gather_parameters) buffers_ = std::make_unique<OwnerBuffers>(by_owner);
   const auto& mine = partition_.owned[static_cast<size_t>(communicator_.rank())];
   std::vector<OptimizerParamGroup> shard;
   for (size_t g = 0; g < param_groups_.size(); ++g) {
@@ -108,7 +109,7 @@ torch::Tensor OSS::step(LossClosure closure) {
   }
   sync_options_to_local();
   auto loss = local_->step(closure);
-  buffers_->synchronize(communicator_, options_.broadcast_fp16);
+  if (buffers_) buffers_->synchronize(communicator_, options_.broadcast_fp16);
   return loss;
 }
 

@@ -38,6 +38,13 @@ struct OSSOptions {
   // holds the float16-rounded values, so the ranks stay identical. For mixed-precision training,
   // where the model tolerates it (fairscale's broadcast_fp16).
   bool broadcast_fp16 = false;
+  // Who owns which parameter; unset: partition_parameters (balanced by elements). A strategy
+  // whose parameters already live apart sets it (the pipeline: each stage owns its own).
+  std::function<Partition(const std::vector<std::vector<torch::Tensor>>& groups, int64_t world_size)> partition;
+  // After the step, all-gather the owners' parameters so that every rank holds the whole model.
+  // False where the other ranks never use them (a pipeline stage holds only its own): the step
+  // is then local, and the parameters stay where they are.
+  bool gather_parameters = true;
 };
 
 class OSS : public torch::optim::Optimizer, public ShardedOptimizer {
@@ -93,7 +100,7 @@ class OSS : public torch::optim::Optimizer, public ShardedOptimizer {
   std::vector<bool> trainable_;  // per parameter (flat), when the partition was made
   std::map<const void*, int64_t> owner_;  // TensorImpl → rank
   std::shared_ptr<torch::optim::Optimizer> local_;
-  std::unique_ptr<OwnerBuffers> buffers_;  // the partitioned parameters live here
+  std::unique_ptr<OwnerBuffers> buffers_;  // the partitioned parameters live here (gather_parameters)
 };
 
 }  // namespace volt

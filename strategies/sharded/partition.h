@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace volt {
@@ -25,5 +26,10 @@ struct Partition {
 // Partitions `groups` (each a list of parameters) over `world_size` ranks. Parameters that do not
 // require grad are left out (owner -1): nobody steps them.
 Partition partition_parameters(const std::vector<std::vector<torch::Tensor>>& groups, int64_t world_size);
+
+// The partition in which `owner_of` names each parameter's rank (-1: nobody steps it); a
+// parameter that does not require grad is left out as above. Owners must be below `world_size`.
+Partition partition_by_owner(const std::vector<std::vector<torch::Tensor>>& groups, int64_t world_size,
+                             const std::function<int64_t(const torch::Tensor&)>& owner_of);
 
 }  // namespace volt

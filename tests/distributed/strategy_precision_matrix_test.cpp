@@ -38,7 +38,11 @@ std::string case_name(const ::testing::TestParamInfo<MatrixCase>& info) {
 // local phase is DDP's again and its averages (of equal models) must change nothing, in every
 // precision.
 std::vector<MatrixCase> matrix() {
-  std::vector<std::string> strategies = strategy_registry().names();
+  std::vector<std::string> strategies;
+  for (const auto& name : strategy_registry().names()) {
+    // tensor_parallel needs a plan: the MLP's two body linears, column- then row-wise.
+    strategies.push_back(name == "tensor_parallel" ? "tensor_parallel:plan=body.0:colwise|body.2:rowwise" : name);
+  }
   for (const char* variant : {"ddp:static_graph=true", "ddp:gradient_as_bucket_view=true",
                               "ddp:find_unused_parameters=true,gradient_as_bucket_view=true",
                               "ddp:comm_hook=post_local_sgd,start_local_sgd_iter=2,model_averaging_period=2"}) {
@@ -92,14 +96,25 @@ double tolerance(const std::string& precision) {
   return 1e-6;
 }
 
-// One process's parameters under `precision`, computed once per precision for the whole suite (the
-// suite runs in one test program): every strategy's case compares with the same run.
-const std::vector<double>& one_process_reference(const std::string& precision) {
+// One process's parameters under `precision` (and `model_flags`), computed once per pair for the
+// whole suite (the suite runs in one test program): every strategy's case compares with the same run.
+const std::vector<double>& one_process_reference(const std::string& precision, const std::string& model_flags) {
   static std::map<std::string, std::vector<double>> computed;
-  auto found = computed.find(precision);
-  if (found == computed.end()) found = computed.emplace(precision, testing::one_process_params("--precision " + precision)).first;
+  const auto key = precision + model_flags;
+  auto found = computed.find(key);
+  if (found == computed.end())
+    found = computed.emplace(key, testing::one_process_params("--precision " + precision + model_flags)).first;
   return found->second;
 }
+
+// The ranks of a pipeline or a tensor-parallel group are one replica, which takes the whole batch:
+// they train the MLP (the linear model is one layer, which no two stages share and no plan splits
+// in two), the pipeline without validation (it runs training steps only).
+bool is_pipeline(const std::string& strategy) { return strategy.rfind("pipeline", 0) == 0; }
+bool splits_the_model(const std::string& strategy) {
+  return is_pipeline(strategy) || strategy.rfind("tensor_parallel", 0) == 0;
+}
+std::string model_flags(const std::string& strategy) { return splits_the_model(strategy) ? " --model mlp" : ""; }
 
 class StrategyPrecisionMatrix : public ::testing::TestWithParam<MatrixCase> {};
 
@@ -107,8 +122,10 @@ TEST_P(StrategyPrecisionMatrix, TwoRanksEqualOneProcessOnTheFullBatch) {
   const auto& [strategy, precision] = GetParam();
   const int64_t ranks = runs_two_processes(strategy) ? 2 : 1;
   testing::TemporaryDirectory dir;
-  const std::string flags = "--strategy \"" + strategy + "\" --precision " + precision +
-                            " --devices " + std::to_string(ranks) + " --batch-size " + std::to_string(16 / ranks);
+  const int64_t batch = splits_the_model(strategy) ? 16 : 16 / ranks;
+  const std::string flags = "--strategy \"" + strategy + "\" --precision " + precision + " --devices " +
+                            std::to_string(ranks) + " --batch-size " + std::to_string(batch) + model_flags(strategy) +
+                            (is_pipeline(strategy) ? " --limit-val-batches 0" : "");
   const auto result = testing::run_command(testing::train_command(dir.path(), flags), 180);
   const auto lines = testing::trained_lines(result.output);
   if (!runs_here(precision) || !strategy_accepts(strategy, precision, ranks)) {
@@ -123,7 +140,7 @@ TEST_P(StrategyPrecisionMatrix, TwoRanksEqualOneProcessOnTheFullBatch) {
   for (const auto& line : lines) {
     EXPECT_EQ(line.params, lines[0].params) << "rank " << line.rank << " ended with other parameters than rank 0";
   }
-  const auto& reference = one_process_reference(precision);
+  const auto& reference = one_process_reference(precision, model_flags(strategy));
   ASSERT_EQ(reference.size(), lines[0].params.size());
   const double tol = tolerance(precision);
   for (size_t i = 0; i < reference.size(); ++i) {

@@ -24,6 +24,7 @@ struct ReferenceCase {
   std::string strategy;   // volt's --strategy, which the reference maps to its own implementation
   std::string optimizer;  // momentum | adam
   std::string model = "mlp";
+  std::string worker_flags;  // more flags for volt's worker (the pipeline: --limit-val-batches 0)
 };
 
 // Who the oracle is: `name` for messages ("fairscale"), `python` the command that runs `script`
@@ -61,7 +62,8 @@ inline void expect_volt_trains_like(const Reference& reference, int64_t world, c
                         " --world " + std::to_string(world) + " --port " + std::to_string(find_free_port());
   for (size_t k = 0; k < cases.size(); ++k) {
     const auto& c = cases[k];
-    const auto output = run_print_steps(c.strategy, world, c.optimizer, "--model " + c.model + " --print-initial");
+    const auto output =
+        run_print_steps(c.strategy, world, c.optimizer, "--model " + c.model + " --print-initial " + c.worker_flags);
     std::smatch initial;
     ASSERT_TRUE(std::regex_search(output, initial, std::regex("INITIAL params=(\\S+)")))
         << describe(c, world, reference) << ": volt printed no INITIAL line:\n" << output;

@@ -85,6 +85,21 @@ torch::Tensor RegressionModule::training_step(const Batch& batch, int64_t batch_
   return loss;
 }
 
+torch::nn::Sequential RegressionModule::pipeline_layers() {
+  check<ConfigurationError>(body && !blocks && !batch_norm && !branch && !offset && !dropout && !options.loss_weight &&
+                                !options.skip_batch,
+                            "RegressionModule: runs as a pipeline's layers only with hidden > 0 and nothing else "
+                            "(worker: --model mlp)");
+  torch::nn::Sequential layers;
+  for (const auto& entry : *body) layers->push_back(entry);
+  layers->push_back(linear);
+  return layers;
+}
+
+torch::Tensor RegressionModule::pipeline_loss(const torch::Tensor& output, const torch::Tensor& target) {
+  return squared_error(output, target);
+}
+
 void RegressionModule::validation_step(const Batch& batch, int64_t batch_idx) {
   ++validation_steps;
   log("val_loss", squared_error(output(batch.input, false), batch.target));

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "strategies/pipeline/pipeline_model.h"
 #include "trainer/volt.h"
 
 namespace volt::testing {
@@ -66,7 +67,10 @@ class RegressionBlockImpl : public torch::nn::Module {
 };
 TORCH_MODULE(RegressionBlock);
 
-class RegressionModule : public Module {
+// With `hidden` (and nothing else in the way: no blocks, batch norm, branch, embedding, dropout or
+// loss weight) its layers run as one Sequential, body then linear: a PipelineModel that the
+// `pipeline` strategy cuts into stages, computing what training_step computes.
+class RegressionModule : public Module, public pipeline::PipelineModel {
  public:
   explicit RegressionModule(RegressionOptions options = {});
   torch::Tensor training_step(const Batch& batch, int64_t batch_idx) override;
@@ -74,6 +78,10 @@ class RegressionModule : public Module {
   torch::Tensor predict_step(const Batch& batch, int64_t batch_idx) override;  // the model's outputs
   OptimizerConfig configure_optimizers() override;
   void on_before_optimizer_step(torch::optim::Optimizer& optimizer) override { ++optimizer_steps; }
+
+  // PipelineModel: body's entries then linear (ConfigurationError for a model without that shape).
+  torch::nn::Sequential pipeline_layers() override;
+  torch::Tensor pipeline_loss(const torch::Tensor& output, const torch::Tensor& target) override;
 
   // Parameters flattened into one tensor, for comparisons.
   torch::Tensor flat_parameters() const;

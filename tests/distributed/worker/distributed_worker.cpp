@@ -191,6 +191,23 @@ class WorkerModule : public testing::RegressionModule {
   bool module_no_sync_;
 };
 
+// --kill-rank R --kill-batch B: rank R kills itself (SIGKILL, nothing cleaned up) as training
+// batch B of the first epoch starts, while the other ranks are inside that step's collectives
+// (or a pipeline's sends and receives) with it.
+class KillAtBatch : public Callback {
+ public:
+  KillAtBatch(int64_t rank, int64_t batch) : rank_(rank), batch_(batch) {}
+  void on_train_batch_start(Trainer& trainer, Module&, const Batch&, int64_t batch_idx) override {
+    if (trainer.strategy().topology().global_rank == rank_ && trainer.current_epoch() == 0 && batch_idx == batch_) {
+      std::cout << "KILLING rank=" << rank_ << "\n" << std::flush;
+      ::kill(::getpid(), SIGKILL);
+    }
+  }
+
+ private:
+  int64_t rank_, batch_;
+};
+
 // One rank takes a decision the others do not take (Note [Which decision]).
 class StrayDecision : public Callback {
  public:
@@ -326,7 +343,7 @@ class FailingOnOneRankIO : public CheckpointIO {
 void train(const TrainerOptions& options, ProcessLauncher& launcher, int64_t batch_size, std::shared_ptr<Callback> extra,
            const testing::RegressionOptions& model_options, bool print_steps, bool print_buffers,
            int64_t manual_accumulate, bool module_no_sync, int64_t stray_decision_rank, bool print_initial,
-           int64_t fail_write_rank) {
+           int64_t fail_write_rank, int64_t kill_rank, int64_t kill_batch) {
   register_test_strategy([&] { return std::make_shared<WorkerModule>(model_options, false, manual_accumulate); });
   TrainerComponents components;
   components.launcher = &launcher;  // run_main's launcher: the children's exit statuses count
@@ -337,6 +354,7 @@ void train(const TrainerOptions& options, ProcessLauncher& launcher, int64_t bat
   Trainer trainer(options, components);
   trainer.add_callback(std::move(extra));
   if (stray_decision_rank >= 0) trainer.add_callback(std::make_shared<StrayDecision>(stray_decision_rank));
+  if (kill_rank >= 0) trainer.add_callback(std::make_shared<KillAtBatch>(kill_rank, kill_batch));
   if (print_steps) trainer.add_callback(std::make_shared<StepPrinter>());
   // LibTorch seeds its default generator nondeterministically: seed before building the model,
   // so that the one-process reference starts from the same weights as the ranks.
@@ -357,7 +375,8 @@ void train(const TrainerOptions& options, ProcessLauncher& launcher, int64_t bat
   for (int64_t i = 0; i < params.numel(); ++i) text << (i ? "," : "") << params[i].item<double>();
   std::ostringstream line;
   line << "TRAINED rank=" << trainer.global_rank() << " params=" << text.str()
-       << " val_samples=" << trainer.callback_metrics().at("val_samples") << " log_dir=" << trainer.log_dir()
+       << " val_samples=" << (trainer.callback_metrics().count("val_samples") ? trainer.callback_metrics().at("val_samples") : -1.0)
+       << " log_dir=" << trainer.log_dir()
        << " env=" << trainer.cluster_environment().name()
        << " restarts=" << trainer.cluster_environment().restart_count() << "\n";
   std::cout << line.str() << std::flush;
@@ -532,6 +551,8 @@ int main(int argc, char** argv) {
          "R >= 0: every checkpoint write on global rank R fails (--mode train)")
         ("crash-rank", po::value<int64_t>()->default_value(-1), "rank that throws once (--mode train)")
         ("crash-epoch", po::value<int64_t>()->default_value(-1), "epoch at whose start it throws")
+        ("kill-rank", po::value<int64_t>()->default_value(-1), "rank that kills itself (SIGKILL, --mode train)")
+        ("kill-batch", po::value<int64_t>()->default_value(1), "first-epoch training batch at whose start it does")
         ("stray-decision-rank", po::value<int64_t>()->default_value(-1),
          "rank that alone takes a decision after its first batch (--mode train)")
         ("optimizer", po::value<std::string>()->default_value("sgd"), "sgd | momentum | adam (--mode train)")
@@ -564,7 +585,8 @@ int main(int argc, char** argv) {
                    vm["print-steps"].as<bool>(), vm["print-buffers"].as<bool>(),
                    vm["manual-accumulate"].as<int64_t>(), vm["manual-no-sync"].as<bool>(),
                    vm["stray-decision-rank"].as<int64_t>(),
-                   vm["print-initial"].as<bool>(), vm["fail-write-rank"].as<int64_t>());
+                   vm["print-initial"].as<bool>(), vm["fail-write-rank"].as<int64_t>(), vm["kill-rank"].as<int64_t>(),
+                   vm["kill-batch"].as<int64_t>());
     }
     if (mode == "sampler") {
       return record_sampler(options, vm["samples"].as<int64_t>(), vm["save-at-end"].as<std::string>(),

@@ -10,7 +10,8 @@ reference is how a strategy spec becomes a wrapped model and an optimizer (its `
 
 For each case in turn, on the same N processes over Gloo (one start for every case: importing
 PyTorch is most of a run): the 64 samples of regression_dataset(seed 7) in
-DistributedSampler(shuffle=False) order, batch --batch-size per rank, mean squared error, SGD
+DistributedSampler(shuffle=False) order, batch --batch-size per rank (per data-parallel replica
+where several ranks share batches: train's `replicas`, `replica`), mean squared error, SGD
 (lr 0.05, momentum 0.9) or Adam (lr 0.01), from the initial parameters in INITIAL (volt's INITIAL
 line's comma-separated values, in named_parameters order). After every optimizer step each rank
 prints "CASE K STEP rank=R step=S params=P0,P1,..." (K the case's index; 17 digits, one write:
@@ -111,12 +112,27 @@ def local_parameters(wrapped, names):
     return torch.cat([state[n].detach().reshape(-1).double() for n in names])
 
 
-def train(rank, args, index, wrapped, optimizer, after_step, parameters):
+def train(rank, args, index, wrapped, optimizer, after_step, parameters, replicas=None, replica=None,
+          forward_backward=None):
     """The worker's loop: every batch one optimizer step, then this rank's STEP line.
-    `parameters()` returns this rank's whole flat parameters (a collective where they are sharded)."""
+    `parameters()` returns this rank's whole flat parameters (a collective where they are sharded).
+    `replicas`: how many data-parallel replicas the ranks form, each a block of world / replicas
+    consecutive ranks that see the same batches (tensor parallelism: replica rank // tp of world /
+    tp); by default every rank is a replica of its own (DistributedSampler(world, rank)).
+    `replica`: this rank's replica where the replicas are not blocks of consecutive ranks (a
+    pipeline's: rank % replicas); by default rank // (world / replicas).
+    `forward_backward(inputs, targets)`: what runs between zero_grad and the optimizer's step (a
+    pipeline schedule's step, which runs forward, loss and backward itself); by default the mean
+    squared error of `wrapped(inputs)` and its backward."""
     x, y = regression_dataset()
     dataset = torch.utils.data.TensorDataset(x, y)
-    sampler = torch.utils.data.distributed.DistributedSampler(dataset, num_replicas=args.world, rank=rank,
+    replicas = args.world if replicas is None else replicas
+    if replicas < 1 or args.world % replicas != 0:
+        refuse(f"{args.world} ranks do not split into {replicas} data-parallel replicas")
+    replica = rank // (args.world // replicas) if replica is None else replica
+    if not 0 <= replica < replicas:
+        refuse(f"replica {replica} is not one of the {replicas} data-parallel replicas")
+    sampler = torch.utils.data.distributed.DistributedSampler(dataset, num_replicas=replicas, rank=replica,
                                                               shuffle=False)
     loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, sampler=sampler)
     step = 0
@@ -124,8 +140,11 @@ def train(rank, args, index, wrapped, optimizer, after_step, parameters):
         sampler.set_epoch(epoch)
         for inputs, targets in loader:
             optimizer.zero_grad()
-            loss = (wrapped(inputs) - targets).square().mean()
-            loss.backward()
+            if forward_backward is None:
+                loss = (wrapped(inputs) - targets).square().mean()
+                loss.backward()
+            else:
+                forward_backward(inputs, targets)
             optimizer.step()
             after_step(optimizer)
             step += 1

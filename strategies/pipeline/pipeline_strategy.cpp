@@ -1,0 +1,201 @@
+#include "strategies/pipeline/pipeline_strategy.h"
+
+#include "core/error.h"
+#include "strategies/mesh_replica_parts.h"
+#include "strategies/optimizer_sharding.h"
+#include "strategies/pipeline/pipeline_checkpoint_state.h"
+#include "strategies/pipeline/stage_split.h"
+#include "strategies/sharded/oss.h"
+
+namespace volt {
+
+using pipeline::PipelineSchedule;
+
+const OptionSchema<PipelineOptions>& PipelineOptions::schema() {
+  static const auto schema =
+      OptionSchema<PipelineOptions>("--strategy pipeline")
+          .option("stages", &PipelineOptions::stages,
+                  "ranks per pipeline, each holding one stage of the model; must divide the number of processes, "
+                  "whose quotient is the number of data-parallel replicas (0: every process is a stage)",
+                  at_least(int64_t{0}))
+          .option("microbatches", &PipelineOptions::microbatches,
+                  "equal micro-batches each batch is cut into (the batch size must be a multiple)",
+                  at_least(int64_t{1}))
+          .choice("schedule", &PipelineOptions::schedule,
+                  {{"1f1b", PipelineSchedule::OneFOneB}, {"gpipe", PipelineSchedule::GPipe}},
+                  "order of forwards and backwards: 1f1b (each stage holds at most S - s micro-batches) or gpipe "
+                  "(all forwards, then all backwards: M held)")
+          .validated_by_what_it_builds();
+  return schema;
+}
+
+PipelineStrategy::PipelineStrategy(PipelineOptions options)
+    : options_(options), gradients_(std::make_shared<ReplicaGradients>(*this, *this, layout_.mesh)) {
+  options_.validate();
+  hold(gradients_);
+  hold(std::make_shared<ReplicaPlacement>(*this, layout_.mesh));
+  hold(std::make_shared<PipelineCheckpointState>(*this, *this, layout_));
+  hold(std::make_shared<OptimizerSharding>(name()));
+}
+
+void PipelineStrategy::check_world_size(int64_t world_size) const {
+  check<ConfigurationError>(options_.stages == 0 || world_size % options_.stages == 0,
+                            "--strategy pipeline: stages=", options_.stages, " does not divide the ", world_size,
+                            " processes; the processes are stages x data-parallel replicas, so choose stages that "
+                            "divide them (or as many processes as a multiple of the stages)");
+}
+
+void PipelineStrategy::check_precision(const Precision& precision) const {
+  check<ConfigurationError>(precision.name() != "16-mixed",
+                            "--strategy pipeline: --precision 16-mixed scales the "
+                            "loss, but a pipeline's backward runs inside its step, before the loss scale could "
+                            "reach it; use bf16-mixed (no loss scaling), bf16-true or 32-true");
+}
+
+void PipelineStrategy::setup_environment(const StrategyEnvironment& environment) {
+  ParallelStrategy::setup_environment(environment);
+  const int64_t world = communicator().size();
+  check_world_size(world);
+  const int64_t stages = options_.stages == 0 ? world : options_.stages;
+  layout_.mesh = ProcessMesh::build(shared_communicator(),
+                                    {{.name = "pp", .size = stages}, {.name = "dp", .size = world / stages}});
+}
+
+const ProcessMesh& PipelineStrategy::mesh() const {
+  VOLT_INTERNAL_ASSERT(layout_.mesh != nullptr, "pipeline: the mesh is used before setup_environment");
+  return *layout_.mesh;
+}
+
+pipeline::PipelineStage& PipelineStrategy::stage() const {
+  VOLT_INTERNAL_ASSERT(stage_ != nullptr, "pipeline: the stage is used before setup_module");
+  return *stage_;
+}
+
+Communicator& PipelineStrategy::gradient_group() { return mesh().group("dp"); }
+
+void PipelineStrategy::wrap_module(torch::nn::Module& module) {
+  ParallelStrategy::wrap_module(module);  // every rank starts from rank 0's model
+  model_ = dynamic_cast<pipeline::PipelineModel*>(&module);
+  check<ConfigurationError>(model_ != nullptr, "--strategy pipeline: the module does not implement ",
+                            "volt::pipeline::PipelineModel, so it cannot be cut into stages; derive from it beside ",
+                            "volt::Module and return the model's layers from pipeline_layers() and the loss of their "
+                            "output from pipeline_loss() (docs/pipeline.md)");
+  auto layers = model_->pipeline_layers();
+  check<ConfigurationError>(!layers.is_empty() && !layers->is_empty(), "--strategy pipeline: pipeline_layers() ",
+                            "returned no layers; return the Sequential the model runs, registered in the module");
+  std::set<const void*> in_layers;
+  for (const auto& p : layers->parameters()) in_layers.insert(p.unsafeGetTensorImpl());
+  for (const auto& item : module.named_parameters()) {
+    check<ConfigurationError>(in_layers.count(item.value().unsafeGetTensorImpl()) > 0,
+                              "--strategy pipeline: ", "parameter '", item.key(),
+                              "' is in none of pipeline_layers(), so no stage would ",
+                              "hold it; put every layer the model runs into that Sequential");
+  }
+  const auto& m = mesh();
+  const int64_t stages = m.size("pp");
+  auto starts = model_->pipeline_split(stages);
+  if (starts.empty()) {
+    starts = pipeline::balanced_stage_starts(pipeline::entry_parameter_counts(layers), stages);
+  } else {
+    check<ConfigurationError>(static_cast<int64_t>(starts.size()) == stages, "--strategy pipeline: ", "pipeline_split(",
+                              stages, ") returned ", starts.size(), " stage starts; return one ",
+                              "per stage (the first entry of each), or none for a split balanced by parameters");
+    pipeline::check_stage_starts(starts, static_cast<int64_t>(layers->size()));
+  }
+  layout_.stage_of_parameter.clear();
+  for (int64_t s = 0; s < stages; ++s) {
+    for (const auto& p : pipeline::stage_of(layers, starts, s)->parameters())
+      layout_.stage_of_parameter[p.unsafeGetTensorImpl()] = s;
+  }
+  const int64_t mine = m.coordinate("pp");
+  auto stage_module = pipeline::stage_of(layers, starts, mine);
+  layout_.ownership = std::make_unique<pipeline::StageOwnership>(module, layers, stage_module, mine == 0);
+  layout_.ownership->release();
+  stage_ = std::make_unique<pipeline::PipelineStage>(stage_module, m.group("pp"));
+  gradients_->attach(&module);
+}
+
+std::vector<std::shared_ptr<torch::optim::Optimizer>> PipelineStrategy::setup_optimizers(
+    std::vector<std::shared_ptr<torch::optim::Optimizer>> optimizers) {
+  VOLT_INTERNAL_ASSERT(stage_ != nullptr, "pipeline: setup_optimizers runs after setup_module");
+  OSSOptions oss;
+  oss.gather_parameters = false;
+  oss.partition = [this](const std::vector<std::vector<torch::Tensor>>& groups, int64_t world_size) {
+    return partition_by_owner(groups, world_size, [this](const torch::Tensor& p) {
+      auto found = layout_.stage_of_parameter.find(p.unsafeGetTensorImpl());
+      return found == layout_.stage_of_parameter.end() ? int64_t{-1} : found->second;
+    });
+  };
+  for (auto& optimizer : optimizers) optimizer = OSS::wrap(optimizer, mesh().group("pp"), oss);
+  return optimizers;
+}
+
+torch::Tensor PipelineStrategy::run_step(RunningStage running, torch::nn::Module& module, const Batch& batch,
+                                         const StepFunction& step) {
+  check<NotSupportedError>(running == RunningStage::Training, "--strategy pipeline: runs training steps only, and ",
+                           "the Trainer asked for a step to ", to_string(running), " (validation_step, test_step and ",
+                           "predict_step need the whole model, which no rank holds); set --limit-val-batches 0 ",
+                           "--num-sanity-val-steps 0 and evaluate the checkpoint under ddp or single_device");
+  check<ConfigurationError>(!window_.open(), "--strategy pipeline: the last step's loss never ran backward; the ",
+                            "pipeline runs its step itself and needs automatic optimization (manual optimization's ",
+                            "training_step is not called under pipeline)");
+  auto& s = stage();
+  const int64_t m = options_.microbatches;
+  check<ConfigurationError>(batch.size() % m == 0, "--strategy pipeline: a batch of ", batch.size(), " samples does ",
+                            "not divide into microbatches=", m, "; choose a batch size that is a multiple of it ",
+                            "(drop_last=true for a short last batch) or microbatches that divide it");
+  check<ConfigurationError>(batch.extras.empty(), "--strategy pipeline: the batch has extras (",
+                            batch.extras.begin()->first, ", ...), which pipeline_loss cannot see; put what the loss ",
+                            "needs into the target");
+  check<ConfigurationError>(!s.is_last() || batch.target.defined(), "--strategy pipeline: the batch has no target ",
+                            "for pipeline_loss on the last stage");
+  const int64_t rows = batch.size() / m;
+  std::vector<torch::Tensor> inputs, targets;
+  if (s.is_first()) inputs = batch.input.split(rows);
+  if (s.is_last()) targets = batch.target.split(rows);
+  window_.begin_step(s.module()->parameters());
+  const auto loss = s.run(
+      options_.schedule, m, inputs, targets,
+      [this](const torch::Tensor& output, const torch::Tensor& target) {
+        return model_->pipeline_loss(output, target);
+      },
+      [this] { return placement().forward_context(RunningStage::Training); });
+  // The last stage's mean loss to every stage: each rank returns it and rank 0 logs it.
+  auto value = s.is_last() ? loss.detach().to(torch::kFloat).reshape({}).clone()
+                           : torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(root_device()));
+  mesh().group("pp").broadcast(value, s.stages() - 1);
+  last_loss_ = value;
+  return window_.carrying_loss(value);
+}
+
+void PipelineStrategy::restore_module(torch::nn::Module& module) {
+  if (!layout_.ownership || !layout_.ownership->released()) return;
+  layout_.ownership->restore(checkpointing().full_model_state_dict(module));
+}
+
+void PipelineStrategy::teardown() {
+  gradients_->attach(nullptr);
+  stage_.reset();
+  layout_.ownership.reset();
+  layout_.stage_of_parameter.clear();
+  model_ = nullptr;
+  last_loss_ = torch::Tensor();
+  ParallelStrategy::teardown();
+}
+
+std::map<std::string, double> PipelineStrategy::metrics() const {
+  auto values = ParallelStrategy::metrics();
+  if (last_loss_.defined()) values["pipeline/loss"] = last_loss_.item<double>();
+  if (stage_) values["pipeline/idle_fraction"] = stage_->last_step().idle_fraction();
+  return values;
+}
+
+void register_pipeline_strategy(Registry<Strategy>& registry) {
+  registry.add("pipeline",
+               "pipeline parallelism: the model cut into stages, one per rank, micro-batches through them (GPipe or "
+               "1F1B), data parallel across pipelines",
+               PipelineOptions::schema(),
+               [](const PipelineOptions& options) { return std::make_shared<PipelineStrategy>(options); });
+}
+
+}  // namespace volt

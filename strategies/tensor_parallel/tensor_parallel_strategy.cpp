@@ -1,0 +1,162 @@
+#include "strategies/tensor_parallel/tensor_parallel_strategy.h"
+
+#include "core/error.h"
+#include "nn/module_selection.h"
+#include "strategies/tensor_parallel/parallel_cross_entropy.h"
+#include "strategies/tensor_parallel/parallel_embedding.h"
+#include "strategies/tensor_parallel/parallel_linear.h"
+#include "strategies/tensor_parallel/tensor_parallel_checkpoint_state.h"
+
+namespace volt {
+
+const OptionSchema<TensorParallelOptions>& TensorParallelOptions::schema() {
+  static const auto schema =
+      OptionSchema<TensorParallelOptions>("--strategy tensor_parallel")
+          .option("tp", &TensorParallelOptions::tp,
+                  "ranks per tensor-parallel group (consecutive ranks); must divide the number of processes, whose "
+                  "quotient is the number of data-parallel replicas (0: every process)",
+                  at_least(int64_t{0}))
+          .option("plan", &TensorParallelOptions::plan,
+                  "the linears (and embeddings, rowwise) to split, path:colwise or path:rowwise joined by '|' (a path "
+                  "component may be *), "
+                  "e.g. body.0:colwise|body.2:rowwise")
+          .validated_by_what_it_builds();
+  return schema;
+}
+
+const tp::SplitModule* TensorParallelLayout::split_of(const torch::Tensor& parameter) const {
+  for (const auto& split : splits) {
+    if (split->split_dimension(parameter) >= 0) return split.get();
+  }
+  return nullptr;
+}
+
+TensorParallelStrategy::TensorParallelStrategy(TensorParallelOptions options)
+    : options_(std::move(options)), gradients_(std::make_shared<ReplicaGradients>(*this, *this, layout_.mesh)) {
+  options_.validate();
+  plan_ = tp::parse_tensor_parallel_plan(options_.plan);
+  hold(gradients_);
+  hold(std::make_shared<ReplicaPlacement>(*this, layout_.mesh));
+  hold(std::make_shared<TensorParallelCheckpointState>(*this, layout_));
+}
+
+void TensorParallelStrategy::check_world_size(int64_t world_size) const {
+  check<ConfigurationError>(options_.tp == 0 || world_size % options_.tp == 0,
+                            "--strategy tensor_parallel: tp=", options_.tp, " does not divide the ", world_size,
+                            " processes; the processes are ",
+                            "data-parallel replicas x tp, so choose tp that divides them");
+}
+
+void TensorParallelStrategy::setup_environment(const StrategyEnvironment& environment) {
+  ParallelStrategy::setup_environment(environment);
+  const int64_t world = communicator().size();
+  check_world_size(world);
+  const int64_t tp = options_.tp == 0 ? world : options_.tp;
+  layout_.mesh =
+      ProcessMesh::build(shared_communicator(), {{.name = "dp", .size = world / tp}, {.name = "tp", .size = tp}});
+}
+
+const ProcessMesh& TensorParallelStrategy::mesh() const {
+  VOLT_INTERNAL_ASSERT(layout_.mesh != nullptr, "tensor_parallel: the mesh is used before setup_environment");
+  return *layout_.mesh;
+}
+
+Communicator& TensorParallelStrategy::gradient_group() { return mesh().group("dp"); }
+
+void TensorParallelStrategy::wrap_module(torch::nn::Module& module) {
+  ParallelStrategy::wrap_module(module);  // every rank starts from rank 0's model, whole
+  auto& group = mesh().group("tp");
+  const auto style_of = [this](const std::string& path) -> const tp::PlanEntry* {
+    for (const auto& entry : plan_) {
+      if (tp::path_matches(entry.pattern, path)) return &entry;
+    }
+    return nullptr;
+  };
+  const auto selector = ModuleSelector::by_predicate(
+      [&](const std::string& path, const torch::nn::Module&) { return style_of(path) != nullptr; },
+      "the plan " + options_.plan);
+  const auto selected = selector.select(module, "--strategy tensor_parallel:plan", /*required=*/false);
+  for (const auto& entry : plan_) {
+    bool matched = false;
+    for (const auto& s : selected) matched |= tp::path_matches(entry.pattern, s.path);
+    check<ConfigurationError>(matched, "--strategy tensor_parallel: plan entry ", entry.pattern, ":",
+                              tp::to_string(entry.style), " matches no module; name modules as named_modules() ",
+                              "names them (a Linear inside a selected module is not reached)");
+  }
+  layout_.splits.clear();
+  for (const auto& s : selected) {
+    const auto style = style_of(s.path)->style;
+    std::shared_ptr<tp::SplitModule> split;
+    if (auto* linear = dynamic_cast<torch::nn::LinearImpl*>(s.module)) {
+      split = std::make_shared<tp::ParallelLinear>(*linear, s.path, style, group);
+    } else if (auto* embedding = dynamic_cast<torch::nn::EmbeddingImpl*>(s.module)) {
+      split = std::make_shared<tp::ParallelEmbedding>(*embedding, s.path, style, group);
+    }
+    check<ConfigurationError>(split != nullptr, "--strategy tensor_parallel: ", s.path, " is a ",
+                              module_type_name(*s.module),
+                              "; the plan splits torch::nn::Linear and torch::nn::Embedding modules only");
+    add_forward_wrapper(*s.module, split);
+    wrapped_.emplace_back(s.module, split);
+    if (s.sequential != nullptr) {
+      if (auto routed = route_sequential_entry(*s.sequential, s.index, *s.module)) routed_.push_back(*routed);
+    }
+    layout_.splits.push_back(split);
+  }
+  calls_before_.clear();
+  for (const auto& split : layout_.splits) calls_before_.push_back(split->calls());
+  reach_checked_ = false;
+  gradients_->attach(&module);
+}
+
+torch::Tensor TensorParallelStrategy::run_step(RunningStage stage, torch::nn::Module& module, const Batch& batch,
+                                               const StepFunction& step) {
+  torch::Tensor loss;
+  try {
+    ScopeGuard active = tp::ActiveTensorParallelGroup::activate(mesh().group("tp"));
+    loss = ParallelStrategy::run_step(stage, module, batch, step);
+  } catch (const c10::Error& error) {
+    // A planned linear called directly runs its slice as if it were whole, which usually fails in
+    // a later operation's shapes: say which module, not just the shapes.
+    check_split_forwards_ran(std::string(" (the step failed: ") + error.what_without_backtrace() + ")");
+    throw;
+  }
+  if (stage == RunningStage::Training && !reach_checked_) {
+    reach_checked_ = true;
+    check_split_forwards_ran("");
+  }
+  return loss;
+}
+
+void TensorParallelStrategy::check_split_forwards_ran(const std::string& failure) const {
+  for (size_t i = 0; i < layout_.splits.size(); ++i) {
+    const auto& split = *layout_.splits[i];
+    check<ConfigurationError>(split.calls() > calls_before_[i], "--strategy tensor_parallel: the plan splits ",
+                              split.path(), ", but the step's forward did not run it split: call it through ",
+                              "volt::call(", split.path(), ", x) or as an entry of a Sequential (LibTorch has no ",
+                              "forward hooks: a direct ->forward(x) runs its slice as if it were whole)", failure);
+  }
+}
+
+void TensorParallelStrategy::restore_module(torch::nn::Module& module) {
+  for (const auto& split : layout_.splits) split->restore();
+}
+
+void TensorParallelStrategy::teardown() {
+  gradients_->attach(nullptr);
+  for (auto it = routed_.rbegin(); it != routed_.rend(); ++it) restore_sequential_entry(*it);
+  routed_.clear();
+  for (auto& [module, wrapper] : wrapped_) remove_forward_wrapper(*module, *wrapper);
+  wrapped_.clear();
+  layout_.splits.clear();
+  ParallelStrategy::teardown();
+}
+
+void register_tensor_parallel_strategy(Registry<Strategy>& registry) {
+  registry.add("tensor_parallel",
+               "tensor parallelism: the plan's linears split column- or row-wise across a tp group, data parallel "
+               "across groups",
+               TensorParallelOptions::schema(),
+               [](const TensorParallelOptions& options) { return std::make_shared<TensorParallelStrategy>(options); });
+}
+
+}  // namespace volt
