@@ -3,8 +3,8 @@
 #include "core/device_peak_flops.h"
 #include "core/error.h"
 #include "precision/precision.h"
-#include "trainer/trainer.h"
 #include "strategies/strategy.h"
+#include "trainer/trainer.h"
 
 namespace volt {
 
@@ -59,14 +59,16 @@ void ThroughputMonitor::on_train_batch_end(Trainer& trainer, Module&, const torc
   const auto rates = window_rates();
   if (!rates) return;
   // The bar's two numbers every batch (host arithmetic only); the whole table at the loggers' cadence.
-  const double world = static_cast<double>(trainer.world_size());
+  const auto shares = shares_of(trainer);
   std::map<std::string, double> bar;
   if (counts_items()) {
-    bar["train/items_per_sec"] = rates->items * world;
+    bar["train/items_per_sec"] = rates->items * shares.replicas;
   } else {
-    bar["train/samples_per_sec"] = rates->samples * world;
+    bar["train/samples_per_sec"] = rates->samples * shares.replicas;
   }
-  if (options_.flops_per_sample > 0 && peak_flops_ > 0) bar["train/device/mfu"] = rates->flops() / peak_flops_;
+  if (options_.flops_per_sample > 0 && peak_flops_ > 0) {
+    bar["train/device/mfu"] = rates->flops() * shares.device_share_of_flops / peak_flops_;
+  }
   trainer.show_on_progress_bar(bar);
   // Every log_every_n_steps optimizer steps, once, after the step that reached it.
   const int64_t step = trainer.global_step();
@@ -74,6 +76,12 @@ void ThroughputMonitor::on_train_batch_end(Trainer& trainer, Module&, const torc
     last_logged_step_ = step;
     trainer.log_metrics(current_values(trainer));
   }
+}
+
+ThroughputMonitor::Shares ThroughputMonitor::shares_of(const Trainer& trainer) {
+  const auto world = static_cast<double>(trainer.world_size());
+  const auto replicas = static_cast<double>(trainer.strategy().placement().data_replica().count);
+  return {world, replicas, replicas / world};
 }
 
 bool ThroughputMonitor::counts_items() const { return options_.items || options_.items_per_sample > 0; }
@@ -104,17 +112,21 @@ std::map<std::string, double> ThroughputMonitor::current_values(const Trainer& t
   std::map<std::string, double> out;
   const auto rates = window_rates();
   if (!rates) return out;
-  const auto world = static_cast<double>(trainer.world_size());
+  const auto shares = shares_of(trainer);
+  // What this device takes in, and all replicas together: the ranks of one replica take the same.
   const auto put = [&](const std::string& name, double per_device) {
     out["train/device/" + name] = per_device;
-    out["train/" + name] = per_device * world;
+    out["train/" + name] = per_device * shares.replicas;
   };
   put("batches_per_sec", rates->batches);
   put("samples_per_sec", rates->samples);
   if (counts_items()) put("items_per_sec", rates->items);
   if (options_.flops_per_sample > 0) {
-    put("flops_per_sec", rates->flops());
-    if (peak_flops_ > 0) out["train/device/mfu"] = rates->flops() / peak_flops_;
+    // The model's FLOPs of the replica's samples, this device's share of them.
+    const double device_flops = rates->flops() * shares.device_share_of_flops;
+    out["train/device/flops_per_sec"] = device_flops;
+    out["train/flops_per_sec"] = device_flops * shares.world;
+    if (peak_flops_ > 0) out["train/device/mfu"] = device_flops / peak_flops_;
   }
   return out;
 }

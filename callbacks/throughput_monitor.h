@@ -13,10 +13,10 @@
 namespace volt {
 
 struct ThroughputMonitorOptions {
-  int64_t window = 100;            // batches the rates are averaged over; >= 2
-  double flops_per_sample = 0;     // the model's FLOPs (forward + backward) per sample; 0: not counted
-  double peak_flops = 0;           // the device's peak FLOP/s for MFU; 0: the known peak of the device (if any)
-  int64_t items_per_sample = 0;    // items (tokens) per sample; 0: items not counted, unless `items` is set
+  int64_t window = 100;          // batches the rates are averaged over; >= 2
+  double flops_per_sample = 0;   // the model's FLOPs (forward + backward) per sample; 0: not counted
+  double peak_flops = 0;         // the device's peak FLOP/s for MFU; 0: the known peak of the device (if any)
+  int64_t items_per_sample = 0;  // items (tokens) per sample; 0: items not counted, unless `items` is set
   // Items in a batch, computed from it (e.g. its input's numel for token batches); overrides
   // items_per_sample. Code only.
   std::function<int64_t(const Batch&)> items;
@@ -33,9 +33,12 @@ struct ThroughputMonitorOptions {
 // Validation time is left out.
 //
 // Logged every log_every_n_steps optimizer steps (keys as Lightning's, with "train/"):
-// batches_per_sec, samples_per_sec, items_per_sec and flops_per_sec over all ranks (this rank's
-// rate times the world size), the same per device under "train/device/", and train/device/mfu
-// (flops_per_sec / peak) when FLOPs and a peak are known. The progress bar shows samples (or
+// batches_per_sec, samples_per_sec, items_per_sec and flops_per_sec over all ranks, the same per
+// device under "train/device/", and train/device/mfu (flops_per_sec / peak) when FLOPs and a peak
+// are known. The ranks of one data-parallel replica (a pipeline's stages, a tensor-parallel group)
+// take the same samples: the totals count each replica's once (this rank's rate times the
+// replicas: the world size under data parallelism), and a device's FLOP/s is its share of the
+// model's, the replica's over its ranks (MFU's model FLOPs per device). The progress bar shows samples (or
 // items) per second and MFU.
 class ThroughputMonitor : public Callback {
  public:
@@ -65,6 +68,11 @@ class ThroughputMonitor : public Callback {
   using Clock = std::chrono::steady_clock;
   double training_seconds() const;
   bool counts_items() const;
+  // The world size, the data-parallel replicas, and a device's share of its replica's FLOPs.
+  struct Shares {
+    double world, replicas, device_share_of_flops;
+  };
+  static Shares shares_of(const Trainer& trainer);
   std::optional<Rates> window_rates() const;  // nullopt before two batches ended
 
   ThroughputMonitorOptions options_;

@@ -24,6 +24,7 @@ class MixedPrecision : public Precision {
   std::string name() const override;
   ScopeGuard forward_context() override;
   void backward(const torch::Tensor& loss) override;
+  bool scales_losses() const override { return scaler_ && scaler_->is_enabled(); }
   void unscale_gradients(torch::optim::Optimizer& optimizer) override;
   bool optimizer_step(torch::optim::Optimizer& optimizer) override;
   void update() override;

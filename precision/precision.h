@@ -9,10 +9,10 @@
 #include <memory>
 #include <string>
 
-#include "data/batch.h"
-#include "precision/grad_scaler.h"
 #include "core/scope_guard.h"
 #include "core/state_dict.h"
+#include "data/batch.h"
+#include "precision/grad_scaler.h"
 
 namespace volt {
 
@@ -35,6 +35,9 @@ class Precision {
 
   // loss.backward(), scaled where the precision scales losses.
   virtual void backward(const torch::Tensor& loss) { loss.backward(); }
+  // Whether backward() scales the loss (16-mixed's GradScaler): a strategy that runs backward
+  // itself, inside its step, cannot apply the scale and refuses such a precision.
+  virtual bool scales_losses() const { return false; }
   // Leaves the optimizer's gradients at their true scale (before clipping and the
   // on_before_optimizer_step hooks). Unscales once per optimizer per step: a second call before
   // the step (clip_gradients in manual optimization or the Fabric, then the step) does nothing.

@@ -1,5 +1,7 @@
 #include "strategies/mesh_replica_parts.h"
 
+#include "core/error.h"
+
 namespace volt {
 
 ScopeGuard ReplicaGradients::no_sync() {
@@ -15,6 +17,15 @@ void ReplicaGradients::post_backward(const torch::Tensor& loss) {
 
 void ReplicaGradients::synchronize_accumulated_gradients(torch::nn::Module& module) {
   if (replicated()) AveragingGradientSynchronization::synchronize_accumulated_gradients(module);
+}
+
+int64_t model_parallel_size(const std::string& strategy, const std::string& option, int64_t value, int64_t world) {
+  check<ConfigurationError>(value == 0 || world % value == 0, "--strategy ", strategy, ": ", option, "=", value,
+                            " does not divide the ", world, " processes; the processes are ", option,
+                            " x data-parallel replicas, so choose ", option,
+                            " that divides them (or as many "
+                            "processes as a multiple of it)");
+  return value == 0 ? world : value;
 }
 
 Placement::DataReplica ReplicaPlacement::data_replica() const {

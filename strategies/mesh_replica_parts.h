@@ -31,6 +31,11 @@ class ReplicaGradients : public AveragingGradientSynchronization {
   bool in_no_sync_ = false;
 };
 
+// The size of the model-parallel dimension `option` (stages, tp) of `strategy` on `world`
+// processes: `value`, or every process when it is 0. Throws ConfigurationError naming the fix when
+// it does not divide them (the other processes are data-parallel replicas).
+int64_t model_parallel_size(const std::string& strategy, const std::string& option, int64_t value, int64_t world);
+
 class ReplicaPlacement : public Placement {
  public:
   ReplicaPlacement(const PartContext& context, const std::unique_ptr<ProcessMesh>& mesh)

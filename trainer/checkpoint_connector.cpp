@@ -8,14 +8,14 @@
 #include "checkpoint/per_rank_entries.h"
 #include "checkpoint/rng_state.h"
 #include "core/warning.h"
+#include "run/checkpoint_header.h"
 #include "strategies/loaded_checkpoint.h"
 #include "strategies/rank_gather.h"
-#include "run/checkpoint_header.h"
+#include "strategies/strategy.h"
 #include "trainer/loops/epoch_remainder.h"
+#include "trainer/loops/loop_state.h"
 #include "trainer/trainer.h"
 #include "trainer/training_state.h"
-#include "strategies/strategy.h"
-#include "trainer/loops/loop_state.h"
 
 namespace volt {
 namespace {
@@ -34,8 +34,9 @@ c10::IValue to_ivalue(const HyperparameterValue& value) {
 
 StateDict CheckpointConnector::dump(bool weights_only) {
   Trainer& t = trainer_;
-  check<ConfigurationError>(state_.module != nullptr, "Trainer::save_checkpoint: no model is attached; call it during "
-                                                  "or after fit, validate, test or predict");
+  check<ConfigurationError>(state_.module != nullptr,
+                            "Trainer::save_checkpoint: no model is attached; call it during "
+                            "or after fit, validate, test or predict");
   Module& module = *state_.module;
   const auto layout = strategy_.checkpointing().layout();
   const auto topology = strategy_.topology();
@@ -54,8 +55,8 @@ StateDict CheckpointConnector::dump(bool weights_only) {
   if (!weights_only) strategy_section.set("state", strategy_.checkpointing().strategy_state_dict(layout));
   checkpoint.set("strategy", strategy_section);
   if (layout == CheckpointLayout::Sharded) {
-    checkpoint.set("shard_index", strategy_.checkpointing().shard_index(
-                                      weights_only ? decltype(state_.optimizers){} : state_.optimizers));
+    checkpoint.set("shard_index", strategy_.checkpointing().shard_index(weights_only ? decltype(state_.optimizers){}
+                                                                                     : state_.optimizers));
   }
 
   if (!weights_only) {
@@ -82,7 +83,8 @@ StateDict CheckpointConnector::dump(bool weights_only) {
       if (state.empty()) continue;
       const std::string key = callback->state_key();
       check<ConfigurationError>(keys.insert(key).second, "Trainer::save_checkpoint: two callbacks have the state key '",
-                                key, "'; give them different settings or override state_key() so that each "
+                                key,
+                                "'; give them different settings or override state_key() so that each "
                                 "callback's state can be restored into it");
       callbacks.set(key, state);
     }
@@ -115,11 +117,13 @@ StateDict CheckpointConnector::dump_fit_loop() {
   fit_loop.set("accumulate_grad_batches", state_.accumulate_grad_batches);
   fit_loop.set("accumulate_grad_batches_option", t.options().accumulate_grad_batches);
   fit_loop.set("num_training_batches", state_.num_training_batches);
-  const auto topology = strategy_.topology();
   if (state_.train_loader) {
-    fit_loop.set("train_data", train_data_state(*state_.train_loader, topology.world_size));
-    fit_loop.set("epoch_samples_consumed", epoch_samples_consumed(*state_.train_loader, topology.world_size, p.epoch,
-                                                                  p.next_batch, state_.epoch_remainder));
+    // The epoch is dealt in one share per data-parallel replica, not per rank: a pipeline's stages
+    // and a tensor-parallel group draw one share together.
+    fit_loop.set("train_data", current_train_data());
+    fit_loop.set("epoch_samples_consumed",
+                 epoch_samples_consumed(*state_.train_loader, strategy_.placement().data_replica().count, p.epoch,
+                                        p.next_batch, state_.epoch_remainder));
   }
   // What has been logged: the open epoch's aggregates, and the values callbacks monitor.
   if (state_.train_collector.stage() == RunningStage::Training)
@@ -300,9 +304,7 @@ void CheckpointConnector::restore_fit_loop(const StateDict& fit_loop, const std:
                           std::to_string(state_.num_training_batches));
       }
       if (fit_loop.contains("train_data") && state_.train_loader) {
-        for (auto& change :
-             train_data_differences(fit_loop.child("train_data"),
-                                    train_data_state(*state_.train_loader, strategy_.topology().world_size))) {
+        for (auto& change : train_data_differences(fit_loop.child("train_data"), current_train_data())) {
           changes.push_back(std::move(change));
         }
       }
@@ -334,8 +336,9 @@ bool CheckpointConnector::continue_epoch_in_order(const StateDict& fit_loop, con
   if (!fit_loop.contains("train_data") || !state_.train_loader) return false;
   const DataLoader& loader = *state_.train_loader;
   const auto topology = strategy_.topology();
+  const auto replica = strategy_.placement().data_replica();
   const StateDict saved = fit_loop.child("train_data");
-  const StateDict now = train_data_state(loader, topology.world_size);
+  const StateDict now = current_train_data();
   // The same epoch order (dataset, shuffling, seed, drop_last), dealt by volt on both sides, over
   // whole epochs (no batch limit) on both sides: the data position carries over.
   for (const char* key : {"dataset_size", "shuffle", "seed", "drop_last"}) {
@@ -344,45 +347,58 @@ bool CheckpointConnector::continue_epoch_in_order(const StateDict& fit_loop, con
   if (saved.contains("global_order") && !saved.get_bool("global_order")) return false;
   if (!now.get_bool("global_order")) return false;
   const int64_t saved_batch = saved.get_int("batch_size"), saved_ranks = saved.get_int("world_size");
+  const int64_t saved_replicas = saved_data_replicas(saved);
   const int64_t saved_samples = saved.get_int("samples");
-  const int64_t saved_whole_epoch = saved.get_bool("drop_last") ? saved_samples / saved_batch
-                                                                : (saved_samples + saved_batch - 1) / saved_batch;
+  const int64_t saved_whole_epoch =
+      saved.get_bool("drop_last") ? saved_samples / saved_batch : (saved_samples + saved_batch - 1) / saved_batch;
   if (fit_loop.get_int("num_training_batches") != saved_whole_epoch) return false;
   if (state_.num_training_batches != loader.num_batches()) return false;
 
   const int64_t dataset_size = saved.get_int("dataset_size");
   const int64_t consumed = fit_loop.contains("epoch_samples_consumed")
                                ? fit_loop.get_int("epoch_samples_consumed")
-                               : std::min(progress.next_batch * saved_batch * saved_ranks, dataset_size);
+                               : std::min(progress.next_batch * saved_batch * saved_replicas, dataset_size);
   check<CheckpointError>(consumed >= 0 && consumed <= dataset_size, source, ": the fit loop has consumed ", consumed,
                          " samples of an epoch of ", dataset_size, "; the checkpoint is damaged");
-  state_.epoch_remainder = epoch_remainder(loader, topology.world_size, topology.global_rank, progress.epoch,
-                                           progress.next_batch, consumed);
+  state_.epoch_remainder =
+      epoch_remainder(loader, replica.count, replica.index, progress.epoch, progress.next_batch, consumed);
   if (state_.epoch_remainder) {
     const int64_t batch = loader.options().batch_size;
-    const auto per_step = [](int64_t ranks, int64_t b) {
-      return std::to_string(ranks) + (ranks == 1 ? " rank" : " ranks") + " with batch " + std::to_string(b) + " (" +
-             std::to_string(ranks * b) + " samples per step)";
+    // "2 ranks with batch 4 (8 samples per step)"; where ranks share batches, their replicas too.
+    const auto per_step = [](int64_t ranks, int64_t replicas, int64_t b) {
+      const auto count = [](int64_t n, const char* what) {
+        return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
+      };
+      return count(ranks, "rank") + (replicas == ranks ? "" : " in " + count(replicas, "data replica")) +
+             " with batch " + std::to_string(b) + " (" + std::to_string(replicas * b) + " samples per step)";
     };
+    const std::string then = per_step(saved_ranks, saved_replicas, saved_batch);
+    const std::string now_per_step = per_step(topology.world_size, replica.count, batch);
     if (consumed >= dataset_size) {
       // Written after the epoch's last batch, before its end hooks ran: nothing of it is left.
-      warn(trainer_, source + " was written at the end of epoch " + std::to_string(progress.epoch) + ", after its last "
-                         "batch (all " + std::to_string(dataset_size) + " of its samples consumed), by " +
-                         per_step(saved_ranks, saved_batch) + "; this run has " + per_step(topology.world_size, batch) +
-                         ": epoch " + std::to_string(progress.epoch) + " ends here, and the next epoch is a whole one "
+      warn(trainer_, source + " was written at the end of epoch " + std::to_string(progress.epoch) +
+                         ", after its last "
+                         "batch (all " +
+                         std::to_string(dataset_size) + " of its samples consumed), by " + then + "; this run has " +
+                         now_per_step + ": epoch " + std::to_string(progress.epoch) +
+                         " ends here, and the next epoch is a whole one "
                          "at this run's global batch size");
       return true;
     }
     warn(trainer_, source + " was written in the middle of epoch " + std::to_string(progress.epoch) + ", " +
                        std::to_string(consumed) + " of its " + std::to_string(dataset_size) + " samples in, by " +
-                       per_step(saved_ranks, saved_batch) + "; this run has " + per_step(topology.world_size, batch) +
-                       ": the rest of epoch " + std::to_string(progress.epoch) + " continues with the " +
-                       std::to_string(dataset_size - consumed) +
-                       " samples not yet consumed, in the same order, in " +
+                       then + "; this run has " + now_per_step + ": the rest of epoch " +
+                       std::to_string(progress.epoch) + " continues with the " +
+                       std::to_string(dataset_size - consumed) + " samples not yet consumed, in the same order, in " +
                        std::to_string(state_.epoch_remainder->loader->num_batches()) +
                        " more batches per rank; the global batch size (and so the steps per epoch) changes with it");
   }
   return true;
+}
+
+StateDict CheckpointConnector::current_train_data() const {
+  return train_data_state(*state_.train_loader, strategy_.topology().world_size,
+                          strategy_.placement().data_replica().count);
 }
 
 }  // namespace volt

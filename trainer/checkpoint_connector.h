@@ -59,6 +59,8 @@ class CheckpointConnector {
   // order from the first sample not consumed (setting LoopState::epoch_remainder when that takes
   // a loader of its own, with a warning); false when the data or the batch limits changed.
   bool continue_epoch_in_order(const StateDict& fit_loop, const FitProgress& progress, const std::string& source);
+  // train_data_state() of this run's training loader, dealt to the strategy's data replicas.
+  StateDict current_train_data() const;
   // Every rank's random states, for a full checkpoint of several ranks. [collective]
   c10::IValue gather_rng_states();
   // The random states this rank continues from.

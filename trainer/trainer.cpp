@@ -8,21 +8,21 @@
 #include "callbacks/model_summary.h"
 #include "callbacks/progress_bar.h"
 #include "checkpoint/last_checkpoint.h"
+#include "core/cpu_threads.h"
 #include "core/reproducibility.h"
 #include "core/warning.h"
 #include "distributed/process_launcher.h"
 #include "loggers/console_logger.h"
 #include "loggers/logger_registry.h"
+#include "run/run_setup.h"
 #include "strategies/loaded_checkpoint.h"
-#include "core/cpu_threads.h"
 #include "strategies/strategy.h"
 #include "trainer/checkpoint_connector.h"
-#include "trainer/loops/loop_context.h"
-#include "trainer/loops/loop_state.h"
-#include "run/run_setup.h"
 #include "trainer/loops/evaluation_loop.h"
 #include "trainer/loops/fit_loop.h"
+#include "trainer/loops/loop_context.h"
 #include "trainer/loops/loop_hooks.h"
+#include "trainer/loops/loop_state.h"
 
 namespace volt {
 namespace {
@@ -51,10 +51,17 @@ std::shared_ptr<T> given(std::shared_ptr<T> object, const char* what) {
 struct Trainer::Run {
   // Metrics are synchronized across ranks through the collectives of the strategy that
   // `placement` holds once resolved: state of this Run alone, so the LoopState never reads past
-  // the strategy's owner.
+  // the strategy's owner. The ranks of one data replica (a pipeline's stages, a tensor-parallel
+  // group) log the same samples' values, so a sum over the world counts each replica's once per
+  // rank: it is divided by the ranks per replica (a mean, max or min is unchanged by the repeats).
   Run()
       : state([this](const torch::Tensor& value, ReduceOp op) {
-          return placement.strategy->collectives().all_reduce(value, op);
+          auto& strategy = *placement.strategy;
+          auto reduced = strategy.collectives().all_reduce(value, op);
+          const int64_t world = strategy.topology().world_size;
+          const int64_t replicas = strategy.placement().data_replica().count;
+          if (op != ReduceOp::Sum || replicas == world) return reduced;
+          return reduced / static_cast<double>(world / replicas);
         }) {}
   Run(const Run&) = delete;
   Run& operator=(const Run&) = delete;
@@ -75,8 +82,8 @@ Trainer::Trainer(TrainerOptions options, std::shared_ptr<Strategy> strategy)
     : Trainer(std::move(options), TrainerComponents{given(std::move(strategy), "strategy"), nullptr, nullptr}) {}
 
 Trainer::Trainer(TrainerOptions options, std::shared_ptr<Strategy> strategy, std::shared_ptr<Precision> precision)
-    : Trainer(std::move(options), TrainerComponents{std::move(strategy), given(std::move(precision), "precision"),
-                                                    nullptr}) {}
+    : Trainer(std::move(options),
+              TrainerComponents{std::move(strategy), given(std::move(precision), "precision"), nullptr}) {}
 
 Trainer::Trainer(TrainerOptions options, ProcessLauncher& launcher)
     : Trainer(std::move(options), TrainerComponents{nullptr, nullptr, &launcher}) {}
@@ -134,8 +141,7 @@ int64_t Trainer::estimated_stepping_batches() const {
   return by_epochs == -1 ? options_.max_steps : std::min(by_epochs, options_.max_steps);
 }
 
-void Trainer::setup(TrainerFn fn, const std::shared_ptr<Module>& module,
-                    const std::shared_ptr<DataModule>& data) {
+void Trainer::setup(TrainerFn fn, const std::shared_ptr<Module>& module, const std::shared_ptr<DataModule>& data) {
   check<ConfigurationError>(module != nullptr, "Trainer: expected a module, got nullptr");
   check<ConfigurationError>(data != nullptr, "Trainer: expected a data module, got nullptr");
   check<ConfigurationError>(module->loop_ == nullptr || module->loop_ == &*run_->loop,
@@ -227,8 +233,8 @@ void Trainer::teardown() {
 }
 
 template <typename Body>
-void Trainer::run_guarded(TrainerFn fn, const std::shared_ptr<Module>& module,
-                          const std::shared_ptr<DataModule>& data, Body&& body) {
+void Trainer::run_guarded(TrainerFn fn, const std::shared_ptr<Module>& module, const std::shared_ptr<DataModule>& data,
+                          Body&& body) {
   try {
     setup(fn, module, data);
     body();
@@ -259,8 +265,8 @@ void Trainer::run_guarded(TrainerFn fn, const std::shared_ptr<Module>& module,
   }
 }
 
-void Trainer::fit(std::shared_ptr<Module> module, std::shared_ptr<DataLoader> train,
-                  std::shared_ptr<DataLoader> val, const std::string& ckpt_path) {
+void Trainer::fit(std::shared_ptr<Module> module, std::shared_ptr<DataLoader> train, std::shared_ptr<DataLoader> val,
+                  const std::string& ckpt_path) {
   fit(std::move(module), std::make_shared<DataModuleOfLoaders>(std::move(train), std::move(val)), ckpt_path);
 }
 
@@ -270,12 +276,10 @@ std::shared_ptr<DataLoader> Trainer::prepare_loader(const std::shared_ptr<DataLo
                                                   stage);
 }
 
-void Trainer::fit(std::shared_ptr<Module> module, std::shared_ptr<DataModule> data,
-                  const std::string& ckpt_path) {
+void Trainer::fit(std::shared_ptr<Module> module, std::shared_ptr<DataModule> data, const std::string& ckpt_path) {
   run_guarded(TrainerFn::Fitting, module, data, [&] {
     auto train = run_->state.data->train_dataloader();
-    check<ConfigurationError>(train != nullptr,
-                              "Trainer::fit: the data module provides no train_dataloader()");
+    check<ConfigurationError>(train != nullptr, "Trainer::fit: the data module provides no train_dataloader()");
     auto val = run_->state.data->val_dataloader();
     // The loop resolves the batch limits first, so that configure_optimizers can read
     // estimated_stepping_batches() (e.g. for a schedule over the whole fit).
@@ -290,8 +294,7 @@ void Trainer::fit(std::shared_ptr<Module> module, std::shared_ptr<DataModule> da
   });
 }
 
-std::map<std::string, double> Trainer::validate(std::shared_ptr<Module> module,
-                                                std::shared_ptr<DataModule> data,
+std::map<std::string, double> Trainer::validate(std::shared_ptr<Module> module, std::shared_ptr<DataModule> data,
                                                 const std::string& ckpt_path) {
   std::map<std::string, double> metrics;
   run_guarded(TrainerFn::Validating, module, data, [&] {
@@ -320,18 +323,15 @@ std::vector<torch::Tensor> Trainer::predict(std::shared_ptr<Module> module, std:
   std::vector<torch::Tensor> predictions;
   run_guarded(TrainerFn::Predicting, module, data, [&] {
     auto loader = run_->state.data->predict_dataloader();
-    check<ConfigurationError>(loader != nullptr,
-                              "Trainer::predict: the data module provides no predict_dataloader()");
+    check<ConfigurationError>(loader != nullptr, "Trainer::predict: the data module provides no predict_dataloader()");
     if (!ckpt_path.empty()) restore_checkpoint(ckpt_path);
-    EvaluationLoop loop(*run_->loop, RunningStage::Predicting,
-                        prepare_loader(loader, RunningStage::Predicting));
+    EvaluationLoop loop(*run_->loop, RunningStage::Predicting, prepare_loader(loader, RunningStage::Predicting));
     predictions = loop.predict();
   });
   return predictions;
 }
 
-std::map<std::string, double> Trainer::run_evaluation(RunningStage stage,
-                                                      const std::shared_ptr<DataLoader>& loader) {
+std::map<std::string, double> Trainer::run_evaluation(RunningStage stage, const std::shared_ptr<DataLoader>& loader) {
   EvaluationLoop loop(*run_->loop, stage, loader);
   return loop.run();
 }
@@ -352,15 +352,14 @@ void Trainer::show_on_progress_bar(const std::map<std::string, double>& metrics)
 }
 
 void Trainer::set_accumulate_grad_batches(int64_t micro_batches) {
-  check<ConfigurationError>(micro_batches >= 1, "Trainer: expected accumulate_grad_batches >= 1, got ",
-                            micro_batches);
+  check<ConfigurationError>(micro_batches >= 1, "Trainer: expected accumulate_grad_batches >= 1, got ", micro_batches);
   if (micro_batches == run_->state.accumulate_grad_batches) return;
   const auto& p = run_->state.progress;
   const bool resumed_epoch = run_->state.accumulation_restored_for_epoch == p.epoch;
   check<ConfigurationError>(p.window_micro_batches == 0 && p.next_batch == 0,
                             "Trainer: accumulate_grad_batches can change only at the start of an epoch "
-                            "(on_train_epoch_start); asked for ", micro_batches, " at epoch ", p.epoch,
-                            ", batch ", p.next_batch,
+                            "(on_train_epoch_start); asked for ",
+                            micro_batches, " at epoch ", p.epoch, ", batch ", p.next_batch,
                             resumed_epoch ? std::string(", in an epoch resumed from a checkpoint written with ") +
                                                 std::to_string(run_->state.accumulate_grad_batches) +
                                                 " micro-batches per step: resume with the same accumulation schedule"
@@ -381,9 +380,7 @@ int64_t Trainer::node_rank() const { return strategy_->topology().node_rank; }
 int64_t Trainer::world_size() const { return strategy_->topology().world_size; }
 int64_t Trainer::num_nodes() const { return strategy_->topology().num_nodes; }
 
-std::filesystem::path Trainer::checkpoint_dir() const {
-  return std::filesystem::path(log_dir()) / "checkpoints";
-}
+std::filesystem::path Trainer::checkpoint_dir() const { return std::filesystem::path(log_dir()) / "checkpoints"; }
 
 bool Trainer::restore_checkpoint(const std::string& path) {
   std::filesystem::path file = path;

@@ -34,7 +34,7 @@ FitProgress fit_progress_from(const StateDict& state) {
   return progress;
 }
 
-StateDict train_data_state(const DataLoader& loader, int64_t world_size) {
+StateDict train_data_state(const DataLoader& loader, int64_t world_size, int64_t data_replicas) {
   const auto& options = loader.options();
   StateDict state;
   state.set("dataset_size", loader.dataset().size());
@@ -43,19 +43,24 @@ StateDict train_data_state(const DataLoader& loader, int64_t world_size) {
   state.set("seed", static_cast<int64_t>(loader.seed()));
   state.set("drop_last", options.drop_last);
   state.set("world_size", world_size);
+  state.set("data_replicas", data_replicas);
   state.set("samples", loader.sampler().size());
   state.set("global_order", deals_the_global_order(loader));
   return state;
 }
 
+int64_t saved_data_replicas(const StateDict& train_data) {
+  return train_data.contains("data_replicas") ? train_data.get_int("data_replicas") : train_data.get_int("world_size");
+}
+
 std::vector<std::string> train_data_differences(const StateDict& saved, const StateDict& current) {
   std::vector<std::string> out;
   for (const auto& key : current.keys()) {
-    const std::string now = current.at(key).isBool() ? (current.get_bool(key) ? "true" : "false")
-                                                     : std::to_string(current.get_int(key));
+    const std::string now =
+        current.at(key).isBool() ? (current.get_bool(key) ? "true" : "false") : std::to_string(current.get_int(key));
     if (!saved.contains(key)) continue;
     const auto value = saved.at(key);
-    const std::string before = value.isBool() ? (value.toBool() ? "true" : "false")
+    const std::string before = value.isBool()  ? (value.toBool() ? "true" : "false")
                                : value.isInt() ? std::to_string(value.toInt())
                                                : std::string("?");
     if (before != now) out.push_back(key + ": " + before + " -> " + now);

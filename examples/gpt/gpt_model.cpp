@@ -5,14 +5,17 @@
 #include <stdexcept>
 
 #include "nn/activation_checkpoint.h"
+#include "nn/module_call.h"
 
 namespace gpt {
 
 GPTConfig GPTConfig::preset(const std::string& name) {
   if (name == "gpt2") return GPTConfig{};
   if (name == "cpu") return GPTConfig{.n_layer = 4, .n_head = 4, .n_embd = 128, .block_size = 128, .vocab_size = 256};
-  throw std::invalid_argument("--preset: expected gpt2 (12 layers, d768, context 1024) or cpu (4 layers, d128, "
-                              "context 128), got '" + name + "'");
+  throw std::invalid_argument(
+      "--preset: expected gpt2 (12 layers, d768, context 1024) or cpu (4 layers, d128, "
+      "context 128), got '" +
+      name + "'");
 }
 
 void GPTConfig::validate() const {
@@ -26,8 +29,7 @@ void GPTConfig::validate() const {
   if (dropout < 0 || dropout >= 1) throw std::invalid_argument("GPT: dropout must be in [0, 1)");
 }
 
-torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               double dropout) {
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double dropout) {
 #if TORCH_VERSION_MAJOR >= 2
   return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout, /*is_causal=*/true);
 #else
@@ -42,21 +44,28 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
 }
 
 CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GPTConfig& config)
-    : n_head_(config.n_head), dropout_(config.dropout) {
+    : head_dim_(config.n_embd / config.n_head), dropout_(config.dropout) {
   qkv_ = register_module("qkv", torch::nn::Linear(config.n_embd, 3 * config.n_embd));
   proj_ = register_module("proj", torch::nn::Linear(config.n_embd, config.n_embd));
   residual_dropout_ = register_module("residual_dropout", torch::nn::Dropout(config.dropout));
 }
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
-  const int64_t batch = x.size(0), time = x.size(1), width = x.size(2);
-  auto qkv = qkv_->forward(x).split(width, 2);
+  const int64_t batch = x.size(0), time = x.size(1);
+  // The linears are called through volt::call, so that a strategy's wrapper runs around them:
+  // tensor_parallel's split of qkv (colwise:3) gives this rank the q, k and v of its heads, and
+  // proj (rowwise) sums the ranks' parts. `width` is then this rank's share of the heads' width.
+  const auto qkv = volt::call(qkv_, x);
+  const int64_t width = qkv.size(2) / 3;
+  TORCH_CHECK(width % head_dim_ == 0, "GPT: this rank's ", width, " attention features are not whole heads of ",
+              head_dim_, "; split the heads among ranks that divide them (tensor_parallel's tp must divide n_head)");
+  const auto parts = qkv.split(width, 2);
   const auto heads = [&](const torch::Tensor& t) {
-    return t.view({batch, time, n_head_, width / n_head_}).transpose(1, 2);
+    return t.view({batch, time, width / head_dim_, head_dim_}).transpose(1, 2);
   };
-  auto y = causal_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), is_training() ? dropout_ : 0.0);
+  auto y = causal_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), is_training() ? dropout_ : 0.0);
   y = y.transpose(1, 2).contiguous().view({batch, time, width});
-  return residual_dropout_->forward(proj_->forward(y));
+  return residual_dropout_->forward(volt::call(proj_, y));
 }
 
 BlockImpl::BlockImpl(const GPTConfig& config) {
@@ -70,7 +79,7 @@ BlockImpl::BlockImpl(const GPTConfig& config) {
 
 torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
   auto h = x + attention_->forward(ln_1_->forward(x));
-  return h + dropout_->forward(proj_->forward(torch::gelu(fc_->forward(ln_2_->forward(h)), "tanh")));
+  return h + dropout_->forward(volt::call(proj_, torch::gelu(volt::call(fc_, ln_2_->forward(h)), "tanh")));
 }
 
 GPTImpl::GPTImpl(const GPTConfig& config) : config_(config) {
@@ -119,10 +128,15 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& idx) {
   return torch::nn::functional::linear(x, wte_->weight);  // tied output projection
 }
 
+std::string tensor_parallel_plan(const std::string& path) {
+  const std::string blocks = path + ".blocks.*.";
+  return blocks + "attention.qkv:colwise:3|" + blocks + "attention.proj:rowwise|" + blocks + "fc:colwise|" + blocks +
+         "proj:rowwise";
+}
+
 double flops_per_token(const GPTConfig& config, int64_t parameters) {
   const double non_embedding = static_cast<double>(parameters - config.block_size * config.n_embd);
-  return 6.0 * non_embedding +
-         12.0 * static_cast<double>(config.n_layer * config.n_embd * config.block_size);
+  return 6.0 * non_embedding + 12.0 * static_cast<double>(config.n_layer * config.n_embd * config.block_size);
 }
 
 }  // namespace gpt

@@ -58,6 +58,12 @@ int main(int argc, char** argv) {
     if (options.max_steps == -1 && !options.max_epochs) options.max_steps = preset == "cpu" ? 300 : 5000;
     if (!options.seed) options.seed = 1337;
 
+    // tensor_parallel without a plan splits the blocks as Megatron-LM does (gpt::tensor_parallel_plan).
+    const std::string tensor_parallel = "tensor_parallel";
+    if (options.strategy.rfind(tensor_parallel, 0) == 0 && options.strategy.find("plan=") == std::string::npos) {
+      const bool has_options = options.strategy.size() > tensor_parallel.size();
+      options.strategy += std::string(has_options ? "," : ":") + "plan=" + gpt::tensor_parallel_plan("model");
+    }
     auto config = gpt::GPTConfig::preset(preset);
     config.dropout = dropout;
     config.activation_checkpointing = activation_checkpointing;
@@ -81,8 +87,8 @@ int main(int argc, char** argv) {
     trainer.add_callback(throughput);
     if (trainer.is_global_zero()) {
       std::cout << "gpt: " << preset << " preset, " << std::fixed << std::setprecision(2)
-                << static_cast<double>(model->parameter_count()) / 1e6 << "M parameters, "
-                << std::setprecision(3) << flops * 1e-9 << " GFLOP per sequence of " << config.block_size << std::endl;
+                << static_cast<double>(model->parameter_count()) / 1e6 << "M parameters, " << std::setprecision(3)
+                << flops * 1e-9 << " GFLOP per sequence of " << config.block_size << std::endl;
     }
     auto tokens = std::make_shared<gpt::TokenData>(data);
     trainer.fit(model, tokens);

@@ -39,24 +39,20 @@ PipelineStrategy::PipelineStrategy(PipelineOptions options)
 }
 
 void PipelineStrategy::check_world_size(int64_t world_size) const {
-  check<ConfigurationError>(options_.stages == 0 || world_size % options_.stages == 0,
-                            "--strategy pipeline: stages=", options_.stages, " does not divide the ", world_size,
-                            " processes; the processes are stages x data-parallel replicas, so choose stages that "
-                            "divide them (or as many processes as a multiple of the stages)");
+  model_parallel_size(name(), "stages", options_.stages, world_size);
 }
 
 void PipelineStrategy::check_precision(const Precision& precision) const {
-  check<ConfigurationError>(precision.name() != "16-mixed",
-                            "--strategy pipeline: --precision 16-mixed scales the "
-                            "loss, but a pipeline's backward runs inside its step, before the loss scale could "
-                            "reach it; use bf16-mixed (no loss scaling), bf16-true or 32-true");
+  check<ConfigurationError>(
+      !precision.scales_losses(), "--strategy pipeline: --precision ", precision.name(),
+      " scales the loss, but a pipeline's backward runs inside its step, before the loss scale could "
+      "reach it; use bf16-mixed (no loss scaling), bf16-true or 32-true");
 }
 
 void PipelineStrategy::setup_environment(const StrategyEnvironment& environment) {
   ParallelStrategy::setup_environment(environment);
   const int64_t world = communicator().size();
-  check_world_size(world);
-  const int64_t stages = options_.stages == 0 ? world : options_.stages;
+  const int64_t stages = model_parallel_size(name(), "stages", options_.stages, world);
   layout_.mesh = ProcessMesh::build(shared_communicator(),
                                     {{.name = "pp", .size = stages}, {.name = "dp", .size = world / stages}});
 }

@@ -6,11 +6,12 @@
 namespace volt::tp {
 
 ParallelLinear::ParallelLinear(torch::nn::LinearImpl& linear, std::string path, ParallelStyle style,
-                               Communicator& group)
+                               Communicator& group, int64_t fused)
     : SplitModule(std::move(path), style, group), linear_(linear) {
   const bool colwise = style == ParallelStyle::Colwise;
-  split(linear_.weight, colwise ? 0 : 1, colwise ? "output features" : "input features");
-  if (linear_.bias.defined()) split(linear_.bias, colwise ? 0 : -1, "output features");
+  VOLT_INTERNAL_ASSERT(colwise || fused == 1, "tensor_parallel: a fused rowwise split");
+  split(linear_.weight, colwise ? 0 : 1, colwise ? "output features" : "input features", fused);
+  if (linear_.bias.defined()) split(linear_.bias, colwise ? 0 : -1, "output features", fused);
 }
 
 torch::Tensor ParallelLinear::around(torch::nn::Module& module, const std::vector<torch::Tensor>& tensors,

@@ -2,7 +2,8 @@
 // Note [A module split across a group]
 // A module of the model split by a tensor-parallel plan (tensor_parallel_plan.h): it keeps its name
 // and its parameter objects, but each split parameter now holds this rank's slice, rows or
-// columns [r·n/T, (r+1)·n/T) of the split dimension, and its calls (volt::call, or as a
+// columns [r·n/T, (r+1)·n/T) of the split dimension (of each part of it, for a fused projection:
+// colwise:N), and its calls (volt::call, or as a
 // Sequential entry routed through it) run the split forward, a ForwardWrapper, instead of the
 // module's own. The kinds: ParallelLinear (parallel_linear.h) and ParallelEmbedding
 // (parallel_embedding.h). `slice_of()` cuts a whole value (a checkpoint's, an optimizer state's)
@@ -30,6 +31,8 @@ class SplitModule : public ForwardWrapper {
   // The dimension `parameter` is split on; -1: whole on every rank (or every parameter once
   // restore() ran), or not this module's.
   int64_t split_dimension(const torch::Tensor& parameter) const;
+  // The parameters this module holds split (before restore()).
+  std::vector<torch::Tensor> split_parameters() const;
   // The whole shape of one of this module's parameters.
   std::vector<int64_t> whole_shape(const torch::Tensor& parameter) const;
   // This rank's slice of `whole`, a value of `parameter`'s whole shape. [local]
@@ -44,9 +47,10 @@ class SplitModule : public ForwardWrapper {
 
  protected:
   // Registers `parameter` (split on `dim`, or whole: -1) and, when split, keeps this rank's slice
-  // of it. Throws ConfigurationError naming the module when `dim`'s size does not divide by the
-  // group's size; `what` names that size in the message ("output features").
-  void split(torch::Tensor& parameter, int64_t dim, const std::string& what);
+  // of it: of each of `parts` equal parts of `dim` (a fused projection's, colwise:N), this rank's
+  // slice, side by side. Throws ConfigurationError naming the module when `dim`'s size does not
+  // divide by parts x the group's size; `what` names that size in the message ("output features").
+  void split(torch::Tensor& parameter, int64_t dim, const std::string& what, int64_t parts = 1);
   void count_call() { ++calls_; }
   Communicator& group() const { return group_; }
 
@@ -55,6 +59,7 @@ class SplitModule : public ForwardWrapper {
     torch::Tensor parameter;
     int64_t dim;
     std::vector<int64_t> whole;
+    int64_t parts;
   };
   const Split* find(const torch::Tensor& parameter) const;
 

@@ -24,15 +24,25 @@ const OptionSchema<TensorParallelOptions>& TensorParallelOptions::schema() {
   return schema;
 }
 
+void TensorParallelLayout::add(std::shared_ptr<tp::SplitModule> split) {
+  for (const auto& parameter : split->split_parameters())
+    split_by_parameter_[parameter.unsafeGetTensorImpl()] = split.get();
+  splits_.push_back(std::move(split));
+}
+
+void TensorParallelLayout::clear_splits() {
+  split_by_parameter_.clear();
+  splits_.clear();
+}
+
 const tp::SplitModule* TensorParallelLayout::split_of(const torch::Tensor& parameter) const {
-  for (const auto& split : splits) {
-    if (split->split_dimension(parameter) >= 0) return split.get();
-  }
-  return nullptr;
+  const auto found = split_by_parameter_.find(parameter.unsafeGetTensorImpl());
+  if (found == split_by_parameter_.end() || found->second->split_dimension(parameter) < 0) return nullptr;
+  return found->second;
 }
 
 TensorParallelStrategy::TensorParallelStrategy(TensorParallelOptions options)
-    : options_(std::move(options)), gradients_(std::make_shared<ReplicaGradients>(*this, *this, layout_.mesh)) {
+    : options_(std::move(options)), gradients_(std::make_shared<TensorParallelGradients>(*this, *this, layout_)) {
   options_.validate();
   plan_ = tp::parse_tensor_parallel_plan(options_.plan);
   hold(gradients_);
@@ -41,17 +51,13 @@ TensorParallelStrategy::TensorParallelStrategy(TensorParallelOptions options)
 }
 
 void TensorParallelStrategy::check_world_size(int64_t world_size) const {
-  check<ConfigurationError>(options_.tp == 0 || world_size % options_.tp == 0,
-                            "--strategy tensor_parallel: tp=", options_.tp, " does not divide the ", world_size,
-                            " processes; the processes are ",
-                            "data-parallel replicas x tp, so choose tp that divides them");
+  model_parallel_size(name(), "tp", options_.tp, world_size);
 }
 
 void TensorParallelStrategy::setup_environment(const StrategyEnvironment& environment) {
   ParallelStrategy::setup_environment(environment);
   const int64_t world = communicator().size();
-  check_world_size(world);
-  const int64_t tp = options_.tp == 0 ? world : options_.tp;
+  const int64_t tp = model_parallel_size(name(), "tp", options_.tp, world);
   layout_.mesh =
       ProcessMesh::build(shared_communicator(), {{.name = "dp", .size = world / tp}, {.name = "tp", .size = tp}});
 }
@@ -79,17 +85,20 @@ void TensorParallelStrategy::wrap_module(torch::nn::Module& module) {
   for (const auto& entry : plan_) {
     bool matched = false;
     for (const auto& s : selected) matched |= tp::path_matches(entry.pattern, s.path);
-    check<ConfigurationError>(matched, "--strategy tensor_parallel: plan entry ", entry.pattern, ":",
-                              tp::to_string(entry.style), " matches no module; name modules as named_modules() ",
+    check<ConfigurationError>(matched, "--strategy tensor_parallel: plan entry ", tp::to_string(entry),
+                              " matches no module; name modules as named_modules() ",
                               "names them (a Linear inside a selected module is not reached)");
   }
-  layout_.splits.clear();
+  layout_.clear_splits();
   for (const auto& s : selected) {
-    const auto style = style_of(s.path)->style;
+    const auto& entry = *style_of(s.path);
+    const auto style = entry.style;
     std::shared_ptr<tp::SplitModule> split;
     if (auto* linear = dynamic_cast<torch::nn::LinearImpl*>(s.module)) {
-      split = std::make_shared<tp::ParallelLinear>(*linear, s.path, style, group);
+      split = std::make_shared<tp::ParallelLinear>(*linear, s.path, style, group, entry.fused);
     } else if (auto* embedding = dynamic_cast<torch::nn::EmbeddingImpl*>(s.module)) {
+      check<ConfigurationError>(entry.fused == 1, "--strategy tensor_parallel: ", s.path, " is an Embedding; ",
+                                tp::to_string(entry), " fuses projections, which applies to colwise linears only");
       split = std::make_shared<tp::ParallelEmbedding>(*embedding, s.path, style, group);
     }
     check<ConfigurationError>(split != nullptr, "--strategy tensor_parallel: ", s.path, " is a ",
@@ -100,10 +109,10 @@ void TensorParallelStrategy::wrap_module(torch::nn::Module& module) {
     if (s.sequential != nullptr) {
       if (auto routed = route_sequential_entry(*s.sequential, s.index, *s.module)) routed_.push_back(*routed);
     }
-    layout_.splits.push_back(split);
+    layout_.add(split);
   }
   calls_before_.clear();
-  for (const auto& split : layout_.splits) calls_before_.push_back(split->calls());
+  for (const auto& split : layout_.splits()) calls_before_.push_back(split->calls());
   reach_checked_ = false;
   gradients_->attach(&module);
 }
@@ -128,8 +137,8 @@ torch::Tensor TensorParallelStrategy::run_step(RunningStage stage, torch::nn::Mo
 }
 
 void TensorParallelStrategy::check_split_forwards_ran(const std::string& failure) const {
-  for (size_t i = 0; i < layout_.splits.size(); ++i) {
-    const auto& split = *layout_.splits[i];
+  for (size_t i = 0; i < layout_.splits().size(); ++i) {
+    const auto& split = *layout_.splits()[i];
     check<ConfigurationError>(split.calls() > calls_before_[i], "--strategy tensor_parallel: the plan splits ",
                               split.path(), ", but the step's forward did not run it split: call it through ",
                               "volt::call(", split.path(), ", x) or as an entry of a Sequential (LibTorch has no ",
@@ -138,7 +147,7 @@ void TensorParallelStrategy::check_split_forwards_ran(const std::string& failure
 }
 
 void TensorParallelStrategy::restore_module(torch::nn::Module& module) {
-  for (const auto& split : layout_.splits) split->restore();
+  for (const auto& split : layout_.splits()) split->restore();
 }
 
 void TensorParallelStrategy::teardown() {
@@ -147,7 +156,7 @@ void TensorParallelStrategy::teardown() {
   routed_.clear();
   for (auto& [module, wrapper] : wrapped_) remove_forward_wrapper(*module, *wrapper);
   wrapped_.clear();
-  layout_.splits.clear();
+  layout_.clear_splits();
   ParallelStrategy::teardown();
 }
 

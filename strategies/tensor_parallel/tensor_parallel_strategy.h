@@ -21,8 +21,10 @@
 // Checkpoints are the whole model (Full): each split parameter gathered over its group, and its
 // optimizer's per-element state with it, in PyTorch's layout, so any strategy at any world size
 // loads it; a load cuts each rank's slice out. The module is whole again after a successful run.
+// Clipping by norm clips by the whole model's norm (tensor_parallel_gradients.h).
 // Not built: composing with fsdp over `dp` (only DDP's averaging), sequence parallelism.
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "core/option_schema.h"
@@ -32,6 +34,7 @@
 #include "strategies/mesh_replica_parts.h"
 #include "strategies/parallel_strategy.h"
 #include "strategies/tensor_parallel/split_module.h"
+#include "strategies/tensor_parallel/tensor_parallel_gradients.h"
 
 namespace volt {
 
@@ -45,11 +48,21 @@ struct TensorParallelOptions {
 
 // What the strategy built for this run: the mesh (setup_environment) and the split linears
 // (setup_module), read by its parts when they act.
-struct TensorParallelLayout {
-  std::unique_ptr<ProcessMesh> mesh;                     // dp × tp
-  std::vector<std::shared_ptr<tp::SplitModule>> splits;  // the plan's modules, in module order
-  // The split module that holds `parameter` split, or null (a whole parameter).
+class TensorParallelLayout {
+ public:
+  std::unique_ptr<ProcessMesh> mesh;  // dp × tp
+
+  // The plan's modules, in module order.
+  const std::vector<std::shared_ptr<tp::SplitModule>>& splits() const { return splits_; }
+  void add(std::shared_ptr<tp::SplitModule> split);
+  void clear_splits();
+  // The split module that holds `parameter` split, or null (a whole parameter, or every one once
+  // restored). Checkpoint loops ask it for each parameter: a lookup, not a search.
   const tp::SplitModule* split_of(const torch::Tensor& parameter) const;
+
+ private:
+  std::vector<std::shared_ptr<tp::SplitModule>> splits_;
+  std::unordered_map<const c10::TensorImpl*, const tp::SplitModule*> split_by_parameter_;
 };
 
 class TensorParallelStrategy : public ParallelStrategy {
@@ -87,7 +100,7 @@ class TensorParallelStrategy : public ParallelStrategy {
   std::vector<std::pair<torch::nn::Module*, std::shared_ptr<tp::SplitModule>>> wrapped_;
   std::vector<int64_t> calls_before_;  // per split module, its wrapper's calls at setup_module
   bool reach_checked_ = false;
-  std::shared_ptr<ReplicaGradients> gradients_;
+  std::shared_ptr<TensorParallelGradients> gradients_;
 };
 
 // Registers `tensor_parallel` (strategy_registry.cpp).

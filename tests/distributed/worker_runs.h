@@ -124,6 +124,35 @@ inline std::vector<Trained> trained(const std::string& root, const std::string& 
   return trained_lines(result.output);
 }
 
+// `first` (the worker's train mode) saving a checkpoint after training batch `after_batch` of its
+// first epoch, then `then` resumed from it for 2 epochs: the resumed run's output and TRAINED lines.
+struct ResumedRun {
+  std::string output;
+  std::vector<Trained> trained;
+};
+inline ResumedRun resumed_mid_epoch(const std::string& first, int64_t after_batch, const std::string& then) {
+  TemporaryDirectory first_root, then_root;
+  const std::string saved = first_root.path() + "/mid_epoch.ckpt";
+  trained(first_root.path(),
+          first + " --save-after-batch " + std::to_string(after_batch) + " --save-after-batch-path " + saved, 1);
+  const auto result = run_command(train_command(then_root.path(), then + " --ckpt-path " + saved), 240);
+  EXPECT_EQ(result.exit_code, 0) << then << ":\n" << result.output;
+  return {result.output, trained_lines(result.output)};
+}
+
+// `first` (one data replica of 2 ranks at batch 8, `common` flags) saving after the third of its 8
+// batches, resumed by single_device at batch 4: the warning counts the replica's 24 samples and
+// continues with the 40 not consumed.
+inline void expect_rest_of_the_epoch_after_one_replicas_three_batches(const std::string& first,
+                                                                      const std::string& common) {
+  const auto smaller = resumed_mid_epoch(first, 2, "--strategy single_device --batch-size 4" + common);
+  EXPECT_NE(smaller.output.find("24 of its 64 samples in, by 2 ranks in 1 data replica with batch 8 (8 samples per "
+                                "step); this run has 1 rank with batch 4 (4 samples per step): the rest of epoch 0 "
+                                "continues with the 40 samples not yet consumed"),
+            std::string::npos)
+      << smaller.output;
+}
+
 // The output of the worker's train mode with --print-steps: `strategy` on `ranks` processes,
 // batch 4 per rank, `optimizer`, plus `extra` flags (expects it to succeed).
 inline std::string run_print_steps(const std::string& strategy, int64_t ranks, const std::string& optimizer,

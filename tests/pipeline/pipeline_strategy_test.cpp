@@ -7,6 +7,7 @@
 #include <chrono>
 #include <regex>
 
+#include "precision/mixed_precision.h"
 #include "strategies/pipeline/pipeline_strategy.h"
 #include "tests/distributed/worker_runs.h"
 #include "tests/support/regression_problem.h"
@@ -127,6 +128,24 @@ TEST(PipelineStrategy, CheckpointsResumeAcrossPipelineAndOneProcess) {
   EXPECT_EQ(one_from_pipeline[0].params, want) << "single_device from the pipeline's checkpoint";
 }
 
+// A checkpoint written inside an epoch records the samples the pipeline's one data replica
+// consumed (3 batches of 8: 24, not 8 per stage): one process at the same batch continues at the
+// next batch and ends bit for bit where one process that was never interrupted ends; at batch 4 it
+// continues with the 40 samples not consumed.
+TEST(PipelineStrategy, AMidEpochCheckpointRecordsTheReplicasSamples) {
+  const std::string common = " --model mlp --optimizer adam --limit-val-batches 0";
+  const std::string pipelined = "--strategy pipeline:stages=2,microbatches=1 --devices 2 --batch-size 8" + common;
+  const std::string one = "--strategy single_device --batch-size 8" + common;
+  testing::TemporaryDirectory dir;
+  const auto uninterrupted = testing::trained(dir.path(), one, 2);
+  const auto resumed = testing::resumed_mid_epoch(pipelined, 2, one);
+  ASSERT_EQ(uninterrupted.size(), 1u);
+  ASSERT_EQ(resumed.trained.size(), 1u) << resumed.output;
+  EXPECT_EQ(resumed.trained[0].params, uninterrupted[0].params);
+  EXPECT_EQ(resumed.output.find("samples in, by"), std::string::npos) << "the same samples per step: no remainder";
+  testing::expect_rest_of_the_epoch_after_one_replicas_three_batches(pipelined, common);
+}
+
 // Rank 0 (the first stage) logs the last stage's loss, broadcast to it, and its own idle share.
 TEST(PipelineStrategy, RankZeroLogsTheLastStagesLoss) {
   testing::TemporaryDirectory dir;
@@ -147,14 +166,16 @@ TEST(PipelineStrategyRefusals, SaysWhatToChange) {
   EXPECT_NE(
       testing::trainer_construction_error("pipeline:stages=3", 4).find("stages=3 does not divide the 4 processes"),
       std::string::npos);
-  // 16-mixed itself needs CUDA; a precision of its name stands in for it on the CPU.
+  // 16-mixed itself needs CUDA; a precision that scales losses stands in for it on the CPU.
   struct LossScaling : Precision {
     std::string name() const override { return "16-mixed"; }
+    bool scales_losses() const override { return true; }
   };
   EXPECT_NE(testing::configuration_error_of([] {
               PipelineStrategy().set_precision(std::make_shared<LossScaling>());
-            }).find("use bf16-mixed"),
+            }).find("--precision 16-mixed scales the loss"),
             std::string::npos);
+  EXPECT_FALSE(MixedPrecision(torch::kBFloat16, torch::kCPU).scales_losses()) << "bf16-mixed has no scaler";
   EXPECT_NE(testing::trainer_construction_error("pipeline:microbatches=0", 2).find("microbatches"), std::string::npos);
   EXPECT_NE(testing::trainer_construction_error("pipeline:schedule=zigzag", 2).find("1f1b"), std::string::npos);
 

@@ -39,6 +39,19 @@ TEST(TensorParallelPlan, ParsesPathsAndStylesAndRefusesWhatItCannotRead) {
               tp::parse_tensor_parallel_plan("body..0:colwise");
             }).find("empty path component"),
             std::string::npos);
+  const auto fused = tp::parse_tensor_parallel_plan("blocks.*.qkv:colwise:3|blocks.*.proj:rowwise");
+  EXPECT_EQ(fused[0].fused, 3);
+  EXPECT_EQ(fused[1].fused, 1);
+  EXPECT_EQ(tp::to_string(fused[0]), "blocks.*.qkv:colwise:3");
+  for (const auto& [text, expected] : std::vector<std::pair<std::string, std::string>>{
+           {"qkv:colwise:0", "fused count '0'"},
+           {"qkv:colwise:x", "fused count 'x'"},
+           {"qkv:colwise:3:1", "fused count '3:1'"},
+           {"proj:rowwise:2", "a fused count applies to colwise linears"}}) {
+    EXPECT_NE(testing::configuration_error_of([&] { tp::parse_tensor_parallel_plan(text); }).find(expected),
+              std::string::npos)
+        << text;
+  }
 }
 
 // Linear(6, 8) colwise, tanh, Linear(8, 5) rowwise on `world` ranks: like the whole pair.
@@ -95,12 +108,80 @@ TEST(ParallelLinear, AColwiseThenRowwisePairEqualsTheWholePair) {
   expect_split_pair_like_whole(4);
 }
 
+// A fused q|k|v Linear(4, 12) split colwise:3, each third's slice side by side on each rank, then
+// q*k + v into a rowwise Linear(4, 2): like the whole modules (outputs, gradients, each rank's
+// slices of each third), and gathered back into the whole layout.
+void expect_fused_projection_like_whole(int64_t world) {
+  torch::manual_seed(7);
+  torch::nn::Linear fused_whole(4, 12), out_whole(4, 2);
+  const auto x = torch::randn({3, 4});
+  const auto attend = [](const torch::Tensor& qkv) {
+    const auto parts = qkv.chunk(3, -1);
+    return parts[0] * parts[1] + parts[2];
+  };
+  const auto x_whole = x.clone().requires_grad_(true);
+  const auto y_whole = out_whole->forward(attend(fused_whole->forward(x_whole)));
+  y_whole.square().sum().backward();
+  testing::with_communicators(world, [&](Communicator& group) {
+    torch::nn::Linear fused(4, 12), out(4, 2);
+    {
+      torch::NoGradGuard no_grad;
+      fused->weight.copy_(fused_whole->weight);
+      fused->bias.copy_(fused_whole->bias);
+      out->weight.copy_(out_whole->weight);
+      out->bias.copy_(out_whole->bias);
+    }
+    auto colwise = std::make_shared<tp::ParallelLinear>(*fused, "qkv", ParallelStyle::Colwise, group, 3);
+    auto rowwise = std::make_shared<tp::ParallelLinear>(*out, "out", ParallelStyle::Rowwise, group);
+    const int64_t r = group.rank(), rows = 4 / world;
+    // Rank r's rows of each of q, k and v, side by side.
+    const auto each_third = [&](const torch::Tensor& whole) {
+      std::vector<torch::Tensor> slices;
+      for (int64_t part = 0; part < 3; ++part) slices.push_back(whole.narrow(0, part * 4 + r * rows, rows));
+      return torch::cat(slices, 0);
+    };
+    EXPECT_TRUE(torch::equal(fused->weight, each_third(fused_whole->weight))) << "rank " << r;
+    EXPECT_TRUE(torch::equal(fused->bias, each_third(fused_whole->bias))) << "rank " << r;
+    EXPECT_TRUE(torch::equal(colwise->slice_of(fused->weight, fused_whole->weight), fused->weight));
+    add_forward_wrapper(*fused, colwise);
+    add_forward_wrapper(*out, rowwise);
+    const auto input = x.clone().requires_grad_(true);
+    const auto y = volt::call(out, attend(volt::call(fused, input)));
+    y.square().sum().backward();
+    remove_forward_wrapper(*fused, *colwise);
+    remove_forward_wrapper(*out, *rowwise);
+    const auto close = [](const torch::Tensor& got, const torch::Tensor& want) {
+      return torch::allclose(got, want, /*rtol=*/1e-6, /*atol=*/1e-6);
+    };
+    EXPECT_TRUE(close(y, y_whole)) << "rank " << r;
+    EXPECT_TRUE(close(input.grad(), x_whole.grad())) << "rank " << r;
+    EXPECT_TRUE(close(fused->weight.grad(), each_third(fused_whole->weight.grad()))) << "rank " << r;
+    EXPECT_TRUE(close(fused->bias.grad(), each_third(fused_whole->bias.grad()))) << "rank " << r;
+    EXPECT_TRUE(torch::equal(colwise->gathered(fused->weight, fused->weight.detach()), fused_whole->weight))
+        << "rank " << r << ": gathered into the whole layout";
+    colwise->restore();
+    rowwise->restore();
+    EXPECT_TRUE(torch::equal(fused->weight, fused_whole->weight)) << "rank " << r << ": restored whole";
+    EXPECT_TRUE(torch::equal(fused->bias, fused_whole->bias)) << "rank " << r;
+  });
+}
+
+TEST(ParallelLinear, AFusedProjectionSplitsEachPart) {
+  expect_fused_projection_like_whole(2);
+  expect_fused_projection_like_whole(4);
+}
+
 TEST(ParallelLinear, RefusesFeaturesThatDoNotDivide) {
   testing::with_communicators(3, [&](Communicator& group) {
     torch::nn::Linear a(6, 8);
     EXPECT_NE(testing::configuration_error_of([&] {
                 tp::ParallelLinear(*a, "body.0", ParallelStyle::Colwise, group);
               }).find("body.0 (colwise) has 8 output features, which do not divide among 3 ranks"),
+              std::string::npos);
+    torch::nn::Linear fused(6, 6);
+    EXPECT_NE(testing::configuration_error_of([&] {
+                tp::ParallelLinear(*fused, "qkv", ParallelStyle::Colwise, group, 3);
+              }).find("qkv (colwise:3) has 6 output features, 3 fused parts, which do not divide among 3 ranks"),
               std::string::npos);
   });
 }

@@ -46,6 +46,35 @@ TEST(TensorParallelStrategy, TwoRanksEqualOneProcessOnTheSameBatches) {
   }
 }
 
+// Clipping by norm clips by the whole model's norm: each rank's slices and the whole parameters
+// (counted once) summed over the tp group, as one process clips; 0.05 clips every step here. With
+// the slices' norms alone the two ranks would clip by other factors than one process.
+TEST(TensorParallelStrategy, ClipsByTheWholeModelsNorm) {
+  const std::string clip = " --batch-size 8 --optimizer momentum --gradient-clip-val 0.05";
+  const auto one = tp_worker_steps("--strategy single_device" + clip);
+  ASSERT_EQ(one.size(), 1u);
+  const auto split = tp_worker_steps("--strategy \"tensor_parallel:tp=2," + kPlan + "\" --devices 2" + clip);
+  testing::expect_steps_close(split, spread(one, 2, 2), 5e-6, "tensor_parallel tp=2 clipped to 0.05");
+}
+
+// A metric logged with sync_dist and reduce_fx sum (the worker's val_samples: each validation
+// batch's size) counts each replica's samples once, not once per rank of its tp group: the
+// validation set's size on 2 ranks of one replica and on 4 of two, as on one process.
+TEST(TensorParallelStrategy, SummedMetricsCountEachReplicasSamplesOnce) {
+  testing::TemporaryDirectory one_dir, two_dir, four_dir;
+  const auto one = testing::trained(one_dir.path(), "--model mlp --strategy single_device", 1);
+  ASSERT_EQ(one.size(), 1u);
+  ASSERT_GT(one[0].val_samples, 0);
+  for (const auto& [dir, devices] : {std::pair{&two_dir, 2}, std::pair{&four_dir, 4}}) {
+    const auto split = testing::trained(
+        dir->path(),
+        "--model mlp --strategy \"tensor_parallel:tp=2," + kPlan + "\" --devices " + std::to_string(devices), 1);
+    ASSERT_EQ(split.size(), static_cast<size_t>(devices));
+    for (const auto& rank : split)
+      EXPECT_EQ(rank.val_samples, one[0].val_samples) << devices << " ranks, rank " << rank.rank;
+  }
+}
+
 // dp=2 x tp=2 on 4 ranks: each replica's tp group equals a ddp rank taking the same share.
 TEST(TensorParallelStrategy, ComposesWithDataParallelism) {
   const auto ddp = tp_worker_steps("--strategy ddp --devices 2 --batch-size 4 --optimizer adam");
@@ -86,6 +115,27 @@ TEST(TensorParallelStrategy, CheckpointsAreWholeAndResumeAcrossStrategies) {
   };
   expect_close(one_from_split[0].params, "single_device from tensor_parallel's checkpoint");
   for (size_t r = 0; r < 2; ++r) expect_close(split_from_one[r].params, "tensor_parallel from single_device's, rank");
+}
+
+// A checkpoint written inside an epoch records the samples the tp group's one data replica
+// consumed (3 batches of 8: 24, not 8 per rank): one process at the same batch continues at the next
+// batch and ends where one process that was never interrupted ends, within the split's last bits
+// (5e-6, as above); at batch 4 it continues with the 40 samples not consumed.
+TEST(TensorParallelStrategy, AMidEpochCheckpointRecordsTheReplicasSamples) {
+  const std::string common = " --model mlp --optimizer momentum";
+  const std::string split = "--strategy \"tensor_parallel:tp=2," + kPlan + "\" --devices 2 --batch-size 8" + common;
+  const std::string one = "--strategy single_device --batch-size 8" + common;
+  testing::TemporaryDirectory dir;
+  const auto uninterrupted = testing::trained(dir.path(), one, 2);
+  const auto resumed = testing::resumed_mid_epoch(split, 2, one);
+  ASSERT_EQ(uninterrupted.size(), 1u);
+  ASSERT_EQ(resumed.trained.size(), 1u) << resumed.output;
+  const auto& want = uninterrupted[0].params;
+  ASSERT_EQ(resumed.trained[0].params.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_NEAR(resumed.trained[0].params[i], want[i], 5e-6 * std::max(1.0, std::abs(want[i]))) << "parameter " << i;
+  EXPECT_EQ(resumed.output.find("samples in, by"), std::string::npos) << "the same samples per step: no remainder";
+  testing::expect_rest_of_the_epoch_after_one_replicas_three_batches(split, common);
 }
 
 TEST(TensorParallelStrategyRefusals, SaysWhatToChange) {

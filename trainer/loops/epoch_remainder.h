@@ -32,24 +32,25 @@ namespace volt {
 
 struct EpochRemainder {
   int64_t epoch = 0;
-  int64_t first_batch = 0;     // the epoch's batch index of the remainder's first batch
-  int64_t first_position = 0;  // the position in the epoch's order where it starts
+  int64_t first_batch = 0;             // the epoch's batch index of the remainder's first batch
+  int64_t first_position = 0;          // the position in the epoch's order where it starts
   std::shared_ptr<DataLoader> loader;  // this rank's share of the rest of the epoch
 };
 
 // Whether `loader` deals the epoch's global order (its own sampler, or a DistributedSampler).
 bool deals_the_global_order(const DataLoader& loader);
 
-// How many positions of the epoch's order the steps before `next_batch` consumed, on `world_size`
-// ranks drawing from `loader`, or from `remainder` when it belongs to `epoch`; at most the
-// dataset's size.
-int64_t epoch_samples_consumed(const DataLoader& loader, int64_t world_size, int64_t epoch, int64_t next_batch,
+// How many positions of the epoch's order the steps before `next_batch` consumed, on `replicas`
+// data-parallel replicas drawing from `loader` (Placement::data_replica: the ranks, unless ranks
+// share batches, as a pipeline's stages or a tensor-parallel group do), or from `remainder` when it belongs to `epoch`;
+// at most the dataset's size.
+int64_t epoch_samples_consumed(const DataLoader& loader, int64_t replicas, int64_t epoch, int64_t next_batch,
                                const std::optional<EpochRemainder>& remainder);
 
-// The rest of `epoch`, `consumed` samples in, for `rank` of `world_size` drawing from `loader`
+// The rest of `epoch`, `consumed` samples in, for `replica` of `replicas` drawing from `loader`
 // at batch index `next_batch`; nullopt when the loader's own batch `next_batch` already starts
 // at that position (the same samples per step: a plain resume).
-std::optional<EpochRemainder> epoch_remainder(const DataLoader& loader, int64_t world_size, int64_t rank,
+std::optional<EpochRemainder> epoch_remainder(const DataLoader& loader, int64_t replicas, int64_t replica,
                                               int64_t epoch, int64_t next_batch, int64_t consumed);
 
 }  // namespace volt
