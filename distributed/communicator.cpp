@@ -15,9 +15,10 @@ void CommunicatorOptions::validate() const {
                             world_size, "), got ", rank);
   check<ConfigurationError>(!master_addr.empty(), "Communicator: expected a master address, got ''; "
                             "set --master-addr or MASTER_ADDR");
-  check<ConfigurationError>(master_port >= 1 && master_port <= 65535,
-                            "Communicator: expected a master port in [1, 65535], got ", master_port,
-                            "; set --master-port or MASTER_PORT");
+  const bool hosts_store = rank == 0 && !store_is_external;
+  check<ConfigurationError>(master_port >= (hosts_store ? 0 : 1) && master_port <= 65535,
+                            "Communicator: expected a master port in [", hosts_store ? 0 : 1, ", 65535], got ",
+                            master_port, "; set --master-port or MASTER_PORT");
   check<ConfigurationError>(timeout.count() > 0, "Communicator: expected a timeout > 0 ms, got ",
                             timeout.count(), " ms; set --timeout in seconds");
   check<ConfigurationError>(heartbeat_interval.count() >= 0,

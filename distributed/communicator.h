@@ -37,7 +37,12 @@ struct CommunicatorOptions {
   // Rendezvous: a c10d TCPStore at master_addr:master_port. Rank 0 hosts it unless
   // store_is_external (torchelastic's agent store: then every rank, rank 0 too, is a client).
   std::string master_addr = "127.0.0.1";
-  int64_t master_port = 29500;  // 1..65535
+  // 1..65535; 0 on the rank that hosts the store: any free port, chosen by the kernel as the store
+  // binds it, and told to on_store_bound.
+  int64_t master_port = 29500;
+  // Called on the rank that hosts the store once it listens, with its port, before the rendezvous
+  // waits for the other ranks: where they are started with the port (start_process_group).
+  std::function<void(int64_t port)> on_store_bound;
   bool store_is_external = false;
   // Prepended to every store key (torchelastic: "/worker/attempt_<restart count>"), so that a
   // restarted group never reads keys its predecessor left behind. Empty: none.

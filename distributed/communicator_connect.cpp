@@ -78,7 +78,8 @@ std::shared_ptr<Communicator> Communicator::connect(const CommunicatorOptions& o
   // 0, chosen by the kernel as it binds). A port found free earlier (find_free_port) can be taken
   // in between by another process on the host, as a listening port or as a connection's source
   // port: ctest's parallel single-process runs met EADDRINUSE that way.
-  const bool alone = host_store && options.world_size == 1;
+  // A port of 0 asks for the same: the rank that hosts the store tells on_store_bound which it got.
+  const bool alone = host_store && (options.world_size == 1 || options.master_port == 0);
   int64_t port = options.master_port;
   std::string where = options.master_addr + ":" + std::to_string(port);
   c10::intrusive_ptr<c10d::Store> store;
@@ -102,6 +103,7 @@ std::shared_ptr<Communicator> Communicator::connect(const CommunicatorOptions& o
                                 std::to_string(options.timeout.count()) + " ms: " + cause +
                                 "; check that rank 0 is running and --master-addr/--master-port"));
   }
+  if (host_store && options.on_store_bound) options.on_store_bound(port);
   if (!options.store_prefix.empty()) store = c10::make_intrusive<c10d::PrefixStore>(options.store_prefix, store);
   store = c10::make_intrusive<c10d::PrefixStore>("volt", store);
   try {

@@ -29,6 +29,7 @@ std::shared_ptr<Communicator> start_process_group(const ClusterEnvironment& clus
                             shm == nullptr ? "" : shm, "'");
   shared_memory = shared_memory && (shm == nullptr || std::string(shm) == "1");
   const auto& topology = cluster.topology();
+  CommunicatorOptions options;
   if (!cluster.creates_processes_externally() && topology.local_world_size > 1) {
     check<ConfigurationError>(launcher != nullptr, "process group: this process must start the other ",
                               topology.local_world_size - 1, " local rank(s) itself (cluster environment '",
@@ -42,10 +43,18 @@ std::shared_ptr<Communicator> start_process_group(const ClusterEnvironment& clus
       launch.master_addr = cluster.master_addr();
       launch.master_port = cluster.master_port();
       launch.finish_timeout = timeout + std::chrono::minutes(1);
-      launcher->launch(launch);
+      if (cluster.master_port() == 0) {
+        // The port rank 0's store got from the kernel: started once it listens, the ranks find it
+        // there, and no other process of the host can have taken it in between.
+        options.on_store_bound = [launcher, launch](int64_t port) mutable {
+          launch.master_port = port;
+          launcher->launch(launch);
+        };
+      } else {
+        launcher->launch(launch);
+      }
     }
   }
-  CommunicatorOptions options;
   options.rank = topology.global_rank;
   options.world_size = topology.world_size;
   options.master_addr = cluster.master_addr();

@@ -38,8 +38,8 @@ void ClusterEnvironment::set_topology(const ProcessTopology& t) {
 void ClusterEnvironment::set_rendezvous(std::string master_addr, int64_t master_port) {
   const std::string who = name() + " environment";
   check<ConfigurationError>(!master_addr.empty(), who, ": expected a master address, got ''");
-  check<ConfigurationError>(master_port >= 1 && master_port <= 65535, who,
-                            ": expected a master port in [1, 65535], got ", master_port);
+  check<ConfigurationError>(master_port >= 0 && master_port <= 65535, who,
+                            ": expected a master port in [0, 65535], got ", master_port);
   master_addr_ = std::move(master_addr);
   master_port_ = master_port;
 }

@@ -42,6 +42,8 @@ class ClusterEnvironment {
   virtual bool creates_processes_externally() const = 0;
   const ProcessTopology& topology() const { return topology_; }
   const std::string& master_addr() const { return master_addr_; }
+  // 0: rank 0 binds any free port as it starts its store and hands it to the ranks it starts
+  // (volt's launcher on one node without --master-port or MASTER_PORT).
   int64_t master_port() const { return master_port_; }
   // torchelastic's agent store: the store already runs (in the agent), every rank connects as a
   // client, keys live under store_prefix().

@@ -57,9 +57,10 @@ VoltEnvironment::VoltEnvironment(const EnvironmentVariables& variables, const Cl
     } else if (t.num_nodes > 1) {
       port = kDefaultMultiNodePort;
     } else {
-      // One node: any free port; the launcher hands it to the children. (A process alone binds a
-      // port of its own as it starts its store: Communicator::connect.)
-      port = find_free_port(address);
+      // One node: 0, any free port, chosen by the kernel as rank 0 binds its store; the launcher
+      // then hands it to the children (start_process_group). A port found free now could be taken
+      // by another process of the host before the store binds it.
+      port = 0;
     }
   }
   set_rendezvous(address, port);

@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "core/error.h"
+#include "nn/autograd_object.h"
 
 namespace volt::pipeline {
 
@@ -18,8 +19,7 @@ class CarryStageGradients : public torch::autograd::Function<CarryStageGradients
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* context,
                                                  torch::autograd::variable_list gradients) {
-    auto* window = reinterpret_cast<StageGradientWindow*>(context->saved_data["window"].toInt());
-    window->finish(gradients[0]);
+    autograd_object<StageGradientWindow>(context->saved_data["window"].toInt()).finish(gradients[0]);
     return {torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
@@ -42,7 +42,7 @@ void StageGradientWindow::begin_step(std::vector<torch::Tensor> parameters) {
 }
 
 torch::Tensor StageGradientWindow::carrying_loss(const torch::Tensor& value) {
-  return CarryStageGradients::apply(value.detach(), anchor_, reinterpret_cast<int64_t>(this));
+  return CarryStageGradients::apply(value.detach(), anchor_, autograd_address(*this));
 }
 
 void StageGradientWindow::finish(const torch::Tensor& factor) {

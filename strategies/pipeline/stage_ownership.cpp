@@ -72,7 +72,8 @@ void StageOwnership::restore(const StateDict& whole) {
 void StageOwnership::load(const StateDict& state, bool strict, const std::string& source) const {
   std::vector<std::string> missing, unexpected, mis_shaped;
   std::set<std::string> names;
-  const auto check_entry = [&](const std::string& name, const torch::Tensor& tensor) {
+  // `tensor` by value: a handle to the module's own storage, which the copy writes into.
+  const auto check_entry = [&](const std::string& name, torch::Tensor tensor) {
     names.insert(name);
     if (!state.contains(name)) {
       missing.push_back(name);
@@ -89,7 +90,7 @@ void StageOwnership::load(const StateDict& state, bool strict, const std::string
     }
     if (released == nullptr) {
       torch::NoGradGuard no_grad;
-      const_cast<torch::Tensor&>(tensor).copy_(value);
+      tensor.copy_(value);
     }
   };
   for (const auto& item : module_.named_parameters()) check_entry(item.key(), item.value());

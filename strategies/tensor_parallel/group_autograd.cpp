@@ -2,12 +2,14 @@
 
 #include <cstdint>
 
+#include "nn/autograd_object.h"
+
 namespace volt::tp {
 
 namespace {
 
 Communicator& group_of(torch::autograd::AutogradContext* context) {
-  return *reinterpret_cast<Communicator*>(context->saved_data["group"].toInt());
+  return autograd_object<Communicator>(context->saved_data["group"].toInt());
 }
 
 torch::Tensor summed(const torch::Tensor& tensor, Communicator& group) {
@@ -31,7 +33,7 @@ class EnterParallelRegion : public torch::autograd::Function<EnterParallelRegion
 class LeaveParallelRegion : public torch::autograd::Function<LeaveParallelRegion> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* context, const torch::Tensor& partial, int64_t group) {
-    return summed(partial, *reinterpret_cast<Communicator*>(group));
+    return summed(partial, autograd_object<Communicator>(group));
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
                                                  torch::autograd::variable_list gradients) {
@@ -42,11 +44,11 @@ class LeaveParallelRegion : public torch::autograd::Function<LeaveParallelRegion
 }  // namespace
 
 torch::Tensor enter_parallel_region(const torch::Tensor& input, Communicator& group) {
-  return EnterParallelRegion::apply(input, reinterpret_cast<int64_t>(&group));
+  return EnterParallelRegion::apply(input, autograd_address(group));
 }
 
 torch::Tensor leave_parallel_region(const torch::Tensor& partial, Communicator& group) {
-  return LeaveParallelRegion::apply(partial, reinterpret_cast<int64_t>(&group));
+  return LeaveParallelRegion::apply(partial, autograd_address(group));
 }
 
 }  // namespace volt::tp

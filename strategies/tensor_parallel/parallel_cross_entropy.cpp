@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "core/error.h"
+#include "nn/autograd_object.h"
 
 namespace volt::tp {
 
@@ -21,7 +22,7 @@ class VocabParallelCrossEntropy : public torch::autograd::Function<VocabParallel
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* context, const torch::Tensor& logits,
                                const torch::Tensor& target, int64_t group_address) {
-    auto& group = *reinterpret_cast<Communicator*>(group_address);
+    auto& group = autograd_object<Communicator>(group_address);
     const auto z = logits.detach().to(torch::kFloat);
     const int64_t columns = z.size(1), first = group.rank() * columns;
     const auto maximum = all_reduced(std::get<0>(z.max(1)).contiguous(), group, ReduceOp::Max);
@@ -69,7 +70,7 @@ torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& ta
                             "vocabulary's ", vocab_size, " nor its slice in a tensor_parallel step",
                             group ? " of " + std::to_string(group->size()) + " ranks" : std::string(" (none runs)"),
                             "; split the head colwise by a tp that divides the vocabulary, or pass its size");
-  return VocabParallelCrossEntropy::apply(logits, target, reinterpret_cast<int64_t>(group));
+  return VocabParallelCrossEntropy::apply(logits, target, autograd_address(*group));
 }
 
 }  // namespace volt::tp

@@ -5,7 +5,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
+#include <future>
 #include <cerrno>
 #include <csignal>
 #include <latch>
@@ -13,6 +15,7 @@
 
 #include "distributed/communicator.h"
 #include "tests/distributed/thread_ranks.h"
+#include "tests/support/test_support.h"
 #include "core/error.h"
 #include "distributed/network.h"
 
@@ -230,6 +233,39 @@ TEST(CommunicatorFailureTest, AProcessAloneNeverMeetsAnotherOnItsPort) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));  // both alive at once
   });
   for (const auto& error : errors) EXPECT_TRUE(error.empty()) << error;
+}
+
+// Port 0 on the rank that hosts the store (volt's launcher on one node): the kernel picks a free
+// port as the store binds it, on_store_bound hands it on (the launcher starts the other ranks
+// with it), and no other process can take it in between. Two groups of 2 at once, each rank 1
+// started with the port its rank 0 was told, both reduce; their ports differ.
+TEST(CommunicatorFailureTest, PortZeroIsTheOneTheStoreBoundAndTheOthersAreToldIt) {
+  std::array<std::promise<int64_t>, 2> bound;
+  std::array<std::shared_future<int64_t>, 2> ports = {bound[0].get_future().share(), bound[1].get_future().share()};
+  const auto errors = run_thread_ranks(4, [&](int64_t thread, int64_t) {
+    const int64_t group = thread / 2, rank = thread % 2;
+    auto options = loopback_options(rank, 2, 0, std::chrono::seconds(20));
+    if (rank == 0) {
+      options.on_store_bound = [&, group](int64_t port) { bound[static_cast<size_t>(group)].set_value(port); };
+    } else {
+      const auto& port = ports[static_cast<size_t>(group)];
+      if (port.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+        throw std::runtime_error("rank 0 of group " + std::to_string(group) + " never said its port");
+      }
+      options.master_port = port.get();
+    }
+    auto c = Communicator::connect(options);
+    auto t = torch::ones({3});
+    c->all_reduce(t);
+    EXPECT_TRUE(torch::equal(t, torch::full({3}, 2.0))) << "group " << group << ", rank " << rank;
+  });
+  for (const auto& error : errors) EXPECT_TRUE(error.empty()) << error;
+  EXPECT_GT(ports[0].get(), 0);
+  EXPECT_NE(ports[0].get(), ports[1].get());
+  EXPECT_NE(testing::configuration_error_of([] { loopback_options(1, 2, 0, std::chrono::seconds(1)).validate(); })
+                .find("expected a master port in [1, 65535], got 0"),
+            std::string::npos)
+      << "only the rank that hosts the store may ask for port 0";
 }
 
 // SIGPIPE's action now; sets it to `action` for the rest of the scope's test and restores it after.

@@ -83,7 +83,7 @@ TEST_F(DistributedTrainingTest, RanksAtDifferentDecisionsFailAtOnceNamingWhere) 
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_NE(result.exit_code, 0) << result.output;
   EXPECT_NE(result.output.find("ranks out of step: global rank 1 of 2 took a broadcast_decision at "
-                               "distributed_worker.cpp:"),
+                               "worker_callbacks.h:"),
             std::string::npos)
       << result.output;
   EXPECT_NE(result.output.find("while rank 0 took its broadcast_decision elsewhere (at line"), std::string::npos)
