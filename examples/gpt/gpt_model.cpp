@@ -90,6 +90,8 @@ GPTImpl::GPTImpl(const GPTConfig& config) : config_(config) {
   blocks_ = register_module("blocks", torch::nn::Sequential());
   for (int64_t i = 0; i < config.n_layer; ++i) blocks_->push_back(Block(config));
   ln_f_ = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({config.n_embd})));
+  embedding_ = EmbeddingLayer(wte_, wpe_, dropout_, config.block_size);
+  output_ = OutputLayer(ln_f_, wte_);
   // GPT-2's initialization: N(0, 0.02) weights, zero biases, and the projections that write into
   // the residual stream scaled by 1/sqrt(2 · layers), so its variance does not grow with depth.
   torch::NoGradGuard no_grad;
@@ -106,26 +108,82 @@ GPTImpl::GPTImpl(const GPTConfig& config) : config_(config) {
   }
 }
 
-torch::Tensor GPTImpl::forward(const torch::Tensor& idx) {
+namespace {
+
+// A block under activation checkpointing: recomputed in the backward while its module trains.
+class RecomputedBlockImpl : public torch::nn::Module {
+ public:
+  explicit RecomputedBlockImpl(std::shared_ptr<BlockImpl> block) : block_(register_module("block", std::move(block))) {}
+  torch::Tensor forward(const torch::Tensor& x) { return run(block_, x); }
+  // `block` on `x`: volt::checkpoint while it trains, its plain forward otherwise.
+  static torch::Tensor run(const std::shared_ptr<BlockImpl>& block, const torch::Tensor& x) {
+    return block->is_training() ? volt::checkpoint(block, x) : block->forward(x);
+  }
+
+ private:
+  std::shared_ptr<BlockImpl> block_;
+};
+TORCH_MODULE(RecomputedBlock);
+
+// The block behind a Sequential entry; fsdp's auto-wrap replaces the blocks by its units, whose
+// gathered parameters a recompute would need again: not supported yet.
+std::shared_ptr<BlockImpl> block_of(const torch::nn::AnyModule& entry) {
+  auto block = std::dynamic_pointer_cast<BlockImpl>(entry.ptr());
+  TORCH_CHECK(block != nullptr, "GPT: activation checkpointing needs the blocks themselves, got a ",
+              entry.ptr()->name(), "; use it with single_device, ddp or pipeline");
+  return block;
+}
+
+}  // namespace
+
+EmbeddingLayerImpl::EmbeddingLayerImpl(torch::nn::Embedding wte, torch::nn::Embedding wpe, torch::nn::Dropout dropout,
+                                       int64_t block_size)
+    : wte_(register_module("wte", std::move(wte))),
+      wpe_(register_module("wpe", std::move(wpe))),
+      dropout_(register_module("dropout", std::move(dropout))),
+      block_size_(block_size) {}
+
+torch::Tensor EmbeddingLayerImpl::forward(const torch::Tensor& idx) {
   const int64_t time = idx.size(1);
-  TORCH_CHECK(time <= config_.block_size, "GPT: a sequence of ", time, " tokens is longer than the context (",
-              config_.block_size, ")");
+  TORCH_CHECK(time <= block_size_, "GPT: a sequence of ", time, " tokens is longer than the context (", block_size_,
+              ")");
   const auto positions = torch::arange(time, torch::dtype(torch::kLong).device(idx.device()));
-  auto x = dropout_->forward(wte_->forward(idx) + wpe_->forward(positions));
+  return dropout_->forward(wte_->forward(idx) + wpe_->forward(positions));
+}
+
+OutputLayerImpl::OutputLayerImpl(torch::nn::LayerNorm ln_f, torch::nn::Embedding wte)
+    : ln_f_(register_module("ln_f", std::move(ln_f))), wte_(std::move(wte)) {}
+
+torch::Tensor OutputLayerImpl::forward(const torch::Tensor& x) {
+  return torch::nn::functional::linear(ln_f_->forward(x), wte_->weight);  // tied output projection
+}
+
+torch::Tensor GPTImpl::forward(const torch::Tensor& idx) {
+  auto x = embedding_->forward(idx);
   if (config_.activation_checkpointing && is_training()) {
-    for (const auto& entry : *blocks_) {
-      // fsdp's auto-wrap replaces the blocks by its units, whose gathered parameters the
-      // recompute would need again: not supported yet.
-      auto block = std::dynamic_pointer_cast<BlockImpl>(entry.ptr());
-      TORCH_CHECK(block != nullptr, "GPT: activation checkpointing needs the blocks themselves, got a ",
-                  entry.ptr()->name(), "; use it with single_device or ddp");
-      x = volt::checkpoint(block, x);
-    }
+    for (const auto& entry : *blocks_) x = RecomputedBlockImpl::run(block_of(entry), x);
   } else {
     x = blocks_->forward(x);
   }
-  x = ln_f_->forward(x);
-  return torch::nn::functional::linear(x, wte_->weight);  // tied output projection
+  return output_->forward(x);
+}
+
+torch::nn::Sequential GPTImpl::pipeline_layers() const {
+  torch::nn::Sequential layers;
+  layers->push_back(embedding_);
+  for (const auto& entry : *blocks_) {
+    if (config_.activation_checkpointing) {
+      layers->push_back(RecomputedBlock(block_of(entry)));
+    } else {
+      layers->push_back(entry);
+    }
+  }
+  layers->push_back(output_);
+  return layers;
+}
+
+torch::Tensor next_token_loss(const torch::Tensor& logits, const torch::Tensor& target) {
+  return torch::nn::functional::cross_entropy(logits.view({-1, logits.size(-1)}), target.view({-1}));
 }
 
 std::string tensor_parallel_plan(const std::string& path) {

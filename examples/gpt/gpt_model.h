@@ -4,7 +4,9 @@
 // and logits through the token embedding's own weights (tied). The blocks are the entries of a
 // Sequential with a Tensor -> Tensor forward, so fsdp's auto-wrap makes each one a unit. The
 // blocks' linears are called through volt::call, so that tensor_parallel can split them (the
-// plan tensor_parallel_plan() below).
+// plan tensor_parallel_plan() below). pipeline_layers() gives the pipeline strategy the model as
+// one Sequential: the embeddings, the blocks, the final LayerNorm with the tied projection, which
+// reads the token embedding's weight on whichever stage runs it (pipeline_shared_parameters()).
 #include <torch/torch.h>
 
 #include <string>
@@ -55,12 +57,49 @@ class BlockImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Block);
 
+// Token ids [batch, time] -> the token plus position embeddings, through dropout: the model's
+// first layer. It registers the GPT's own modules (the GPT registers them too, under its names).
+class EmbeddingLayerImpl : public torch::nn::Module {
+ public:
+  EmbeddingLayerImpl(torch::nn::Embedding wte, torch::nn::Embedding wpe, torch::nn::Dropout dropout,
+                     int64_t block_size);
+  torch::Tensor forward(const torch::Tensor& idx);
+
+ private:
+  torch::nn::Embedding wte_, wpe_;
+  torch::nn::Dropout dropout_;
+  int64_t block_size_;
+};
+TORCH_MODULE(EmbeddingLayer);
+
+// The last layer: the final LayerNorm, then logits through the token embedding's weight, which it
+// reads but does not register (the embedding layer does; registering it twice would have
+// optimizers step it twice).
+class OutputLayerImpl : public torch::nn::Module {
+ public:
+  OutputLayerImpl(torch::nn::LayerNorm ln_f, torch::nn::Embedding wte);
+  torch::Tensor forward(const torch::Tensor& x);
+  const torch::Tensor& tied_weight() const { return wte_->weight; }
+
+ private:
+  torch::nn::LayerNorm ln_f_;
+  torch::nn::Embedding wte_;  // not registered
+};
+TORCH_MODULE(OutputLayer);
+
 class GPTImpl : public torch::nn::Module {
  public:
   explicit GPTImpl(const GPTConfig& config);
   // Token ids [batch, time] (time <= block_size) -> logits [batch, time, vocab_size].
   torch::Tensor forward(const torch::Tensor& idx);
   const GPTConfig& config() const { return config_; }
+  // The model as the layers forward runs, in order: the embedding layer, the blocks (each through
+  // volt::checkpoint in training with activation checkpointing), the output layer. A new
+  // Sequential of the model's own modules on each call.
+  torch::nn::Sequential pipeline_layers() const;
+  // The output layer reads the token embedding's weight: layer n_layer + 1 of pipeline_layers().
+  int64_t output_layer_index() const { return config_.n_layer + 1; }
+  const torch::Tensor& tied_weight() const { return output_->tied_weight(); }
 
  private:
   GPTConfig config_;
@@ -68,6 +107,8 @@ class GPTImpl : public torch::nn::Module {
   torch::nn::Dropout dropout_{nullptr};
   torch::nn::Sequential blocks_{nullptr};
   torch::nn::LayerNorm ln_f_{nullptr};
+  EmbeddingLayer embedding_{nullptr};  // over wte_, wpe_ and dropout_; not registered here
+  OutputLayer output_{nullptr};        // over ln_f_ and wte_; not registered here
 };
 TORCH_MODULE(GPT);
 
@@ -77,6 +118,9 @@ TORCH_MODULE(GPT);
 // rowwise: two all-reduces of activations per block forward, two backward. The embeddings,
 // LayerNorms and tied output projection stay whole.
 std::string tensor_parallel_plan(const std::string& path);
+
+// The mean next-token cross-entropy of `logits` [batch, time, vocab] against `target` [batch, time].
+torch::Tensor next_token_loss(const torch::Tensor& logits, const torch::Tensor& target);
 
 // Scaled dot-product attention with a causal mask on [batch, heads, time, head_dim] tensors: the
 // fused kernel (flash or memory-efficient attention where the device has one) on LibTorch 2.x,

@@ -18,6 +18,9 @@ double lr_factor(const TrainingOptions& options, int64_t decay_steps, int64_t st
 
 GPTModule::GPTModule(const GPTConfig& config, TrainingOptions options) : options_(options) {
   model_ = register_module("model", GPT(config));
+  for (const auto& item : model_->named_parameters()) {
+    if (item.value().dim() >= 2) matrices_.insert(item.key());
+  }
 }
 
 int64_t GPTModule::parameter_count() const {
@@ -27,8 +30,7 @@ int64_t GPTModule::parameter_count() const {
 }
 
 torch::Tensor GPTModule::loss(const volt::Batch& batch) {
-  const auto logits = model_->forward(batch.input);
-  return torch::nn::functional::cross_entropy(logits.view({-1, logits.size(-1)}), batch.target.view({-1}));
+  return next_token_loss(model_->forward(batch.input), batch.target);
 }
 
 torch::Tensor GPTModule::training_step(const volt::Batch& batch, int64_t) {
@@ -37,13 +39,13 @@ torch::Tensor GPTModule::training_step(const volt::Batch& batch, int64_t) {
   return value;
 }
 
-void GPTModule::validation_step(const volt::Batch& batch, int64_t) {
-  log("val_loss", loss(batch), {.prog_bar = true});
-}
+void GPTModule::validation_step(const volt::Batch& batch, int64_t) { log("val_loss", loss(batch), {.prog_bar = true}); }
 
 volt::OptimizerConfig GPTModule::configure_optimizers() {
   std::vector<torch::Tensor> decayed, plain;
-  for (const auto& p : model_->parameters()) (p.dim() >= 2 ? decayed : plain).push_back(p);
+  for (const auto& item : model_->named_parameters()) {
+    (matrices_.count(item.key()) > 0 ? decayed : plain).push_back(item.value());
+  }
   const auto group = [&](std::vector<torch::Tensor> params, double decay) {
     return torch::optim::OptimizerParamGroup(
         std::move(params),

@@ -1,11 +1,14 @@
 // A GPT-2-style decoder trained on byte tokens (examples/gpt/prepare.cpp writes them):
 //   build/examples/gpt --data-dir /tmp/gpt_tokens                      # the 124M shape, bf16-mixed
 //   build/examples/gpt --data-dir /tmp/gpt_tokens --preset cpu --max-steps 300
-// Accepts every Trainer flag (--strategy ddp|fsdp:..., --devices, --precision, --accumulate-grad-batches,
-// ...; see --help). Defaults of its own: --precision bf16-mixed on a GPU (32-true on a CPU),
-// --gradient-clip-val 1.0 and --max-steps 5000 (cpu preset: 300) unless given. Logs train_loss and
-// val_loss, tokens per second and, on a device whose peak volt knows (or with --peak-flops), MFU;
-// validates the final weights and prints the final metrics.
+// Accepts every Trainer flag (--strategy ddp|fsdp|tensor_parallel|pipeline:..., --devices,
+// --precision, --accumulate-grad-batches, ...; see --help). Defaults of its own: --precision
+// bf16-mixed on a GPU (32-true on a CPU), --gradient-clip-val 1.0 and --max-steps 5000 (cpu
+// preset: 300) unless given; tensor_parallel's plan= and fsdp's layout=per_parameter unless given;
+// under pipeline --limit-val-batches 0 --num-sanity-val-steps 0. Logs
+// train_loss (pipeline/loss under pipeline) and val_loss, tokens per second and, on a device whose
+// peak volt knows (or with --peak-flops), MFU; validates the final weights (not under pipeline)
+// and prints the final metrics.
 #include <boost/program_options.hpp>
 
 #include <iomanip>
@@ -13,6 +16,7 @@
 
 #include "callbacks/throughput_monitor.h"
 #include "gpt/gpt_module.h"
+#include "strategies/strategy_registry.h"
 #include "trainer/volt.h"
 
 namespace po = boost::program_options;
@@ -58,12 +62,23 @@ int main(int argc, char** argv) {
     if (options.max_steps == -1 && !options.max_epochs) options.max_steps = preset == "cpu" ? 300 : 5000;
     if (!options.seed) options.seed = 1337;
 
-    // tensor_parallel without a plan splits the blocks as Megatron-LM does (gpt::tensor_parallel_plan).
-    const std::string tensor_parallel = "tensor_parallel";
-    if (options.strategy.rfind(tensor_parallel, 0) == 0 && options.strategy.find("plan=") == std::string::npos) {
-      const bool has_options = options.strategy.size() > tensor_parallel.size();
-      options.strategy += std::string(has_options ? "," : ":") + "plan=" + gpt::tensor_parallel_plan("model");
-    }
+    const auto strategy = volt::parse_strategy_spec(options.strategy);
+    // Adds key=value to --strategy where the user gave no value of `key`.
+    const auto complete_strategy = [&](const std::string& key, const std::string& value) {
+      if (strategy.values.count(key) > 0) return;
+      options.strategy += std::string(options.strategy.find(':') != std::string::npos ? "," : ":") + key + "=" + value;
+    };
+    // tensor_parallel splits the blocks as Megatron-LM does (gpt::tensor_parallel_plan).
+    if (strategy.name == "tensor_parallel") complete_strategy("plan", gpt::tensor_parallel_plan("model"));
+    // fsdp shards each parameter of a unit on its own (FSDP2's layout), so that the weight matrices
+    // and the rest, in two param groups, can share a unit.
+    if (strategy.name == "fsdp") complete_strategy("layout", "per_parameter");
+    // A pipeline runs training steps only (no rank holds the whole model to validate with), so
+    // it validates nothing unless asked to (and then refuses, naming the fix).
+    const bool pipelined = strategy.name == "pipeline";
+    const auto defaulted = [&](const char* flag) { return values.count(flag) == 0 || values[flag].defaulted(); };
+    if (pipelined && defaulted("limit-val-batches")) options.limit_val_batches = volt::BatchLimit::count(0);
+    if (pipelined && defaulted("num-sanity-val-steps")) options.num_sanity_val_steps = 0;
     auto config = gpt::GPTConfig::preset(preset);
     config.dropout = dropout;
     config.activation_checkpointing = activation_checkpointing;
@@ -94,7 +109,13 @@ int main(int argc, char** argv) {
     trainer.fit(model, tokens);
     // The validation loss of the weights the fit ended with (a fit stopped by --max-steps mid-epoch
     // has not validated them).
-    trainer.validate(model, tokens);
+    if (!pipelined) {
+      trainer.validate(model, tokens);
+    } else if (trainer.is_global_zero()) {
+      std::cout << "gpt: no final validation under pipeline (its ranks hold stages, not the model); validate the "
+                   "checkpoint under single_device or ddp"
+                << std::endl;
+    }
     if (trainer.is_global_zero()) {
       std::cout << "Final metrics:";
       for (const auto& [name, value] : trainer.callback_metrics()) {

@@ -14,6 +14,11 @@
 //     }
 //   };
 //
+// A layer that also reads a parameter another layer registers (a tied output projection reading
+// the token embedding's weight) names it in pipeline_shared_parameters(): its stage then keeps a
+// copy (Note [Parameters shared across stages]). The parameter must not be registered in the
+// reading layer too: optimizers built over module.parameters() would step it twice.
+//
 // Under `pipeline` the Trainer's training step is the schedule over these two: training_step is
 // not called (it runs the whole model, which no rank holds).
 #include <torch/torch.h>
@@ -22,6 +27,12 @@
 #include <vector>
 
 namespace volt::pipeline {
+
+// A parameter that pipeline layer `layer` reads but does not register: another layer does.
+struct SharedParameter {
+  int64_t layer = 0;
+  torch::Tensor parameter;
+};
 
 class PipelineModel {
  public:
@@ -35,6 +46,8 @@ class PipelineModel {
   // The first entry of every one of `stages` stages (begins at 0, increasing); empty, the
   // default: balanced by parameter count (balanced_stage_starts).
   virtual std::vector<int64_t> pipeline_split(int64_t stages) { return {}; }
+  // The parameters layers read besides their own; empty, the default: none.
+  virtual std::vector<SharedParameter> pipeline_shared_parameters() { return {}; }
 };
 
 }  // namespace volt::pipeline

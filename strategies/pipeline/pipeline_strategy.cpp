@@ -1,5 +1,7 @@
 #include "strategies/pipeline/pipeline_strategy.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "strategies/mesh_replica_parts.h"
 #include "strategies/optimizer_sharding.h"
@@ -30,7 +32,7 @@ const OptionSchema<PipelineOptions>& PipelineOptions::schema() {
 }
 
 PipelineStrategy::PipelineStrategy(PipelineOptions options)
-    : options_(options), gradients_(std::make_shared<ReplicaGradients>(*this, *this, layout_.mesh)) {
+    : options_(options), gradients_(std::make_shared<PipelineGradients>(*this, *this, layout_.mesh, layout_.shared)) {
   options_.validate();
   hold(gradients_);
   hold(std::make_shared<ReplicaPlacement>(*this, layout_.mesh));
@@ -105,10 +107,49 @@ void PipelineStrategy::wrap_module(torch::nn::Module& module) {
   }
   const int64_t mine = m.coordinate("pp");
   auto stage_module = pipeline::stage_of(layers, starts, mine);
-  layout_.ownership = std::make_unique<pipeline::StageOwnership>(module, layers, stage_module, mine == 0);
+  layout_.shared = shared_across_stages(module, layers->size(), starts);
+  layout_.ownership = std::make_unique<pipeline::StageOwnership>(
+      module, layers, stage_module, mine == 0,
+      layout_.shared ? layout_.shared->copies() : std::vector<torch::Tensor>{});
   layout_.ownership->release();
   stage_ = std::make_unique<pipeline::PipelineStage>(stage_module, m.group("pp"));
   gradients_->attach(&module);
+}
+
+std::unique_ptr<pipeline::SharedStageParameters> PipelineStrategy::shared_across_stages(
+    torch::nn::Module& module, size_t layer_count, const std::vector<int64_t>& starts) const {
+  const auto stage_of_layer = [&](int64_t layer) {
+    return static_cast<int64_t>(std::upper_bound(starts.begin(), starts.end(), layer) - starts.begin()) - 1;
+  };
+  std::vector<pipeline::SharedStageParameters::Shared> shared;
+  for (const auto& read : model_->pipeline_shared_parameters()) {
+    check<ConfigurationError>(read.layer >= 0 && read.layer < static_cast<int64_t>(layer_count),
+                              "--strategy pipeline: pipeline_shared_parameters() names layer ", read.layer, " of the ",
+                              layer_count, " pipeline_layers(); give the index of the layer that reads the parameter");
+    const auto owner = layout_.stage_of_parameter.find(read.parameter.unsafeGetTensorImpl());
+    check<ConfigurationError>(owner != layout_.stage_of_parameter.end(), "--strategy pipeline: a parameter that ",
+                              "layer ", read.layer, " reads (pipeline_shared_parameters()) is registered in none of ",
+                              "pipeline_layers(); register it in the layer that owns it");
+    const int64_t reader = stage_of_layer(read.layer);
+    if (reader == owner->second) continue;
+    auto same = std::find_if(shared.begin(), shared.end(), [&](const auto& s) {
+      return s.parameter.unsafeGetTensorImpl() == read.parameter.unsafeGetTensorImpl();
+    });
+    if (same == shared.end()) {
+      std::string name;
+      for (const auto& item : module.named_parameters()) {
+        if (item.value().unsafeGetTensorImpl() == read.parameter.unsafeGetTensorImpl()) name = item.key();
+      }
+      shared.push_back({.parameter = read.parameter, .name = name, .stages = {owner->second}, .owner = owner->second});
+      same = std::prev(shared.end());
+    }
+    if (std::find(same->stages.begin(), same->stages.end(), reader) == same->stages.end()) {
+      same->stages.push_back(reader);
+      std::sort(same->stages.begin(), same->stages.end());
+    }
+  }
+  if (shared.empty()) return nullptr;
+  return std::make_unique<pipeline::SharedStageParameters>(std::move(shared), mesh().group("pp"));
 }
 
 std::vector<std::shared_ptr<torch::optim::Optimizer>> PipelineStrategy::setup_optimizers(
@@ -149,7 +190,12 @@ torch::Tensor PipelineStrategy::run_step(RunningStage running, torch::nn::Module
   std::vector<torch::Tensor> inputs, targets;
   if (s.is_first()) inputs = batch.input.split(rows);
   if (s.is_last()) targets = batch.target.split(rows);
-  window_.begin_step(s.module()->parameters());
+  if (layout_.shared) layout_.shared->refresh_copies();  // the owners stepped them
+  auto parameters = s.module()->parameters();
+  if (layout_.shared) {
+    for (const auto& copy : layout_.shared->copies()) parameters.push_back(copy);  // their gradients too
+  }
+  window_.begin_step(std::move(parameters));
   const auto loss = s.run(
       options_.schedule, m, inputs, targets,
       [this](const torch::Tensor& output, const torch::Tensor& target) {
@@ -173,6 +219,7 @@ void PipelineStrategy::teardown() {
   gradients_->attach(nullptr);
   stage_.reset();
   layout_.ownership.reset();
+  layout_.shared.reset();
   layout_.stage_of_parameter.clear();
   model_ = nullptr;
   last_loss_ = torch::Tensor();

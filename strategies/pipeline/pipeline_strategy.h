@@ -7,7 +7,8 @@
 //
 // The module implements PipelineModel (pipeline_model.h): its layers as one Sequential, cut into
 // S contiguous stages (balanced by parameter count, or the module's pipeline_split), and the loss
-// of the last layer's output. Each rank keeps its stage and releases the rest (Note [A stage's
+// of the last layer's output (and any parameter a layer reads that another registers, Note
+// [Parameters shared across stages]). Each rank keeps its stage and releases the rest (Note [A stage's
 // share of the model]); its optimizers step only its stage's parameters (OSS over the `pp` group
 // with the stages as the partition, no parameters gathered after the step), so parameters,
 // gradients and optimizer state per rank are its stage's.
@@ -37,9 +38,11 @@
 #include "distributed/process_mesh.h"
 #include "strategies/mesh_replica_parts.h"
 #include "strategies/parallel_strategy.h"
+#include "strategies/pipeline/pipeline_gradients.h"
 #include "strategies/pipeline/pipeline_model.h"
 #include "strategies/pipeline/pipeline_schedule.h"
 #include "strategies/pipeline/pipeline_stage.h"
+#include "strategies/pipeline/shared_stage_parameters.h"
 #include "strategies/pipeline/stage_gradient_window.h"
 #include "strategies/pipeline/stage_ownership.h"
 
@@ -57,9 +60,10 @@ struct PipelineOptions {
 // This rank's place in the pipeline, built by the strategy (the mesh at setup_environment, the
 // rest at setup_module) and read by its parts when they act.
 struct PipelineLayout {
-  std::unique_ptr<ProcessMesh> mesh;                    // pp × dp
-  std::unique_ptr<pipeline::StageOwnership> ownership;  // this rank's entries of the module
-  std::map<const void*, int64_t> stage_of_parameter;    // every layer parameter's stage
+  std::unique_ptr<ProcessMesh> mesh;                        // pp × dp
+  std::unique_ptr<pipeline::StageOwnership> ownership;      // this rank's entries of the module
+  std::map<const void*, int64_t> stage_of_parameter;        // every layer parameter's stage
+  std::unique_ptr<pipeline::SharedStageParameters> shared;  // parameters read by other stages (null: none)
 };
 
 class PipelineStrategy : public ParallelStrategy {
@@ -95,13 +99,18 @@ class PipelineStrategy : public ParallelStrategy {
   void wrap_module(torch::nn::Module& module) override;
 
  private:
+  // The parameters pipeline_shared_parameters() names that a stage other than their owner's
+  // reads (null: none); throws ConfigurationError for a layer out of range or a parameter no layer
+  // registers.
+  std::unique_ptr<pipeline::SharedStageParameters> shared_across_stages(torch::nn::Module& module, size_t layer_count,
+                                                                        const std::vector<int64_t>& starts) const;
   PipelineOptions options_;
   PipelineLayout layout_;
   pipeline::PipelineModel* model_ = nullptr;
   std::unique_ptr<pipeline::PipelineStage> stage_;
   pipeline::StageGradientWindow window_;
   torch::Tensor last_loss_;
-  std::shared_ptr<ReplicaGradients> gradients_;  // the stage's gradients averaged over `dp`
+  std::shared_ptr<PipelineGradients> gradients_;  // shared parts summed, the stage's averaged over `dp`
 };
 
 // Registers `pipeline` (strategy_registry.cpp).

@@ -8,8 +8,10 @@
 namespace volt::pipeline {
 
 StageOwnership::StageOwnership(torch::nn::Module& module, const torch::nn::Sequential& layers,
-                               const torch::nn::Sequential& stage, bool first_stage)
+                               const torch::nn::Sequential& stage, bool first_stage,
+                               const std::vector<torch::Tensor>& copies)
     : module_(module) {
+  for (const auto& c : copies) copies_.insert(c.unsafeGetTensorImpl());
   for (const auto& p : stage->parameters()) owned_.insert(p.unsafeGetTensorImpl());
   for (const auto& b : stage->buffers()) owned_.insert(b.unsafeGetTensorImpl());
   if (!first_stage) return;
@@ -25,7 +27,7 @@ void StageOwnership::release() {
   torch::NoGradGuard no_grad;
   for (auto& item : module_.named_parameters()) {
     auto& parameter = item.value();
-    if (owns(parameter)) continue;
+    if (owns(parameter) || copies_.count(parameter.unsafeGetTensorImpl()) > 0) continue;
     released_.push_back({item.key(), parameter, parameter.sizes().vec()});
     parameter.set_data(torch::empty({0}, parameter.options()));
   }
@@ -67,6 +69,12 @@ void StageOwnership::restore(const StateDict& whole) {
     entry.parameter.set_data(whole.get_tensor(entry.name).to(entry.parameter.options(), false, /*copy=*/true));
   }
   released_.clear();
+  for (auto& item : module_.named_parameters()) {
+    if (copies_.count(item.value().unsafeGetTensorImpl()) == 0) continue;
+    check<CheckpointError>(whole.contains(item.key()), "pipeline: restoring the model, no value of '", item.key(),
+                           "' came back from its stage");
+    item.value().detach().copy_(whole.get_tensor(item.key()));
+  }
 }
 
 void StageOwnership::load(const StateDict& state, bool strict, const std::string& source) const {

@@ -150,8 +150,9 @@ TEST(PipelineStrategy, AMidEpochCheckpointRecordsTheReplicasSamples) {
 TEST(PipelineStrategy, RankZeroLogsTheLastStagesLoss) {
   testing::TemporaryDirectory dir;
   const auto result = testing::run_command(
-      testing::train_command(dir.path(), "--model mlp --limit-val-batches 0 --strategy pipeline:stages=2,microbatches=2 "
-                                         "--devices 2 --batch-size 8"),
+      testing::train_command(dir.path(),
+                             "--model mlp --limit-val-batches 0 --strategy pipeline:stages=2,microbatches=2 "
+                             "--devices 2 --batch-size 8"),
       240);
   ASSERT_EQ(result.exit_code, 0) << result.output;
   const double loss = testing::last_logged(dir.path(), "pipeline/loss");
@@ -194,6 +195,41 @@ TEST(PipelineStrategyRefusals, SaysWhatToChange) {
   EXPECT_NE(failing("--strategy pipeline:microbatches=2 --devices 2 --model mlp --batch-size 8")
                 .find("runs training steps only, and the Trainer asked for a step to validate"),
             std::string::npos);
+}
+
+// A model whose pipeline_shared_parameters() names what `shared` gives.
+class SharedReads : public testing::RegressionModule {
+ public:
+  using Reads = std::function<std::vector<pipeline::SharedParameter>(SharedReads&)>;
+  explicit SharedReads(Reads reads) : RegressionModule({.hidden = 4}), reads_(std::move(reads)) {}
+  std::vector<pipeline::SharedParameter> pipeline_shared_parameters() override { return reads_(*this); }
+
+ private:
+  Reads reads_;
+};
+
+TEST(PipelineStrategyRefusals, ASharedParameterIsALayersReadByAnExistingLayer) {
+  const auto fit_error = [](const SharedReads::Reads& reads) {
+    return testing::configuration_error_of([&] {
+      testing::TemporaryDirectory dir;
+      auto options = testing::quiet_options(dir.path());
+      options.strategy = "pipeline";
+      options.max_steps = 1;
+      Trainer trainer(options);
+      trainer.fit(std::make_shared<SharedReads>(reads), std::make_shared<testing::RegressionData>(16, 4));
+    });
+  };
+  const auto layer_99 = fit_error([](SharedReads& m) {
+    return std::vector<pipeline::SharedParameter>{{.layer = 99, .parameter = m.linear->weight}};
+  });
+  EXPECT_NE(layer_99.find("pipeline_shared_parameters() names layer 99 of the 5 pipeline_layers()"), std::string::npos)
+      << layer_99;
+  const auto stray = torch::zeros({2});
+  const auto unregistered =
+      fit_error([&](SharedReads&) { return std::vector<pipeline::SharedParameter>{{.layer = 0, .parameter = stray}}; });
+  EXPECT_NE(unregistered.find("is registered in none of pipeline_layers(); register it in the layer that owns it"),
+            std::string::npos)
+      << unregistered;
 }
 
 // A stage killed in the middle of a step (its neighbours waiting on its sends) ends the run in
