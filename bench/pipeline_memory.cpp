@@ -2,9 +2,10 @@
 // fsdp on the same model, through volt's Trainer and launcher, 4 ranks on one host, one compute
 // thread each, Adam, counted per rank from live tensors (bench/model_state_probe.h; the largest
 // rank shown). The model is the ~20M-parameter MLP of 8 Linear 1580x1580 blocks
-// (bench/block_mlp.h): 4 stages of 2 blocks under the pipeline, one fsdp unit per block. Every
-// strategy takes the same 64 samples a step: ddp and fsdp 16 per rank, the pipeline (one replica)
-// all 64 as 4 micro-batches of 16.
+// (bench/block_mlp.h): 4 stages of 2 blocks under the pipeline, or 2 stages of 4 blocks in 2
+// replicas, each stage whole on its replicas or sharded over them (data_parallel=fsdp); one fsdp
+// unit per block. Every strategy takes the same 64 samples a step: ddp and fsdp 16 per rank, a
+// pipeline's replica 16 per stage as 4 micro-batches.
 //
 // Columns: params (the module's and the optimizer's storages: a stage's, a shard, or the whole
 // model), grads (alive before the optimizer step), Adam state, params + state and its ratio to
@@ -16,6 +17,7 @@
 
 #include "bench/block_mlp.h"
 #include "bench/model_state_probe.h"
+#include "strategies/strategy_registry.h"
 #include "trainer/run_main.h"
 
 namespace {
@@ -32,8 +34,10 @@ void run_worker(volt::ProcessLauncher& launcher, const volt::bench::RankedFlags&
   trainer.add_callback(std::make_shared<volt::bench::MemoryProbe>(flags.warmup));
   torch::manual_seed(0);
   auto module = std::make_shared<volt::bench::BlockMlp>();
-  const bool pipelined = flags.worker_strategy.rfind("pipeline", 0) == 0;
-  const int64_t batch = pipelined ? kRowsPerRank * kRanks : kRowsPerRank;  // the same samples per step
+  // The same samples per step: a pipeline's replica takes all its stages' rows.
+  const auto strategy = volt::parse_strategy_spec(flags.worker_strategy);
+  const int64_t stages = strategy.name == "pipeline" ? std::stoll(strategy.values.at("stages")) : 1;
+  const int64_t batch = kRowsPerRank * stages;
   const int64_t samples = kRanks * kRowsPerRank * (flags.steps + flags.warmup);
   auto data = std::make_shared<volt::TensorDataset>(torch::randn({samples, volt::bench::kBlockWidth}),
                                                     torch::randn({samples, volt::bench::kBlockWidth}));
@@ -44,7 +48,9 @@ void run_worker(volt::ProcessLauncher& launcher, const volt::bench::RankedFlags&
 
 void compare_all(const volt::bench::RankedFlags& flags, const std::string& program) {
   const std::vector<std::string> strategies = {"ddp", "fsdp:min_num_params=1e6",
-                                               "pipeline:stages=4,microbatches=4,schedule=1f1b"};
+                                               "pipeline:stages=4,microbatches=4,schedule=1f1b",
+                                               "pipeline:stages=2,microbatches=4,schedule=1f1b",
+                                               "pipeline:stages=2,microbatches=4,schedule=1f1b,data_parallel=fsdp"};
   std::vector<std::pair<std::string, std::string>> commands;
   for (const auto& strategy : strategies)
     commands.emplace_back(strategy, flags.worker_command(program, strategy, kRanks));

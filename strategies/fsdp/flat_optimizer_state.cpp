@@ -17,7 +17,7 @@ using GenericDict = c10::impl::GenericDict;
 GenericDict new_index_dict() { return GenericDict(c10::IntType::get(), c10::AnyType::get()); }
 GenericDict new_name_dict() { return GenericDict(c10::StringType::get(), c10::AnyType::get()); }
 
-// A state value that holds one value per element of `unit`'s shard (or, in PyTorch's layout, of
+// A state value that holds one value per element of a shard (or, in PyTorch's layout, of
 // the parameter): the rest (Adam's step) is per parameter.
 bool per_element(const c10::IValue& value, int64_t numel) {
   return value.isTensor() && value.toTensor().dim() >= 1 && value.toTensor().numel() == numel;
@@ -39,7 +39,8 @@ c10::IValue owned(const c10::IValue& value) {
 StateDict consolidate_optimizer_state(torch::optim::Optimizer& optimizer, const std::vector<GroupLayout>& groups,
                                       int64_t root) {
   const StateDict sharded = optimizer_state_dict(optimizer);
-  check<NotSupportedError>(sharded.contains("state"), "fsdp: the full optimizer state needs an optimizer state codec "
+  check<NotSupportedError>(sharded.contains("state"),
+                           "fsdp: the full optimizer state needs an optimizer state codec "
                            "for this optimizer class (see optimizer_state_codec.h), or state_dict_type=sharded");
   const auto states = sharded.at("state").toGenericDict();
   const auto saved_groups = sharded.at("param_groups").toListRef();
@@ -52,15 +53,15 @@ StateDict consolidate_optimizer_state(torch::optim::Optimizer& optimizer, const 
     // order), on the host there.
     std::map<size_t, std::map<std::string, torch::Tensor>> gathered;
     for (const auto& p : groups[g]) {
-      if (p.unit == nullptr || gathered.count(p.stepped)) continue;
+      if (p.flat == nullptr || gathered.count(p.stepped)) continue;
       auto& per_key = gathered[p.stepped];
       const auto state = optimizer_state_at(states, base + static_cast<int64_t>(p.stepped));
       if (!state) continue;
       std::map<std::string, c10::IValue> sorted;
       for (const auto& item : *state) sorted.emplace(item.key().toStringRef(), item.value());
       for (const auto& [key, value] : sorted) {
-        if (!per_element(value, p.unit->flat().stepped_numel(p.entry))) continue;
-        const auto whole = p.unit->flat().gather_stepped_to(p.entry, value.toTensor(), root);
+        if (!per_element(value, p.flat->stepped_numel(p.entry))) continue;
+        const auto whole = p.flat->gather_stepped_to(p.entry, value.toTensor(), root);
         per_key[key] = whole.defined() ? whole.to(torch::kCPU) : whole;
       }
     }
@@ -70,11 +71,11 @@ StateDict consolidate_optimizer_state(torch::optim::Optimizer& optimizer, const 
       indices.push_back(index);
       const auto state = optimizer_state_at(states, base + static_cast<int64_t>(p.stepped));
       if (!state) continue;
-      if (p.unit == nullptr) {
+      if (p.flat == nullptr) {
         out_states.insert(index, *state);
         continue;
       }
-      const auto& entry = p.unit->flat().entries()[p.entry];
+      const auto& entry = p.flat->entries()[p.entry];
       auto entry_state = new_name_dict();
       for (const auto& item : *state) {
         const auto& key = item.key().toStringRef();
@@ -83,8 +84,8 @@ StateDict consolidate_optimizer_state(torch::optim::Optimizer& optimizer, const 
           if (!it->second.defined()) continue;  // not the root: the values stay on their ranks
           // A view of the unit's gathered state, as the parameters are (the file writes each
           // storage once): no second copy of the whole state on the root.
-          entry_state.insert(
-              key, it->second.narrow(0, p.unit->flat().stepped_offset(p.entry), entry.numel()).view(entry.shape));
+          entry_state.insert(key,
+                             it->second.narrow(0, p.flat->stepped_offset(p.entry), entry.numel()).view(entry.shape));
         } else if (item.value().isTensor()) {
           // Each parameter its own copy: PyTorch's Adam advances state["step"] in place, so one
           // tensor shared by a unit's parameters (and kept shared by torch.load) would count a
@@ -133,13 +134,13 @@ void load_consolidated_optimizer_state(torch::optim::Optimizer& optimizer, const
     }
     for (const auto& [stepped, parts] : by_stepped) {
       const auto* first = parts.front().first;
-      if (first->unit == nullptr) {
+      if (first->flat == nullptr) {
         sharded_states.insert(base + static_cast<int64_t>(stepped), owned(c10::IValue(parts.front().second)));
         continue;
       }
-      auto& flat = first->unit->flat();
+      const auto& flat = *first->flat;
       check<CheckpointError>(parts.size() == flat.stepped_entry_count(), what, ": ", parts.size(), " of the ",
-                             flat.stepped_entry_count(), " parameters of ", first->unit->describe(),
+                             flat.stepped_entry_count(), " parameters of ", first->owner,
                              " have optimizer state in the checkpoint; a unit's parameters are stepped together");
       auto shard_state = new_name_dict();
       for (const auto& item : parts.front().second) {
@@ -161,8 +162,8 @@ void load_consolidated_optimizer_state(torch::optim::Optimizer& optimizer, const
                                  " elements, the parameter ", flat.entries()[original->entry].numel());
           values[original->entry] = value;
         }
-        shard_state.insert(key, read_stepped_slice(flat, first->entry, values, source,
-                                                       flat.stepped(first->entry).scalar_type()));
+        shard_state.insert(
+            key, read_stepped_slice(flat, first->entry, values, source, flat.stepped(first->entry).scalar_type()));
       }
       sharded_states.insert(base + static_cast<int64_t>(stepped), shard_state);
     }

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "core/state_dict.h"
-#include "strategies/fsdp/fully_sharded_unit.h"
+#include "strategies/fsdp/flat_parameter.h"
 
 namespace volt {
 class ShardedCheckpoint;
@@ -26,11 +26,19 @@ class ShardedCheckpoint;
 
 namespace volt::fsdp {
 
+// Parameters sharded together: a FlatParameter (an fsdp unit's, or a pipeline stage's) and what
+// errors call it ("fsdp unit 'head.1'").
+struct ShardedParameters {
+  const FlatParameter* flat = nullptr;
+  std::string owner;
+};
+
 // One parameter of a param group as configure_optimizers gave it.
 struct OriginalParameter {
-  FullyShardedUnit* unit = nullptr;  // null: stepped as it is (not in a unit)
-  size_t entry = 0;                  // the unit's entry
-  size_t stepped = 0;                // its tensor in the group after setup: the unit's shard, or itself
+  const FlatParameter* flat = nullptr;  // null: stepped as it is (not sharded)
+  size_t entry = 0;                     // the flat parameter's entry
+  size_t stepped = 0;                   // its tensor in the group after setup: the shard, or itself
+  std::string owner;                    // the ShardedParameters' owner
 };
 using GroupLayout = std::vector<OriginalParameter>;
 

@@ -203,11 +203,11 @@ bool FSDPCheckpointState::is_own_layout(const StateDict& shard) const {
 StateDict FSDPCheckpointState::shard_index(const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers) {
   std::vector<FlatShardIndex> flats;
   // Each original parameter's flat key and entry in it, for the optimizers' layouts.
-  std::map<std::pair<const fsdp::FullyShardedUnit*, size_t>, std::pair<std::string, int64_t>> place;
+  std::map<std::pair<const fsdp::FlatParameter*, size_t>, std::pair<std::string, int64_t>> place;
   for (const auto& unit : state_->units()) {
     for (auto& saved : saved_shards(*unit, unit->flat().shard_rank())) {
       for (size_t i = 0; i < saved.entries.size(); ++i)
-        place[{unit.get(), saved.entries[i]}] = {saved.index.key, static_cast<int64_t>(i)};
+        place[{&unit->flat(), saved.entries[i]}] = {saved.index.key, static_cast<int64_t>(i)};
       flats.push_back(std::move(saved.index));
     }
   }
@@ -221,9 +221,9 @@ StateDict FSDPCheckpointState::shard_index(const std::vector<std::shared_ptr<tor
         OptimizerShardIndex::Group g;
         for (const auto& p : group) {
           const auto where =
-              p.unit != nullptr ? place.at({p.unit, p.entry}) : std::make_pair(std::string(), int64_t{0});
+              p.flat != nullptr ? place.at({p.flat, p.entry}) : std::make_pair(std::string(), int64_t{0});
           g.flat.push_back(where.first);
-          g.entry.push_back(p.unit != nullptr ? where.second : static_cast<int64_t>(p.entry));
+          g.entry.push_back(p.flat != nullptr ? where.second : static_cast<int64_t>(p.entry));
           g.stepped.push_back(static_cast<int64_t>(p.stepped));
         }
         layout.groups.push_back(std::move(g));

@@ -18,10 +18,15 @@ namespace volt::fsdp {
 
 using OptimizerLayouts = std::map<const torch::optim::Optimizer*, std::vector<GroupLayout>>;
 
-// Replaces, in every param group of `optimizers`, the parameters of each of `units` by the unit's
-// shard (a parameter outside the units stays as it is); returns each optimizer's original layout.
-// Throws ConfigurationError when a flat unit's parameters are split over param groups or
-// optimizers, a parameter is in two, or an optimizer already has state.
+// Replaces, in every param group of `optimizers`, the parameters of each of `sharded` by its
+// shard (a parameter outside them stays as it is); returns each optimizer's original layout.
+// Throws ConfigurationError when a flat layout's parameters are split over param groups or
+// optimizers, a parameter is in two, or an optimizer already has state. `strategy` names the
+// strategy in errors.
+OptimizerLayouts replace_parameters_by_shards(const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers,
+                                              const std::vector<ShardedParameters>& sharded,
+                                              const std::string& strategy = "fsdp");
+// The same for fsdp's units.
 OptimizerLayouts replace_parameters_by_shards(const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers,
                                               const std::vector<std::shared_ptr<FullyShardedUnit>>& units);
 

@@ -1,15 +1,25 @@
 #include "strategies/pipeline/pipeline_checkpoint_state.h"
 
+#include <set>
 #include "checkpoint/module_state.h"
 #include "checkpoint/state_dict_bytes.h"
+
 #include "core/error.h"
 #include "distributed/state_gather.h"
+#include "strategies/fsdp/flat_optimizer_state.h"
 #include "strategies/pipeline/pipeline_strategy.h"
 
 namespace volt {
 
 StateDict PipelineCheckpointState::contribution() const {
-  return layout_.mesh->coordinate("dp") == 0 ? layout_.ownership->owned_state() : StateDict();
+  if (!layout_.shards) return layout_.mesh->coordinate("dp") == 0 ? layout_.ownership->owned_state() : StateDict();
+  const auto gathered = layout_.shards->gathered_while();
+  StateDict own;
+  if (layout_.mesh->coordinate("dp") != 0) return own;
+  // Copies: the gathered parameters' memory is freed when the guard ends.
+  const auto state = layout_.ownership->owned_state();
+  for (const auto& key : state.keys()) own.set(key, state.get_tensor(key).clone());
+  return own;
 }
 
 StateDict PipelineCheckpointState::merged(const torch::nn::Module& module, const std::vector<StateDict>& shares) {
@@ -47,7 +57,55 @@ void PipelineCheckpointState::load_model_state_dict(torch::nn::Module& module, c
                                                     const ShardedCheckpoint* slices) {
   if (!layout_.ownership) return CheckpointState::load_model_state_dict(module, state, layout, strict, source, slices);
   check<CheckpointError>(slices == nullptr, source, ": a pipeline loads whole tensors, not slices");
+  if (!layout_.shards) return layout_.ownership->load(state, strict, source);
+  const auto gathered = layout_.shards->gathered_while();
   layout_.ownership->load(state, strict, source);
+  layout_.shards->store_gathered_into_shards();
+}
+
+StateDict PipelineCheckpointState::optimizer_state_dict(torch::optim::Optimizer& optimizer, CheckpointLayout layout) {
+  const auto groups = layout_.optimizer_layouts.find(&optimizer);
+  if (!layout_.shards || groups == layout_.optimizer_layouts.end()) {
+    return CheckpointState::optimizer_state_dict(optimizer, layout);
+  }
+  // The stage's state complete on its first replica, then the stages' merged on global rank 0.
+  const auto stage_state = fsdp::consolidate_optimizer_state(optimizer, groups->second, /*root=*/0);
+  const bool first_replica = layout_.mesh->coordinate("dp") == 0;
+  const auto shares = gather_state_dicts(layout_.mesh->group("pp"), first_replica ? stage_state : StateDict(), 0);
+  if (context().topology().global_rank != 0) return stage_state;  // not written
+  auto states = c10::impl::GenericDict(c10::IntType::get(), c10::AnyType::get());
+  for (const auto& share : shares) {
+    for (const auto& item : share.at("state").toGenericDict()) states.insert(item.key(), item.value());
+  }
+  StateDict whole = stage_state;
+  whole.set("state", states);
+  return whole;
+}
+
+void PipelineCheckpointState::load_optimizer_state_dict(torch::optim::Optimizer& optimizer, const StateDict& state,
+                                                        CheckpointLayout layout, const std::string& what,
+                                                        const ParameterNamer& name_of,
+                                                        const ShardedCheckpoint* slices) {
+  const auto groups = layout_.optimizer_layouts.find(&optimizer);
+  if (!layout_.shards || groups == layout_.optimizer_layouts.end()) {
+    return CheckpointState::load_optimizer_state_dict(optimizer, state, layout, what, name_of, slices);
+  }
+  // This stage's parameters' state only: the others' belong to the other stages' shards.
+  std::set<int64_t> stage_indices;
+  const auto saved_groups = state.at("param_groups").toListRef();
+  for (size_t g = 0; g < groups->second.size() && g < saved_groups.size(); ++g) {
+    const auto indices = StateDict::from_ivalue(saved_groups[g], what + " param group").get_ints("params");
+    for (size_t i = 0; i < indices.size() && i < groups->second[g].size(); ++i) {
+      if (groups->second[g][i].flat != nullptr) stage_indices.insert(indices[i]);
+    }
+  }
+  auto states = c10::impl::GenericDict(c10::IntType::get(), c10::AnyType::get());
+  for (const auto& item : state.at("state").toGenericDict()) {
+    if (stage_indices.count(item.key().toInt()) > 0) states.insert(item.key(), item.value());
+  }
+  StateDict stage_state = state.shallow_copy();
+  stage_state.set("state", states);
+  fsdp::load_consolidated_optimizer_state(optimizer, groups->second, stage_state, what, slices);
 }
 
 std::vector<int64_t> PipelineCheckpointState::held_gradient_shape(const std::string& name,

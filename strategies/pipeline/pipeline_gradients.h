@@ -2,25 +2,25 @@
 // The gradients part of the pipeline strategy (Note [The pipeline strategy]): at each
 // synchronization the parts of a gradient computed on several stages are summed among them (Note
 // [Parameters shared across stages]), then each stage's gradients are averaged over its `dp`
-// group (ReplicaGradients).
-#include <memory>
-
+// group (ReplicaGradients), or with data_parallel=fsdp reduce-scattered into its shards (Note [A
+// stage sharded over its replicas]), whose clipping then sums every rank's shards.
 #include "strategies/mesh_replica_parts.h"
-#include "strategies/pipeline/shared_stage_parameters.h"
 
 namespace volt {
 
+struct PipelineLayout;
+
 class PipelineGradients : public ReplicaGradients {
  public:
-  // `shared`: the strategy's, read when the part acts (null: nothing shared).
-  PipelineGradients(const PartContext& context, ProcessGroupContext& group, const std::unique_ptr<ProcessMesh>& mesh,
-                    const std::unique_ptr<pipeline::SharedStageParameters>& shared)
-      : ReplicaGradients(context, group, mesh), shared_(shared) {}
+  // `layout`: the strategy's, read when the part acts.
+  PipelineGradients(const PartContext& context, ProcessGroupContext& group, const PipelineLayout& layout);
   // [point to point within pp, collective over dp]
   void synchronize_accumulated_gradients(torch::nn::Module& module) override;
+  // [collective over every rank with data_parallel=fsdp; OSS's over pp otherwise]
+  torch::Tensor clip_norm(torch::optim::Optimizer& optimizer, double max_norm, double norm_type) override;
 
  private:
-  const std::unique_ptr<pipeline::SharedStageParameters>& shared_;
+  const PipelineLayout& layout_;
 };
 
 }  // namespace volt

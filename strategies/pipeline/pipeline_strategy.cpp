@@ -27,12 +27,17 @@ const OptionSchema<PipelineOptions>& PipelineOptions::schema() {
                   {{"1f1b", PipelineSchedule::OneFOneB}, {"gpipe", PipelineSchedule::GPipe}},
                   "order of forwards and backwards: 1f1b (each stage holds at most S - s micro-batches) or gpipe "
                   "(all forwards, then all backwards: M held)")
+          .choice("data_parallel", &PipelineOptions::data_parallel,
+                  {{"ddp", StageDataParallel::DDP}, {"fsdp", StageDataParallel::FSDP}},
+                  "how the data-parallel replicas of a stage share it: ddp (each holds the stage whole, gradients "
+                  "averaged) or fsdp (each holds 1/replicas of its parameters, gradients and optimizer state, the "
+                  "parameters gathered for each step)")
           .validated_by_what_it_builds();
   return schema;
 }
 
 PipelineStrategy::PipelineStrategy(PipelineOptions options)
-    : options_(options), gradients_(std::make_shared<PipelineGradients>(*this, *this, layout_.mesh, layout_.shared)) {
+    : options_(options), gradients_(std::make_shared<PipelineGradients>(*this, *this, layout_)) {
   options_.validate();
   hold(gradients_);
   hold(std::make_shared<ReplicaPlacement>(*this, layout_.mesh));
@@ -112,6 +117,13 @@ void PipelineStrategy::wrap_module(torch::nn::Module& module) {
       module, layers, stage_module, mine == 0,
       layout_.shared ? layout_.shared->copies() : std::vector<torch::Tensor>{});
   layout_.ownership->release();
+  if (options_.data_parallel == StageDataParallel::FSDP) {
+    std::vector<std::pair<std::string, torch::Tensor>> owned;
+    for (const auto& item : module.named_parameters()) {
+      if (layout_.ownership->owns(item.value())) owned.emplace_back(item.key(), item.value());
+    }
+    layout_.shards = std::make_unique<pipeline::StageShards>(std::move(owned), m.group("dp"), mine);
+  }
   stage_ = std::make_unique<pipeline::PipelineStage>(stage_module, m.group("pp"));
   gradients_->attach(&module);
 }
@@ -155,6 +167,13 @@ std::unique_ptr<pipeline::SharedStageParameters> PipelineStrategy::shared_across
 std::vector<std::shared_ptr<torch::optim::Optimizer>> PipelineStrategy::setup_optimizers(
     std::vector<std::shared_ptr<torch::optim::Optimizer>> optimizers) {
   VOLT_INTERNAL_ASSERT(stage_ != nullptr, "pipeline: setup_optimizers runs after setup_module");
+  if (layout_.shards) {
+    // The other stages' parameters stay in the groups, released: they get no gradient here, so
+    // they are never stepped (and the copies of shared ones lose theirs once summed).
+    layout_.optimizer_layouts = fsdp::replace_parameters_by_shards(
+        optimizers, {{&layout_.shards->flat(), layout_.shards->owner()}}, "--strategy pipeline");
+    return optimizers;
+  }
   OSSOptions oss;
   oss.gather_parameters = false;
   oss.partition = [this](const std::vector<std::vector<torch::Tensor>>& groups, int64_t world_size) {
@@ -190,6 +209,7 @@ torch::Tensor PipelineStrategy::run_step(RunningStage running, torch::nn::Module
   std::vector<torch::Tensor> inputs, targets;
   if (s.is_first()) inputs = batch.input.split(rows);
   if (s.is_last()) targets = batch.target.split(rows);
+  if (layout_.shards) layout_.shards->gather();          // kept for every micro-batch of the step
   if (layout_.shared) layout_.shared->refresh_copies();  // the owners stepped them
   auto parameters = s.module()->parameters();
   if (layout_.shared) {
@@ -211,6 +231,10 @@ torch::Tensor PipelineStrategy::run_step(RunningStage running, torch::nn::Module
 }
 
 void PipelineStrategy::restore_module(torch::nn::Module& module) {
+  if (layout_.shards) {
+    layout_.shards->restore();
+    layout_.shards.reset();
+  }
   if (!layout_.ownership || !layout_.ownership->released()) return;
   layout_.ownership->restore(checkpointing().full_model_state_dict(module));
 }
@@ -220,6 +244,8 @@ void PipelineStrategy::teardown() {
   stage_.reset();
   layout_.ownership.reset();
   layout_.shared.reset();
+  layout_.shards.reset();
+  layout_.optimizer_layouts.clear();
   layout_.stage_of_parameter.clear();
   model_ = nullptr;
   last_loss_ = torch::Tensor();
@@ -230,6 +256,13 @@ std::map<std::string, double> PipelineStrategy::metrics() const {
   auto values = ParallelStrategy::metrics();
   if (last_loss_.defined()) values["pipeline/loss"] = last_loss_.item<double>();
   if (stage_) values["pipeline/idle_fraction"] = stage_->last_step().idle_fraction();
+  if (stage_) {
+    // Live tensors: the shards' storage with data_parallel=fsdp, else the stage's parameters.
+    int64_t bytes = 0;
+    for (const auto& p : layout_.shards ? layout_.shards->flat().stepped_tensors() : stage_->module()->parameters())
+      bytes += p.numel() * static_cast<int64_t>(p.element_size());
+    values["pipeline/stage_parameter_bytes"] = static_cast<double>(bytes);
+  }
   return values;
 }
 

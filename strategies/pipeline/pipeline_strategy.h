@@ -20,7 +20,8 @@
 // and rank 0 logs it ("pipeline/loss"). Then, as for every strategy, the Trainer's backward of
 // that loss (divided by its accumulation window) finishes the stage's gradients and, outside
 // no_sync(), averages them over the `dp` group. Clipping by norm runs over every stage (OSS over
-// `pp`), so it clips by the model's global norm.
+// `pp`), so it clips by the model's global norm. With data_parallel=fsdp the replicas of a stage
+// shard it instead (Note [A stage sharded over its replicas]), and its optimizers step the shards.
 //
 // Checkpoints are the whole model under its own names (Full): each stage's entries gathered to
 // rank 0, the optimizers' state consolidated in PyTorch's layout, so `ddp` or `single_device`
@@ -36,6 +37,7 @@
 #include "core/option_schema.h"
 #include "core/registry.h"
 #include "distributed/process_mesh.h"
+#include "strategies/fsdp/shard_param_groups.h"
 #include "strategies/mesh_replica_parts.h"
 #include "strategies/parallel_strategy.h"
 #include "strategies/pipeline/pipeline_gradients.h"
@@ -45,13 +47,21 @@
 #include "strategies/pipeline/shared_stage_parameters.h"
 #include "strategies/pipeline/stage_gradient_window.h"
 #include "strategies/pipeline/stage_ownership.h"
+#include "strategies/pipeline/stage_shards.h"
 
 namespace volt {
+
+// How the replicas of a stage (its `dp` group) share it.
+enum class StageDataParallel {
+  DDP,   // each holds the stage whole; gradients averaged over `dp`
+  FSDP,  // each holds 1/dp of it (Note [A stage sharded over its replicas])
+};
 
 struct PipelineOptions {
   int64_t stages = 0;        // ranks per pipeline; 0: every process (no data parallelism)
   int64_t microbatches = 4;  // each batch is cut into this many equal micro-batches
   pipeline::PipelineSchedule schedule = pipeline::PipelineSchedule::OneFOneB;
+  StageDataParallel data_parallel = StageDataParallel::DDP;
 
   static const OptionSchema<PipelineOptions>& schema();
   void validate() const { schema().validate(*this); }
@@ -64,6 +74,8 @@ struct PipelineLayout {
   std::unique_ptr<pipeline::StageOwnership> ownership;      // this rank's entries of the module
   std::map<const void*, int64_t> stage_of_parameter;        // every layer parameter's stage
   std::unique_ptr<pipeline::SharedStageParameters> shared;  // parameters read by other stages (null: none)
+  std::unique_ptr<pipeline::StageShards> shards;            // data_parallel=fsdp: the stage's (else null)
+  fsdp::OptimizerLayouts optimizer_layouts;                 // data_parallel=fsdp: what the shards replaced
 };
 
 class PipelineStrategy : public ParallelStrategy {
@@ -74,7 +86,8 @@ class PipelineStrategy : public ParallelStrategy {
   void check_world_size(int64_t world_size) const override;
 
   void setup_environment(const StrategyEnvironment& environment) override;  // [collective]
-  // Wraps every optimizer in OSS over the `pp` group, stepping this rank's stage.
+  // Wraps every optimizer in OSS over the `pp` group, stepping this rank's stage; with
+  // data_parallel=fsdp, replaces the stage's parameters in them by this rank's shards.
   std::vector<std::shared_ptr<torch::optim::Optimizer>> setup_optimizers(
       std::vector<std::shared_ptr<torch::optim::Optimizer>> optimizers) override;
   // Runs the batch through the pipeline, backward included; returns the batch's mean loss on
@@ -83,8 +96,10 @@ class PipelineStrategy : public ParallelStrategy {
                          const StepFunction& step) override;
   void restore_module(torch::nn::Module& module) override;  // [collective]
   void teardown() override;
-  // ParallelStrategy's, plus "pipeline/loss" (the last batch's mean loss, read when asked) and
-  // "pipeline/idle_fraction" (this stage's time waiting to receive in its last step).
+  // ParallelStrategy's, plus "pipeline/loss" (the last batch's mean loss, read when asked),
+  // "pipeline/idle_fraction" (this stage's time waiting to receive in its last step) and
+  // "pipeline/stage_parameter_bytes" (what this rank keeps of its stage's parameters between
+  // steps: the whole stage, or its shards with data_parallel=fsdp).
   std::map<std::string, double> metrics() const override;
 
   // The `dp` group: gradients are averaged over the replicas of this rank's stage.

@@ -116,7 +116,8 @@ TEST(GptCli, TheBlocksSplitByTensorParallelTrainLikeOneProcess) {
 // gradients summed in another order), for 1F1B on 2 stages and GPipe on 3 (recomputing each block's
 // forward in the backward, --activation-checkpointing). Without the sum of the
 // two stages' parts of the tied gradient the losses were 3e-2 apart by step 2. Two replicas of
-// the 2-stage pipeline train as ddp on 2 ranks. The pipeline's checkpoint resumes on one process,
+// the 2-stage pipeline train as ddp on 2 ranks, each stage whole on its replicas or sharded over
+// them (data_parallel=fsdp). The pipeline's checkpoint resumes on one process,
 // which then trains as the one process that never stopped.
 TEST(GptCli, TheLayersCutIntoPipelineStagesTrainLikeOneProcess) {
   ASSERT_TRUE(std::filesystem::exists(kjv_text())) << "run tools/setup_gpt_text.sh first (tools/test.sh does)";
@@ -144,6 +145,11 @@ TEST(GptCli, TheLayersCutIntoPipelineStagesTrainLikeOneProcess) {
   ASSERT_EQ(ddp.size(), 8u);
   ASSERT_EQ(replicas.size(), 8u);
   for (const auto& [step, loss] : ddp) EXPECT_NEAR(replicas.at(step), loss, 1e-5) << "pipeline x dp, step " << step;
+  const auto sharded =
+      trained_gpt(dir, "sharded", eight + " --strategy pipeline:stages=2,microbatches=2,data_parallel=fsdp --devices 4",
+                  "pipeline/loss");
+  ASSERT_EQ(sharded.size(), 8u);
+  for (const auto& [step, loss] : ddp) EXPECT_NEAR(sharded.at(step), loss, 1e-5) << "stages sharded, step " << step;
 
   trained_gpt(dir, "first",
               " --max-steps 6 --decay-steps 8 --strategy pipeline:stages=2,microbatches=2 --devices 2"

@@ -1,0 +1,53 @@
+#include "strategies/pipeline/stage_shards.h"
+
+namespace volt::pipeline {
+
+StageShards::StageShards(std::vector<std::pair<std::string, torch::Tensor>> parameters, Communicator& group,
+                         int64_t stage)
+    : flat_(std::make_unique<fsdp::FlatParameter>(std::move(parameters), group, std::nullopt, nullptr, 0, false,
+                                                  fsdp::ShardLayout::PerParameter)),
+      group_(group),
+      stage_(stage) {
+  flat_->release();
+}
+
+void StageShards::gather() {
+  if (!flat_->gathered()) flat_->gather();
+}
+
+ScopeGuard StageShards::gathered_while() {
+  const bool was_released = !flat_->gathered();
+  gather();
+  return ScopeGuard([this, was_released] {
+    if (was_released) flat_->release();
+  });
+}
+
+void StageShards::reduce_gradients() {
+  if (flat_->gradient_numel() > 0) {
+    const int64_t world = group_.size();
+    const double pre_divide = fsdp::gradient_pre_divide_factor(world);
+    auto rows = torch::empty({world, flat_->gradient_numel() / world},
+                             torch::TensorOptions().dtype(torch::kFloat).device(flat_->compute_device()));
+    flat_->write_flat_gradient(rows, pre_divide);
+    flat_->accumulate_reduced(group_.reduce_scatter(rows.reshape({-1})), pre_divide);
+  }
+  flat_->release();
+}
+
+void StageShards::store_gathered_into_shards() {
+  torch::NoGradGuard no_grad;
+  const int64_t rank = group_.rank();
+  for (const auto& entry : flat_->entries()) {
+    const int64_t count = entry.chunk.count(rank);
+    if (count == 0) continue;
+    entry.shard.detach()
+        .view({-1})
+        .narrow(0, 0, count)
+        .copy_(entry.parameter.detach().reshape({-1}).narrow(0, entry.chunk.begin(rank), count));
+  }
+}
+
+void StageShards::restore() { flat_->restore_parameters(); }
+
+}  // namespace volt::pipeline
