@@ -4,7 +4,7 @@
 // replica's), so that any strategy loads it; a load copies each rank's entries out of a whole
 // model's state. The optimizers' state is the default's over OSS (consolidated in PyTorch's layout),
 // or with data_parallel=fsdp each stage's shards consolidated over its `dp` group, then merged over
-// the stages (Note [A stage sharded over its replicas]).
+// the stages (Note [A model part sharded over its replicas]).
 #include "strategies/checkpoint_state.h"
 #include "strategies/part_context.h"
 

@@ -3,7 +3,7 @@
 // synchronization the parts of a gradient computed on several stages are summed among them (Note
 // [Parameters shared across stages]), then each stage's gradients are averaged over its `dp`
 // group (ReplicaGradients), or with data_parallel=fsdp reduce-scattered into its shards (Note [A
-// stage sharded over its replicas]), whose clipping then sums every rank's shards.
+// model part sharded over its replicas]), whose clipping then sums every rank's shards.
 #include "strategies/mesh_replica_parts.h"
 
 namespace volt {

@@ -28,7 +28,7 @@ const OptionSchema<PipelineOptions>& PipelineOptions::schema() {
                   "order of forwards and backwards: 1f1b (each stage holds at most S - s micro-batches) or gpipe "
                   "(all forwards, then all backwards: M held)")
           .choice("data_parallel", &PipelineOptions::data_parallel,
-                  {{"ddp", StageDataParallel::DDP}, {"fsdp", StageDataParallel::FSDP}},
+                  {{"ddp", ReplicaDataParallel::DDP}, {"fsdp", ReplicaDataParallel::FSDP}},
                   "how the data-parallel replicas of a stage share it: ddp (each holds the stage whole, gradients "
                   "averaged) or fsdp (each holds 1/replicas of its parameters, gradients and optimizer state, the "
                   "parameters gathered for each step)")
@@ -117,12 +117,13 @@ void PipelineStrategy::wrap_module(torch::nn::Module& module) {
       module, layers, stage_module, mine == 0,
       layout_.shared ? layout_.shared->copies() : std::vector<torch::Tensor>{});
   layout_.ownership->release();
-  if (options_.data_parallel == StageDataParallel::FSDP) {
+  if (options_.data_parallel == ReplicaDataParallel::FSDP) {
     std::vector<std::pair<std::string, torch::Tensor>> owned;
     for (const auto& item : module.named_parameters()) {
       if (layout_.ownership->owns(item.value())) owned.emplace_back(item.key(), item.value());
     }
-    layout_.shards = std::make_unique<pipeline::StageShards>(std::move(owned), m.group("dp"), mine);
+    layout_.shards =
+        std::make_unique<ReplicaShards>(std::move(owned), m.group("dp"), "pipeline stage " + std::to_string(mine));
   }
   stage_ = std::make_unique<pipeline::PipelineStage>(stage_module, m.group("pp"));
   gradients_->attach(&module);
@@ -269,7 +270,7 @@ std::map<std::string, double> PipelineStrategy::metrics() const {
 void register_pipeline_strategy(Registry<Strategy>& registry) {
   registry.add("pipeline",
                "pipeline parallelism: the model cut into stages, one per rank, micro-batches through them (GPipe or "
-               "1F1B), data parallel across pipelines",
+               "1F1B), data parallel across pipelines (ddp or fsdp)",
                PipelineOptions::schema(),
                [](const PipelineOptions& options) { return std::make_shared<PipelineStrategy>(options); });
 }

@@ -21,7 +21,7 @@
 // that loss (divided by its accumulation window) finishes the stage's gradients and, outside
 // no_sync(), averages them over the `dp` group. Clipping by norm runs over every stage (OSS over
 // `pp`), so it clips by the model's global norm. With data_parallel=fsdp the replicas of a stage
-// shard it instead (Note [A stage sharded over its replicas]), and its optimizers step the shards.
+// shard it instead (Note [A model part sharded over its replicas]), and its optimizers step the shards.
 //
 // Checkpoints are the whole model under its own names (Full): each stage's entries gathered to
 // rank 0, the optimizers' state consolidated in PyTorch's layout, so `ddp` or `single_device`
@@ -47,21 +47,15 @@
 #include "strategies/pipeline/shared_stage_parameters.h"
 #include "strategies/pipeline/stage_gradient_window.h"
 #include "strategies/pipeline/stage_ownership.h"
-#include "strategies/pipeline/stage_shards.h"
+#include "strategies/replica_shards.h"
 
 namespace volt {
-
-// How the replicas of a stage (its `dp` group) share it.
-enum class StageDataParallel {
-  DDP,   // each holds the stage whole; gradients averaged over `dp`
-  FSDP,  // each holds 1/dp of it (Note [A stage sharded over its replicas])
-};
 
 struct PipelineOptions {
   int64_t stages = 0;        // ranks per pipeline; 0: every process (no data parallelism)
   int64_t microbatches = 4;  // each batch is cut into this many equal micro-batches
   pipeline::PipelineSchedule schedule = pipeline::PipelineSchedule::OneFOneB;
-  StageDataParallel data_parallel = StageDataParallel::DDP;
+  ReplicaDataParallel data_parallel = ReplicaDataParallel::DDP;
 
   static const OptionSchema<PipelineOptions>& schema();
   void validate() const { schema().validate(*this); }
@@ -74,7 +68,7 @@ struct PipelineLayout {
   std::unique_ptr<pipeline::StageOwnership> ownership;      // this rank's entries of the module
   std::map<const void*, int64_t> stage_of_parameter;        // every layer parameter's stage
   std::unique_ptr<pipeline::SharedStageParameters> shared;  // parameters read by other stages (null: none)
-  std::unique_ptr<pipeline::StageShards> shards;            // data_parallel=fsdp: the stage's (else null)
+  std::unique_ptr<ReplicaShards> shards;                    // data_parallel=fsdp: the stage's (else null)
   fsdp::OptimizerLayouts optimizer_layouts;                 // data_parallel=fsdp: what the shards replaced
 };
 

@@ -3,11 +3,15 @@
 // model and the whole optimizer state in PyTorch's layout, each split parameter (and each state
 // tensor of its slice's shape: Adam's moments, SGD's momentum) gathered over its `tp` group; a
 // load cuts this rank's slice out of the whole values, so any strategy's full checkpoint loads.
+// With data_parallel=fsdp the slices are gathered over `dp` while they are read or written, and
+// their optimizer state is consolidated over `dp` first (Note [A model part sharded over its
+// replicas]).
+#include "core/scope_guard.h"
 #include "strategies/checkpoint_state.h"
 
 namespace volt {
 
-struct TensorParallelLayout;
+class TensorParallelLayout;
 
 class TensorParallelCheckpointState : public CheckpointState {
  public:
@@ -24,6 +28,8 @@ class TensorParallelCheckpointState : public CheckpointState {
                                  const ShardedCheckpoint* slices) override;
 
  private:
+  // data_parallel=fsdp: the parameters gathered until the guard ends. [collective over dp]
+  ScopeGuard gathered_while() const;
   const TensorParallelLayout& layout_;
 };
 

@@ -20,6 +20,11 @@ const OptionSchema<TensorParallelOptions>& TensorParallelOptions::schema() {
                   "the linears (and embeddings, rowwise) to split, path:colwise or path:rowwise joined by '|' (a path "
                   "component may be *), "
                   "e.g. body.0:colwise|body.2:rowwise")
+          .choice("data_parallel", &TensorParallelOptions::data_parallel,
+                  {{"ddp", ReplicaDataParallel::DDP}, {"fsdp", ReplicaDataParallel::FSDP}},
+                  "how the data-parallel replicas of a rank's slices share them: ddp (each holds them whole, "
+                  "gradients averaged) or fsdp (each holds 1/replicas of the parameters, gradients and optimizer "
+                  "state, the parameters gathered for each step)")
           .validated_by_what_it_builds();
   return schema;
 }
@@ -114,12 +119,29 @@ void TensorParallelStrategy::wrap_module(torch::nn::Module& module) {
   calls_before_.clear();
   for (const auto& split : layout_.splits()) calls_before_.push_back(split->calls());
   reach_checked_ = false;
+  if (options_.data_parallel == ReplicaDataParallel::FSDP) {
+    std::vector<std::pair<std::string, torch::Tensor>> parameters;
+    for (const auto& item : module.named_parameters()) parameters.emplace_back(item.key(), item.value());
+    layout_.shards = std::make_unique<ReplicaShards>(
+        std::move(parameters), mesh().group("dp"), "tp rank " + std::to_string(mesh().coordinate("tp")) + "'s slices");
+  }
   gradients_->attach(&module);
+  module_ = &module;
+}
+
+std::vector<std::shared_ptr<torch::optim::Optimizer>> TensorParallelStrategy::setup_optimizers(
+    std::vector<std::shared_ptr<torch::optim::Optimizer>> optimizers) {
+  if (layout_.shards) {
+    layout_.optimizer_layouts = fsdp::replace_parameters_by_shards(
+        optimizers, {{&layout_.shards->flat(), layout_.shards->owner()}}, "--strategy tensor_parallel");
+  }
+  return optimizers;
 }
 
 torch::Tensor TensorParallelStrategy::run_step(RunningStage stage, torch::nn::Module& module, const Batch& batch,
                                                const StepFunction& step) {
   torch::Tensor loss;
+  if (layout_.shards) layout_.shards->gather();  // kept until the gradients are reduced
   try {
     ScopeGuard active = tp::ActiveTensorParallelGroup::activate(mesh().group("tp"));
     loss = ParallelStrategy::run_step(stage, module, batch, step);
@@ -147,23 +169,41 @@ void TensorParallelStrategy::check_split_forwards_ran(const std::string& failure
 }
 
 void TensorParallelStrategy::restore_module(torch::nn::Module& module) {
+  if (layout_.shards) {
+    layout_.shards->restore();
+    layout_.shards.reset();
+  }
   for (const auto& split : layout_.splits()) split->restore();
 }
 
 void TensorParallelStrategy::teardown() {
   gradients_->attach(nullptr);
+  module_ = nullptr;
   for (auto it = routed_.rbegin(); it != routed_.rend(); ++it) restore_sequential_entry(*it);
   routed_.clear();
   for (auto& [module, wrapper] : wrapped_) remove_forward_wrapper(*module, *wrapper);
   wrapped_.clear();
   layout_.clear_splits();
+  layout_.shards.reset();
+  layout_.optimizer_layouts.clear();
   ParallelStrategy::teardown();
+}
+
+std::map<std::string, double> TensorParallelStrategy::metrics() const {
+  auto values = ParallelStrategy::metrics();
+  if (module_ != nullptr) {
+    int64_t bytes = 0;
+    for (const auto& p : layout_.shards ? layout_.shards->flat().stepped_tensors() : module_->parameters())
+      bytes += p.numel() * static_cast<int64_t>(p.element_size());
+    values["tensor_parallel/parameter_bytes"] = static_cast<double>(bytes);
+  }
+  return values;
 }
 
 void register_tensor_parallel_strategy(Registry<Strategy>& registry) {
   registry.add("tensor_parallel",
                "tensor parallelism: the plan's linears split column- or row-wise across a tp group, data parallel "
-               "across groups",
+               "across groups (ddp or fsdp)",
                TensorParallelOptions::schema(),
                [](const TensorParallelOptions& options) { return std::make_shared<TensorParallelStrategy>(options); });
 }

@@ -22,7 +22,9 @@
 // optimizer's per-element state with it, in PyTorch's layout, so any strategy at any world size
 // loads it; a load cuts each rank's slice out. The module is whole again after a successful run.
 // Clipping by norm clips by the whole model's norm (tensor_parallel_gradients.h).
-// Not built: composing with fsdp over `dp` (only DDP's averaging), sequence parallelism.
+// With data_parallel=fsdp the replicas of a rank's slices (its `dp` group) shard them (Note [A model
+// part sharded over its replicas]): fsdp over `dp` with tensor parallelism over `tp`, Lightning's
+// ModelParallelStrategy's 2-D layout. Not built: sequence parallelism.
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -31,8 +33,10 @@
 #include "core/registry.h"
 #include "distributed/process_mesh.h"
 #include "nn/module_call.h"
+#include "strategies/fsdp/shard_param_groups.h"
 #include "strategies/mesh_replica_parts.h"
 #include "strategies/parallel_strategy.h"
+#include "strategies/replica_shards.h"
 #include "strategies/tensor_parallel/split_module.h"
 #include "strategies/tensor_parallel/tensor_parallel_gradients.h"
 
@@ -41,6 +45,7 @@ namespace volt {
 struct TensorParallelOptions {
   int64_t tp = 0;    // ranks per tensor-parallel group; 0: every process
   std::string plan;  // "path:colwise|path:rowwise" (tensor_parallel_plan.h)
+  ReplicaDataParallel data_parallel = ReplicaDataParallel::DDP;
 
   static const OptionSchema<TensorParallelOptions>& schema();
   void validate() const { schema().validate(*this); }
@@ -50,7 +55,9 @@ struct TensorParallelOptions {
 // (setup_module), read by its parts when they act.
 class TensorParallelLayout {
  public:
-  std::unique_ptr<ProcessMesh> mesh;  // dp × tp
+  std::unique_ptr<ProcessMesh> mesh;         // dp × tp
+  std::unique_ptr<ReplicaShards> shards;     // data_parallel=fsdp: this rank's part, sharded over dp (else null)
+  fsdp::OptimizerLayouts optimizer_layouts;  // data_parallel=fsdp: what the shards replaced
 
   // The plan's modules, in module order.
   const std::vector<std::shared_ptr<tp::SplitModule>>& splits() const { return splits_; }
@@ -73,11 +80,19 @@ class TensorParallelStrategy : public ParallelStrategy {
   void check_world_size(int64_t world_size) const override;
 
   void setup_environment(const StrategyEnvironment& environment) override;  // [collective]
-  // The step, then (once) that every planned module's split forward ran.
+  // data_parallel=fsdp: replaces the parameters in the optimizers by this rank's shards.
+  std::vector<std::shared_ptr<torch::optim::Optimizer>> setup_optimizers(
+      std::vector<std::shared_ptr<torch::optim::Optimizer>> optimizers) override;
+  // The step (its parameters gathered first with data_parallel=fsdp), then (once) that every
+  // planned module's split forward ran.
   torch::Tensor run_step(RunningStage stage, torch::nn::Module& module, const Batch& batch,
                          const StepFunction& step) override;
   void restore_module(torch::nn::Module& module) override;  // [collective]
   void teardown() override;
+  // ParallelStrategy's, plus "tensor_parallel/parameter_bytes": what this rank keeps of the
+  // model's parameters between steps (its slices and the whole parameters, or its shards of them
+  // with data_parallel=fsdp), from live tensors.
+  std::map<std::string, double> metrics() const override;
 
   // The `dp` group: gradients are averaged over the replicas of this rank's slices.
   Communicator& gradient_group() override;
@@ -100,6 +115,7 @@ class TensorParallelStrategy : public ParallelStrategy {
   std::vector<std::pair<torch::nn::Module*, std::shared_ptr<tp::SplitModule>>> wrapped_;
   std::vector<int64_t> calls_before_;  // per split module, its wrapper's calls at setup_module
   bool reach_checked_ = false;
+  torch::nn::Module* module_ = nullptr;  // the split module, setup_module to teardown
   std::shared_ptr<TensorParallelGradients> gradients_;
 };
 

@@ -124,6 +124,39 @@ inline std::vector<Trained> trained(const std::string& root, const std::string& 
   return trained_lines(result.output);
 }
 
+// The first-epoch checkpoints (--checkpoint-every-epoch in both flag sets) of `strategy` (on
+// `strategy_ranks` ranks) and `reference` resumed across each other: `strategy` from its own and
+// from `reference`'s, `reference` from `strategy`'s, each run's parameters on every rank after 2
+// epochs within `tolerance` (relative above 1) of `reference` never interrupted.
+inline void expect_checkpoints_resume_across(const std::string& strategy, size_t strategy_ranks,
+                                             const std::string& reference, size_t reference_ranks, double tolerance) {
+  TemporaryDirectory strategy_first, reference_first;
+  trained(strategy_first.path(), strategy, 1);
+  trained(reference_first.path(), reference, 1);
+  const auto from_strategy = newest_checkpoint(strategy_first.path());
+  const auto from_reference = newest_checkpoint(reference_first.path());
+  ASSERT_FALSE(from_strategy.empty() || from_reference.empty());
+  TemporaryDirectory a, b, c, d;
+  const auto uninterrupted = trained(a.path(), reference, 2);
+  ASSERT_FALSE(uninterrupted.empty());
+  const auto& want = uninterrupted[0].params;
+  const auto expect_near = [&](const std::vector<Trained>& got, size_t ranks, const std::string& what) {
+    ASSERT_EQ(got.size(), ranks) << what;
+    for (const auto& rank : got) {
+      ASSERT_EQ(rank.params.size(), want.size()) << what;
+      for (size_t i = 0; i < want.size(); ++i)
+        EXPECT_LE(std::abs(rank.params[i] - want[i]), tolerance * std::max(1.0, std::abs(want[i])))
+            << what << ", rank " << rank.rank << ", parameter " << i;
+    }
+  };
+  expect_near(trained(b.path(), strategy + " --ckpt-path " + from_strategy.string(), 2), strategy_ranks,
+              strategy + " from its own checkpoint");
+  expect_near(trained(c.path(), reference + " --ckpt-path " + from_strategy.string(), 2), reference_ranks,
+              reference + " from the checkpoint of " + strategy);
+  expect_near(trained(d.path(), strategy + " --ckpt-path " + from_reference.string(), 2), strategy_ranks,
+              strategy + " from the checkpoint of " + reference);
+}
+
 // `first` (the worker's train mode) saving a checkpoint after training batch `after_batch` of its
 // first epoch, then `then` resumed from it for 2 epochs: the resumed run's output and TRAINED lines.
 struct ResumedRun {
@@ -158,10 +191,10 @@ inline void expect_rest_of_the_epoch_after_one_replicas_three_batches(const std:
 inline std::string run_print_steps(const std::string& strategy, int64_t ranks, const std::string& optimizer,
                                    const std::string& extra = "") {
   TemporaryDirectory dir;
-  const auto result = run_command(train_command(dir.path(), "--strategy \"" + strategy + "\" --devices " +
-                                                                 std::to_string(ranks) + " --optimizer " + optimizer +
-                                                                 " --print-steps --batch-size 4 " + extra),
-                                  240);
+  const auto result =
+      run_command(train_command(dir.path(), "--strategy \"" + strategy + "\" --devices " + std::to_string(ranks) +
+                                                " --optimizer " + optimizer + " --print-steps --batch-size 4 " + extra),
+                  240);
   EXPECT_EQ(result.exit_code, 0) << strategy << " " << extra << ":\n" << result.output;
   return result.output;
 }
@@ -176,6 +209,22 @@ inline double last_logged(const std::string& root, const std::string& column) {
   return value;
 }
 
+// The last value of `column` that rank 0 logs when the worker trains with `flags` (train_command).
+inline double last_logged_by(const std::string& flags, const std::string& column) {
+  TemporaryDirectory dir;
+  const auto result = run_command(train_command(dir.path(), flags), 240);
+  EXPECT_EQ(result.exit_code, 0) << flags << ":\n" << result.output;
+  return last_logged(dir.path(), column);
+}
+
+// What a rank keeps sharded over 2 replicas against what it keeps whole: at least half, at most
+// `at_most` of it (each parameter's chunks pad to whole rows).
+inline void expect_sharded_in_two(double whole, double sharded, double at_most) {
+  EXPECT_GT(whole, 0.0);
+  EXPECT_GE(sharded, whole / 2);
+  EXPECT_LE(sharded, whole * at_most) << "sharded: " << sharded << " bytes, whole: " << whole;
+}
+
 // Every one of `variants` (strategies) trains like `reference` with `flags` on `ranks`, within
 // `tolerance` relative after every step on every rank; a failure names the variant and the run.
 inline void expect_steps_like(const std::string& reference, const std::vector<std::string>& variants, int64_t ranks,
@@ -184,9 +233,9 @@ inline void expect_steps_like(const std::string& reference, const std::vector<st
   ASSERT_EQ(expected.size(), static_cast<size_t>(ranks)) << reference << " " << flags;
   ASSERT_GE(expected.at(0).size(), 3u) << reference << " " << flags;
   for (const auto& variant : variants) {
-    expect_steps_close(step_lines(run_print_steps(variant, ranks, optimizer, flags)), expected, tolerance,
-                       variant + " vs " + reference + ", " + flags + ", " + optimizer + ", " + std::to_string(ranks) +
-                           " ranks");
+    expect_steps_close(
+        step_lines(run_print_steps(variant, ranks, optimizer, flags)), expected, tolerance,
+        variant + " vs " + reference + ", " + flags + ", " + optimizer + ", " + std::to_string(ranks) + " ranks");
   }
 }
 

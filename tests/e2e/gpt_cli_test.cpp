@@ -85,6 +85,13 @@ TEST(GptCli, TheBlocksSplitByTensorParallelTrainLikeOneProcess) {
   ASSERT_EQ(one.size(), 6u);
   ASSERT_EQ(split.size(), 6u);
   for (const auto& [step, loss] : one) EXPECT_NEAR(split.at(step), loss, 1e-5) << "step " << step;
+  // Two replicas of the tp group, each rank's slices sharded over its replica pair (fsdp over dp,
+  // tensor parallel over tp: Lightning's ModelParallelStrategy's layout), train as ddp on 2.
+  const auto ddp = run("ddp", "--strategy ddp --devices 2");
+  const auto sharded = run("sharded", "--strategy tensor_parallel:tp=2,data_parallel=fsdp --devices 4");
+  ASSERT_EQ(ddp.size(), 6u);
+  ASSERT_EQ(sharded.size(), 6u);
+  for (const auto& [step, loss] : ddp) EXPECT_NEAR(sharded.at(step), loss, 1e-5) << "sharded, step " << step;
 
   const auto samples = logged(dir.file("split"), "train/samples_per_sec");
   const auto device_samples = logged(dir.file("split"), "train/device/samples_per_sec");

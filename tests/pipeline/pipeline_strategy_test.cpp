@@ -97,7 +97,7 @@ TEST(PipelineStrategy, ClipsByTheGlobalNormAcrossStages) {
   testing::expect_steps_close(got, as_every_rank(reference, 3), 1e-6, "clipped to 0.05");
 }
 
-// data_parallel=fsdp (Note [A stage sharded over its replicas]): two replicas of a 2-stage pipeline,
+// data_parallel=fsdp (Note [A model part sharded over its replicas]): two replicas of a 2-stage pipeline,
 // each stage sharded over its pair of ranks (4 ranks), train as ddp on 2 ranks taking the same
 // shares, within the last bits (the reduce-scatter adds in another order than ddp's all-reduce),
 // after every step on every rank: with Adam under both schedules, with the Trainer's accumulation
@@ -125,54 +125,22 @@ TEST(PipelineStrategy, ShardsEachStageOverItsReplicasWithDataParallelFsdp) {
   // What rank 0 keeps of its stage between steps, from its live tensors: about half (each
   // parameter's rows split in two; a one-row parameter pads the other rank's chunk).
   const auto stage_bytes = [](const std::string& data_parallel) {
-    testing::TemporaryDirectory dir;
-    const auto result =
-        testing::run_command(testing::train_command(dir.path(),
-                                                    "--model mlp --limit-val-batches 0 --devices 4 --batch-size 8 "
-                                                    "--strategy pipeline:stages=2,microbatches=2,data_parallel=" +
-                                                        data_parallel),
-                             240);
-    EXPECT_EQ(result.exit_code, 0) << result.output;
-    return testing::last_logged(dir.path(), "pipeline/stage_parameter_bytes");
+    return testing::last_logged_by(
+        "--model mlp --limit-val-batches 0 --devices 4 --batch-size 8 --strategy "
+        "pipeline:stages=2,microbatches=2,data_parallel=" +
+            data_parallel,
+        "pipeline/stage_parameter_bytes");
   };
-  const double whole = stage_bytes("ddp"), shard = stage_bytes("fsdp");
-  EXPECT_GT(whole, 0.0);
-  EXPECT_GE(shard, whole / 2);
-  EXPECT_LE(shard, whole * 0.55) << "sharded: " << shard << " bytes, whole: " << whole;
+  testing::expect_sharded_in_two(stage_bytes("ddp"), stage_bytes("fsdp"), 0.55);
 }
 
 // The checkpoint of a sharded pipeline is the full layout too: it resumes under the sharded
 // pipeline and under ddp, and ddp's resumes under it, each ending where ddp never interrupted ends.
 TEST(PipelineStrategy, AShardedPipelinesCheckpointResumesAcrossStrategies) {
   const std::string common = " --model mlp --optimizer adam --limit-val-batches 0 --checkpoint-every-epoch";
-  const std::string sharded =
-      "--strategy pipeline:stages=2,microbatches=2,data_parallel=fsdp --devices 4 --batch-size 8" + common;
-  const std::string ddp = "--strategy ddp --devices 2 --batch-size 4 --accumulate-grad-batches 2" + common;
-  testing::TemporaryDirectory sharded_first, ddp_first;
-  testing::trained(sharded_first.path(), sharded, 1);
-  testing::trained(ddp_first.path(), ddp, 1);
-  const auto from_sharded = testing::newest_checkpoint(sharded_first.path());
-  const auto from_ddp = testing::newest_checkpoint(ddp_first.path());
-  ASSERT_FALSE(from_sharded.empty() || from_ddp.empty());
-
-  testing::TemporaryDirectory a, b, c, d;
-  const auto uninterrupted = testing::trained(a.path(), ddp, 2);
-  ASSERT_FALSE(uninterrupted.empty());
-  const auto& want = uninterrupted[0].params;
-  const auto expect_near_want = [&](const std::vector<testing::Trained>& got, size_t ranks, const std::string& what) {
-    ASSERT_EQ(got.size(), ranks) << what;
-    for (const auto& line : got) {
-      ASSERT_EQ(line.params.size(), want.size()) << what;
-      for (size_t i = 0; i < want.size(); ++i)
-        EXPECT_NEAR(line.params[i], want[i], 1e-6) << what << ", parameter " << i;
-    }
-  };
-  expect_near_want(testing::trained(b.path(), sharded + " --ckpt-path " + from_sharded.string(), 2), 4,
-                   "the sharded pipeline from its own checkpoint");
-  expect_near_want(testing::trained(c.path(), ddp + " --ckpt-path " + from_sharded.string(), 2), 2,
-                   "ddp from the sharded pipeline's checkpoint");
-  expect_near_want(testing::trained(d.path(), sharded + " --ckpt-path " + from_ddp.string(), 2), 4,
-                   "the sharded pipeline from ddp's checkpoint");
+  testing::expect_checkpoints_resume_across(
+      "--strategy pipeline:stages=2,microbatches=2,data_parallel=fsdp --devices 4 --batch-size 8" + common, 4,
+      "--strategy ddp --devices 2 --batch-size 4 --accumulate-grad-batches 2" + common, 2, 1e-6);
 }
 
 // A pipeline's checkpoint is the whole model under its names with the optimizer's state in
@@ -257,6 +225,7 @@ TEST(PipelineStrategyRefusals, SaysWhatToChange) {
   EXPECT_FALSE(MixedPrecision(torch::kBFloat16, torch::kCPU).scales_losses()) << "bf16-mixed has no scaler";
   EXPECT_NE(testing::trainer_construction_error("pipeline:microbatches=0", 2).find("microbatches"), std::string::npos);
   EXPECT_NE(testing::trainer_construction_error("pipeline:schedule=zigzag", 2).find("1f1b"), std::string::npos);
+  EXPECT_NE(testing::trainer_construction_error("pipeline:data_parallel=zero", 2).find("fsdp"), std::string::npos);
 
   const auto failing = [](const std::string& flags) {
     testing::TemporaryDirectory dir;

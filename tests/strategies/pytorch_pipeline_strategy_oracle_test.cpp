@@ -39,10 +39,13 @@
 // 2.11 differ by exactly that, the two LibTorches' kernels; which is why this runs on the build
 // whose LibTorch is the reference's.
 //
+// data_parallel=fsdp maps to FSDP2's fully_shard of each stage over "dp" (reshard_after_forward=False),
+// its parameters DTensors whose full_tensor() is the whole model.
+//
 // Left out (the reference refuses them): 1f1b with fewer micro-batches than stages (PyTorch's
 // Schedule1F1B refuses them; volt's runs them), a stage without parameters beside data parallelism
 // (DDP refuses such a module: the middle stage of 3 on 6 ranks), and any key but stages,
-// microbatches and schedule. A micro-batch count that is no power of two would round the 1/M in
+// microbatches, schedule and data_parallel. A micro-batch count that is no power of two would round the 1/M in
 // another place; no case here has one.
 #include <gtest/gtest.h>
 
@@ -83,6 +86,13 @@ TEST(PipelineEqualsPyTorchPipelining, ThreeStagesFourMicroBatchesOneFOneB) {
 
 TEST(PipelineEqualsPyTorchPipelining, TwoReplicasOfTwoStages) {
   expect_volt_pipeline_trains_like_pytorch(4, {"pipeline:stages=2,microbatches=2,schedule=1f1b"}, {"momentum"});
+}
+
+// data_parallel=fsdp against FSDP2's fully_shard of each stage over its replicas
+// (reshard_after_forward=False), torchtitan's composition of pipelining with FSDP.
+TEST(PipelineEqualsPyTorchPipelining, TwoReplicasOfTwoStagesShardedByFullyShard) {
+  expect_volt_pipeline_trains_like_pytorch(4, {"pipeline:stages=2,microbatches=2,schedule=1f1b,data_parallel=fsdp"},
+                                           {"momentum", "adam"});
 }
 
 }  // namespace

@@ -8,7 +8,8 @@
 // output features, its output left sharded; body.2 (Linear(4,4)) on its input features, its output
 // all-reduced; the rest replicated. The ranks of one tensor-parallel group see the same batches;
 // with 4 ranks (2 replicas of 2) every gradient is averaged over the data-parallel group, as DDP
-// averages it. Every rank's full parameters after every optimizer step (PyTorch's sharded ones
+// averages it, or with data_parallel=fsdp the model is FSDP2's fully_shard over "dp" after
+// parallelize_module (reshard_after_forward=False). Every rank's full parameters after every optimizer step (PyTorch's sharded ones
 // gathered with DTensor.full_tensor()), the rank, step and parameter named on a failure. The step
 // counts: 32 on 2 ranks (one replica: all 64 samples per epoch), 16 on 4 (2 replicas of 32).
 //
@@ -67,6 +68,13 @@ TEST(TensorParallelEqualsPyTorchTP, ColwiseThenRowwiseOnOneGroupOfTwoRanks) {
 
 TEST(TensorParallelEqualsPyTorchTP, ColwiseThenRowwiseOnTwoReplicasOfTwoRanks) {
   expect_volt_trains_like_pytorch_tp(4, {{kColwiseThenRowwise, "momentum"}});
+}
+
+// data_parallel=fsdp against FSDP2's fully_shard over "dp" of the tensor-parallel model (2-D:
+// Lightning's ModelParallelStrategy, torchtitan's FSDP + TP).
+TEST(TensorParallelEqualsPyTorchTP, ColwiseThenRowwiseOnTwoReplicasShardedByFullyShard) {
+  const std::string sharded = "tensor_parallel:tp=2,data_parallel=fsdp,plan=body.0:colwise|body.2:rowwise";
+  expect_volt_trains_like_pytorch_tp(4, {{sharded, "momentum"}, {sharded, "adam"}});
 }
 
 }  // namespace

@@ -84,6 +84,48 @@ TEST(TensorParallelStrategy, ComposesWithDataParallelism) {
   testing::expect_steps_close(split, spread(ddp, 4, 2), 5e-6, "tensor_parallel dp=2 x tp=2 vs ddp on 2 ranks");
 }
 
+// data_parallel=fsdp (Note [A model part sharded over its replicas]): dp=2 x tp=2 with each rank's
+// slices sharded over its replica pair (fsdp over dp, tensor parallel over tp) trains as ddp on 2
+// ranks taking the same shares, within the split's last bits: with Adam, with the Trainer's
+// accumulation (the whole gradients held under no_sync), and clipped by the norm of every rank's
+// shards (the slices counted on every tp rank, the whole parameters on the first).
+TEST(TensorParallelStrategy, ShardsTheSlicesOverTheReplicasWithDataParallelFsdp) {
+  const std::string sharded =
+      "--strategy \"tensor_parallel:tp=2,data_parallel=fsdp," + kPlan + "\" --devices 4 --batch-size 4 ";
+  const auto ddp = [](const std::string& flags) {
+    return tp_worker_steps("--strategy ddp --devices 2 --batch-size 4 " + flags);
+  };
+  for (const std::string flags : {"--optimizer adam", "--accumulate-grad-batches 2 --optimizer adam",
+                                  "--gradient-clip-val 0.05 --optimizer momentum"}) {
+    const auto reference = ddp(flags);
+    ASSERT_EQ(reference.size(), 2u) << flags;
+    testing::expect_steps_close(tp_worker_steps(sharded + flags), spread(reference, 4, 2), 5e-6,
+                                "tensor_parallel dp=2 (fsdp) x tp=2 vs ddp, " + flags);
+  }
+
+  // What rank 0 keeps of the model's parameters between steps, from its live tensors: its slices
+  // and the whole parameters, or about half of them sharded (a one-row parameter pads the other
+  // replica's chunk).
+  const auto parameter_bytes = [](const std::string& data_parallel) {
+    return testing::last_logged_by(
+        "--model mlp --devices 4 --batch-size 4 --strategy \"tensor_parallel:tp=2,"
+        "data_parallel=" +
+            data_parallel + "," + kPlan + "\"",
+        "tensor_parallel/parameter_bytes");
+  };
+  testing::expect_sharded_in_two(parameter_bytes("ddp"), parameter_bytes("fsdp"), 0.6);
+}
+
+// Its checkpoint is the same whole model and optimizer state: the sharded run resumes it, ddp
+// resumes it, and it resumes ddp's, each ending where ddp never interrupted ends, within the split's
+// last bits.
+TEST(TensorParallelStrategy, AShardedRunsCheckpointResumesAcrossStrategies) {
+  const std::string common = " --model mlp --optimizer adam --batch-size 4 --checkpoint-every-epoch";
+  testing::expect_checkpoints_resume_across(
+      "--strategy \"tensor_parallel:tp=2,data_parallel=fsdp," + kPlan + "\" --devices 4" + common, 4,
+      "--strategy ddp --devices 2" + common, 2, 5e-6);
+}
+
 // A checkpoint is the whole model with Adam's moments gathered whole: tensor_parallel resumes it bit
 // for bit, one process resumes it (and tensor_parallel one process's) within the split's last bits
 // (5e-6, as above).
@@ -142,6 +184,8 @@ TEST(TensorParallelStrategyRefusals, SaysWhatToChange) {
   EXPECT_NE(testing::trainer_construction_error("tensor_parallel:tp=3," + kPlan, 4).find("tp=3 does not divide the 4"),
             std::string::npos);
   EXPECT_NE(testing::trainer_construction_error("tensor_parallel", 2).find("the plan is empty"), std::string::npos);
+  EXPECT_NE(testing::trainer_construction_error("tensor_parallel:data_parallel=zero," + kPlan, 2).find("fsdp"),
+            std::string::npos);
   const auto failing = [](const std::string& flags) {
     testing::TemporaryDirectory dir;
     const auto result = testing::run_command(testing::train_command(dir.path(), flags), 120);

@@ -34,6 +34,13 @@ becomes what PyTorch does for it, with volt's defaults:
   schedule=1f1b|gpipe (default 1f1b)
         Schedule1F1B or ScheduleGPipe. PyTorch's 1F1B refuses fewer micro-batches than stages
         (volt's runs them), so M < S under 1f1b is refused here.
+  data_parallel=ddp|fsdp (default ddp)
+        how each stage's replicas (mesh["dp"]) share it: DistributedDataParallel over their group
+        (below), or FSDP2's fully_shard(stage module, mesh=mesh["dp"], reshard_after_forward=False),
+        torchtitan's sharding of a pipeline stage: the stage's parameters become DTensors sharded
+        on dim 0, gathered for the step; PipelineStage defers the reduce-scatter to the last
+        micro-batch's backward. The optimizer steps the DTensor shards; the whole model is their
+        full_tensor().
 A key this script does not map is refused (SystemExit): the oracle never ignores an option.
 
 Gradient scaling, the one place the arithmetic differs from volt's. PyTorch's last stage runs each
@@ -159,6 +166,17 @@ class NoParameters:
         pass
 
 
+def as_data_parallel(value):
+    if value not in ("ddp", "fsdp"):
+        refuse(f"data_parallel is ddp or fsdp, got '{value}'")
+    return value
+
+
+def whole(parameter):
+    """A parameter's whole value: a DTensor's gathered (a collective over its mesh), else itself."""
+    return parameter.full_tensor() if hasattr(parameter, "full_tensor") else parameter
+
+
 def stage_parameters_broadcast(stage_parameters, sizes, my_stage, pp_group):
     """The whole model's flat parameters (float64, named_parameters order): stage s's broadcast over
     this rank's pp group from the rank holding it (a collective; stages without parameters skipped)."""
@@ -167,7 +185,7 @@ def stage_parameters_broadcast(stage_parameters, sizes, my_stage, pp_group):
         if size == 0:
             continue
         if s == my_stage:
-            flat = torch.cat([p.detach().reshape(-1).double() for p in stage_parameters])
+            flat = torch.cat([whole(p).detach().reshape(-1).double() for p in stage_parameters])
         else:
             flat = torch.zeros(size, dtype=torch.float64)
         dist.broadcast(flat, src=dist.get_global_rank(pp_group, s), group=pp_group)
@@ -187,6 +205,7 @@ def run_case(rank, args, index, spec, optimizer_name, model_kind, initial_file):
     stages = take(options, "stages", as_count("stages", 0), 0) or args.world
     microbatches = take(options, "microbatches", as_count("microbatches", 1), 4)
     schedule_name = take(options, "schedule", as_schedule, "1f1b")
+    data_parallel = take(options, "data_parallel", as_data_parallel, "ddp")
     if options:
         refuse(f"pipeline: options not mapped to PyTorch's pipelining: {sorted(options)}")
     if args.world % stages != 0:
@@ -216,17 +235,23 @@ def run_case(rank, args, index, spec, optimizer_name, model_kind, initial_file):
     for entry_name, module in entries[starts[my_stage]:starts[my_stage + 1]]:
         stage_module.add_module(entry_name.replace(".", "_"), module)
     sizes = [sum(p.numel() for _, m in entries[starts[s]:starts[s + 1]] for p in m.parameters()) for s in range(stages)]
-    stage_parameters = list(stage_module.parameters())
     ordered = [n for s in range(stages) for entry_name, m in entries[starts[s]:starts[s + 1]]
                for n in (f"{entry_name}.{p}" for p, _ in m.named_parameters())]
     if ordered != names:
         refuse(f"the stages' parameters {ordered} are not the model's named_parameters order {names}")
 
-    if replicas > 1 and not stage_parameters:
+    if replicas > 1 and not list(stage_module.parameters()):
         refuse("a stage without parameters beside data parallelism is not mapped (DDP refuses such a module)")
     submodule = stage_module
-    if replicas > 1:
+    if replicas > 1 and data_parallel == "fsdp":
+        try:
+            from torch.distributed.fsdp import fully_shard
+        except ImportError:
+            refuse(f"PyTorch {torch.__version__} has no torch.distributed.fsdp.fully_shard (FSDP2)")
+        fully_shard(stage_module, mesh=mesh["dp"], reshard_after_forward=False)
+    elif replicas > 1:
         submodule = DistributedDataParallel(stage_module, process_group=mesh["dp"].get_group())
+    stage_parameters = list(stage_module.parameters())  # fully_shard's DTensors where it sharded
     stage = PipelineStage(submodule, my_stage, stages, torch.device("cpu"), group=pp_group)
     schedule = schedules[schedule_name](stage, n_microbatches=microbatches,
                                         loss_fn=lambda output, target: (output - target).square().mean(),

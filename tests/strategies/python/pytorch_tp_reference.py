@@ -27,6 +27,11 @@ SPEC is volt's --strategy `tensor_parallel:...` text; each key becomes what PyTo
         (fnmatch's `b*`, `?`, `[..]` are no volt syntax), a PATH that matches no module (PyTorch
         warns and skips it), one that matches a module that is not a Linear (PyTorch raises), a
         module two PATHs match (PyTorch would shard it twice), and any other style.
+  data_parallel=ddp|fsdp (default ddp)
+        how the replicas (mesh["dp"]) share the model: the mean below, or FSDP2's
+        fully_shard(model, mesh=mesh["dp"], reshard_after_forward=False) of the tensor-parallel
+        model (2-D DTensors, Lightning's ModelParallelStrategy), whose reduce-scatter averages the
+        gradients into the dp shards; full_tensor() then gathers over both dimensions.
 A key this script does not map is refused (SystemExit): the oracle never ignores an option.
 
 Gradient averaging over the data-parallel replicas (N / T > 1). After backward, before the
@@ -149,6 +154,12 @@ class DataParallelMean:
         self.optimizer.step()
 
 
+def as_data_parallel(value):
+    if value not in ("ddp", "fsdp"):
+        refuse(f"data_parallel is ddp or fsdp, got '{value}'")
+    return value
+
+
 def full_parameters(model, names, dtensor):
     """This rank's full parameters: a DTensor's gathered from its tensor-parallel group (full_tensor, a
     collective), a plain one as it is."""
@@ -168,6 +179,7 @@ def run_case(rank, args, index, spec, optimizer_name, model_kind, initial_file):
         refuse(f"the model is mlp, got '{model_kind}'")
     tp = take(options, "tp", as_tp, None)
     plan_text = take(options, "plan", str, None)
+    data_parallel = take(options, "data_parallel", as_data_parallel, "ddp")
     if tp is None or plan_text is None:
         refuse(f"give tp and plan (volt's defaults are not this script's to guess): '{spec}'")
     if options:
@@ -182,9 +194,16 @@ def run_case(rank, args, index, spec, optimizer_name, model_kind, initial_file):
     plan = plan_of(model, plan_text, styles)
     mesh = init_device_mesh("cpu", (replicas, tp), mesh_dim_names=("dp", "tp"))
     model = parallelize_module(model, mesh["tp"], plan)
+    sharded = replicas > 1 and data_parallel == "fsdp"
+    if sharded:
+        try:
+            from torch.distributed.fsdp import fully_shard
+        except ImportError:
+            refuse(f"PyTorch {torch.__version__} has no torch.distributed.fsdp.fully_shard (FSDP2)")
+        fully_shard(model, mesh=mesh["dp"], reshard_after_forward=False)
     optimizer_class, optimizer_arguments = worker_problem.optimizer_of(optimizer_name)
     optimizer = optimizer_class(model.parameters(), **optimizer_arguments)
-    if replicas > 1:
+    if replicas > 1 and not sharded:
         optimizer = DataParallelMean(optimizer, list(model.parameters()), mesh["dp"].get_group(), replicas, DTensor)
     worker_problem.train(rank, args, index, model, optimizer, lambda optimizer: None,
                          lambda: full_parameters(model, names, DTensor), replicas=replicas)

@@ -1,21 +1,21 @@
-#include "strategies/pipeline/stage_shards.h"
+#include "strategies/replica_shards.h"
 
-namespace volt::pipeline {
+namespace volt {
 
-StageShards::StageShards(std::vector<std::pair<std::string, torch::Tensor>> parameters, Communicator& group,
-                         int64_t stage)
+ReplicaShards::ReplicaShards(std::vector<std::pair<std::string, torch::Tensor>> parameters, Communicator& group,
+                             std::string owner)
     : flat_(std::make_unique<fsdp::FlatParameter>(std::move(parameters), group, std::nullopt, nullptr, 0, false,
                                                   fsdp::ShardLayout::PerParameter)),
       group_(group),
-      stage_(stage) {
+      owner_(std::move(owner)) {
   flat_->release();
 }
 
-void StageShards::gather() {
+void ReplicaShards::gather() {
   if (!flat_->gathered()) flat_->gather();
 }
 
-ScopeGuard StageShards::gathered_while() {
+ScopeGuard ReplicaShards::gathered_while() {
   const bool was_released = !flat_->gathered();
   gather();
   return ScopeGuard([this, was_released] {
@@ -23,7 +23,7 @@ ScopeGuard StageShards::gathered_while() {
   });
 }
 
-void StageShards::reduce_gradients() {
+void ReplicaShards::reduce_gradients() {
   if (flat_->gradient_numel() > 0) {
     const int64_t world = group_.size();
     const double pre_divide = fsdp::gradient_pre_divide_factor(world);
@@ -35,7 +35,7 @@ void StageShards::reduce_gradients() {
   flat_->release();
 }
 
-void StageShards::store_gathered_into_shards() {
+void ReplicaShards::store_gathered_into_shards() {
   torch::NoGradGuard no_grad;
   const int64_t rank = group_.rank();
   for (const auto& entry : flat_->entries()) {
@@ -48,6 +48,6 @@ void StageShards::store_gathered_into_shards() {
   }
 }
 
-void StageShards::restore() { flat_->restore_parameters(); }
+void ReplicaShards::restore() { flat_->restore_parameters(); }
 
-}  // namespace volt::pipeline
+}  // namespace volt
