@@ -41,10 +41,11 @@ DistributedError collective_failure(const CollectiveHandle::State& s, const std:
     timed_out |= cause.find(marker) != std::string::npos;
   }
   return DistributedError(failure_message(
-      s, timed_out ? "it did not complete within the timeout of " + std::to_string(s.timeout.count()) + " ms (" +
-                         cause + "): a peer is stalled or took another code path; raise --timeout "
-                         "if the work between collectives is legitimately that slow"
-                   : cause));
+      s, timed_out
+             ? "it did not complete within the timeout of " + std::to_string(s.timeout.count()) + " ms (" + cause +
+                   "): a peer is stalled or took another code path; raise --timeout "
+                   "if the work between collectives is legitimately that slow"
+             : cause));
 }
 
 // Note [Waiting for NCCL without blocking the host] c10d's NCCL work given a timeout in wait()
@@ -61,6 +62,46 @@ DistributedError collective_failure(const CollectiveHandle::State& s, const std:
 // read on the host (item(), a copy to the CPU, a staged tensor copied back) synchronizes the
 // stream first, so it always sees the finished collective. Gloo's work completes on the host
 // and keeps the timed wait.
+namespace {
+
+// Waits for a collective that completes on the host, within its timeout. With a hang check
+// (Note [Diagnosing a hang]) the rank is marked blocked meanwhile, and the wait is cut into
+// slices: the first as long as the check's interval (a collective that completes sooner never
+// pays more than one wait), then short ones, after each of which a verdict of the monitor's ends
+// it with the hang report.
+void wait_on_host(CollectiveHandle::State& s) {
+  if (!s.monitor) {
+    try {
+      // Work::wait throws "Operation timed out!" past the timeout, or the backend's error.
+      s.work->wait(s.timeout);
+    } catch (const std::exception& e) {
+      throw collective_failure(s, e);
+    }
+    return;
+  }
+  using Clock = std::chrono::steady_clock;
+  BlockedIn blocked(s.monitor, s.position);
+  const auto deadline = Clock::now() + s.timeout;
+  auto slice = std::min(s.monitor->hang_check().interval, s.timeout);
+  for (;;) {
+    try {
+      s.work->wait(slice);
+      return;
+    } catch (const std::exception& e) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      // A failure of the collective itself, or the whole timeout spent: as without slices.
+      if (s.work->isCompleted() || left.count() <= 0) throw collective_failure(s, e);
+    }
+    if (const auto verdict = s.monitor->hang_verdict(); !verdict.empty()) {
+      throw DistributedError(s.what + " cannot complete: " + verdict);
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    slice = std::max(std::chrono::milliseconds(1), std::min(std::chrono::milliseconds(200), left));
+  }
+}
+
+}  // namespace
+
 torch::Tensor CollectiveHandle::wait() {
   if (!state_) return {};
   State& s = *state_;
@@ -68,15 +109,14 @@ torch::Tensor CollectiveHandle::wait() {
   if (s.done) return s.result;
   try {
     if (s.work) {
-      try {
-        // Work::wait throws "Operation timed out!" past the timeout, or the backend's error.
-        if (s.stream_ordered) {
+      if (s.stream_ordered) {
+        try {
           s.work->wait();
-        } else {
-          s.work->wait(s.timeout);
+        } catch (const std::exception& e) {
+          throw collective_failure(s, e);
         }
-      } catch (const std::exception& e) {
-        throw collective_failure(s, e);
+      } else {
+        wait_on_host(s);
       }
       s.work.reset();
     }

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "distributed/c10d_compat.h"
 #include "distributed/collective_handle.h"
+#include "distributed/peer_monitor.h"
 
 namespace volt {
 
@@ -29,9 +30,30 @@ struct CollectiveHandle::State {
   bool stream_ordered = false;
   std::string what;                       // "Communicator (rank 1 of 2): all_reduce #7 ..."
   std::function<std::string()> diagnose;  // why peers may have failed (may be empty)
+  // Note [Diagnosing a hang]: the monitor, when hangs are checked, and where this rank is while
+  // it waits for this collective.
+  std::shared_ptr<PeerMonitor> monitor;
+  RankPosition position;
   bool done = false;
-  std::exception_ptr error;               // a failed wait: rethrown by every later wait
+  std::exception_ptr error;  // a failed wait: rethrown by every later wait
   torch::Tensor result;
+};
+
+// Marks the calling thread blocked in `position` for its lifetime (Note [Diagnosing a hang]);
+// nothing without a monitor.
+class BlockedIn {
+ public:
+  BlockedIn(const std::shared_ptr<PeerMonitor>& monitor, const RankPosition& position) : monitor_(monitor.get()) {
+    if (monitor_) monitor_->enter_wait(position);
+  }
+  ~BlockedIn() {
+    if (monitor_) monitor_->leave_wait();
+  }
+  BlockedIn(const BlockedIn&) = delete;
+  BlockedIn& operator=(const BlockedIn&) = delete;
+
+ private:
+  PeerMonitor* monitor_;
 };
 
 // "<what> failed: <cause>. <diagnosis>".

@@ -26,6 +26,10 @@ void CommunicatorOptions::validate() const {
   check<ConfigurationError>(inline_all_reduce_max_bytes >= 0,
                             "Communicator: expected inline_all_reduce_max_bytes >= 0 (0 turns it off), got ",
                             inline_all_reduce_max_bytes);
+  check<ConfigurationError>(hang_check.interval.count() >= 0 && hang_check.interval < timeout,
+                            "Communicator: expected a hang check interval in [0, timeout ", timeout.count(),
+                            " ms) (0 turns it off), got ", hang_check.interval.count(),
+                            " ms; a check after the timeout would never run: lower --hang-check or raise --timeout");
   check<ConfigurationError>(backend == "auto" || backend == "gloo" || backend == "nccl",
                             "Communicator: expected backend gloo, nccl or auto, got '", backend, "'");
   check<ConfigurationError>(backend != "nccl" || (device.is_cuda() && device.has_index()),

@@ -27,6 +27,7 @@
 
 #include "distributed/collective_counters.h"
 #include "distributed/collective_handle.h"
+#include "distributed/hang_check.h"
 #include "distributed/reduce_op.h"
 
 namespace volt {
@@ -50,6 +51,8 @@ struct CommunicatorOptions {
   // Bound on the rendezvous and on every collective (PyTorch's default is 30 minutes).
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
   // "gloo", "nccl" or "auto" (nccl when `device` is CUDA, else gloo). nccl needs a LibTorch with CUDA.
+  // gloo with a CUDA `device` stages that device's tensors through host memory (Note [Device
+  // tensors on Gloo] in host_staged_communicator.h).
   std::string backend = "auto";
   // The device this rank computes on. With nccl it must be a CUDA device with an index (the
   // Trainer passes cuda:<local rank>): the NCCL communicators are bound to it (Note [NCCL and
@@ -95,6 +98,13 @@ struct CommunicatorOptions {
   // that share a kernel but must not share memory (containers), or to emulate several hosts on one
   // (the Trainer reads VOLT_HOST_ID). Inherited by sub-groups.
   std::string host_id;
+
+  // Note [Diagnosing a hang] (hang_check.h): a collective this rank has waited in longer than
+  // hang_check.interval makes the ranks compare where they are; collectives out of step end the
+  // run with a report (or only report it, warn_only). Needs the heartbeat (heartbeat_interval >
+  // 0); the interval must be below `timeout`. Off here (0); the Trainer's and the Fabric's
+  // process group turn it on (RunOptions::hang_check).
+  HangCheckOptions hang_check;
 
   // Throws ConfigurationError naming the field, the value and what is allowed.
   void validate() const;
@@ -237,9 +247,9 @@ class Communicator {
   // the other ranks' failed collectives can name it and quote `message`.
   virtual void report_failure(const std::string& message) = 0;
 
-  // ---- accounting
-  CollectiveCounters counters() const;
-  void reset_counters();
+  // ---- accounting (virtual for a communicator in front of another: Note [Device tensors on Gloo])
+  virtual CollectiveCounters counters() const;
+  virtual void reset_counters();
 
  protected:
   Communicator(int64_t rank, int64_t size, std::vector<int64_t> global_ranks, std::chrono::milliseconds timeout);

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "distributed/collective_handle_state.h"
+#include "distributed/host_staged_communicator.h"
 #include "distributed/network.h"
 #include "distributed/process_group_communicator.h"
 
@@ -16,8 +17,9 @@ std::string resolve_backend(const CommunicatorOptions& options) {
   if (backend == "auto") backend = options.device.is_cuda() ? "nccl" : "gloo";
   if (backend == "nccl") {
 #if !defined(VOLT_WITH_CUDA)
-    throw NotSupportedError("Communicator: backend nccl needs a LibTorch built with CUDA; this one is "
-                            "CPU-only. Use backend gloo (CPU tensors)");
+    throw NotSupportedError(
+        "Communicator: backend nccl needs a LibTorch built with CUDA; this one is "
+        "CPU-only. Use backend gloo (CPU tensors)");
 #else
     // c10d's NCCL group is created lazily: without this check a missing device surfaced only at
     // the first collective, as a CUDA error from inside NCCL.
@@ -48,7 +50,6 @@ std::shared_ptr<gloo::transport::Device> make_gloo_device(const CommunicatorOpti
   }
 }
 
-
 // Rank 0 publishes its world size before anyone builds a process group, so that a rank started
 // with another world size fails at once with both numbers instead of timing out in Gloo.
 void check_world_size(c10d::Store& store, const CommunicatorOptions& options) {
@@ -71,8 +72,8 @@ std::shared_ptr<Communicator> Communicator::connect(const CommunicatorOptions& o
   options.validate();
   ignore_broken_pipe_signal();
   const std::string backend = resolve_backend(options);
-  const std::string who = "Communicator (rank " + std::to_string(options.rank) + " of " +
-                          std::to_string(options.world_size) + ")";
+  const std::string who =
+      "Communicator (rank " + std::to_string(options.rank) + " of " + std::to_string(options.world_size) + ")";
   const bool host_store = options.rank == 0 && !options.store_is_external;
   // A process alone hosts a store that only it connects to: it binds any free port itself (port
   // 0, chosen by the kernel as it binds). A port found free earlier (find_free_port) can be taken
@@ -96,12 +97,12 @@ std::shared_ptr<Communicator> Communicator::connect(const CommunicatorOptions& o
     store = std::move(tcp_store);
   } catch (const std::exception& e) {
     const std::string cause = cause_of(e);
-    throw DistributedError(
-        who + (host_store ? ": cannot start the rendezvous store on " + where + ": " + cause +
-                                "; is the port in use? Choose another --master-port"
-                          : ": cannot reach the rendezvous store at " + where + " within the timeout of " +
-                                std::to_string(options.timeout.count()) + " ms: " + cause +
-                                "; check that rank 0 is running and --master-addr/--master-port"));
+    throw DistributedError(who + (host_store
+                                      ? ": cannot start the rendezvous store on " + where + ": " + cause +
+                                            "; is the port in use? Choose another --master-port"
+                                      : ": cannot reach the rendezvous store at " + where + " within the timeout of " +
+                                            std::to_string(options.timeout.count()) + " ms: " + cause +
+                                            "; check that rank 0 is running and --master-addr/--master-port"));
   }
   if (host_store && options.on_store_bound) options.on_store_bound(port);
   if (!options.store_prefix.empty()) store = c10::make_intrusive<c10d::PrefixStore>(options.store_prefix, store);
@@ -124,23 +125,29 @@ std::shared_ptr<Communicator> Communicator::connect(const CommunicatorOptions& o
         connection = c10::make_intrusive<c10d::PrefixStore>(options.store_prefix, connection);
       }
       monitor = std::make_shared<PeerMonitor>(c10::make_intrusive<c10d::PrefixStore>("volt/monitor", connection),
-                                              options.rank, options.world_size, options.heartbeat_interval, host);
+                                              options.rank, options.world_size, options.heartbeat_interval, host,
+                                              options.hang_check);
     } catch (const std::exception& e) {
       throw DistributedError(who + ": cannot open the monitoring connection to the store at " + where + ": " +
                              cause_of(e));
     }
   }
-  return make_process_group_communicator(options.rank, options.world_size,
-                                         {.backend = backend,
-                                          .timeout = options.timeout,
-                                          .store = std::move(store),
-                                          .device = std::move(device),
-                                          .compute_device = options.device,
-                                          .monitor = std::move(monitor),
-                                          .inline_max_bytes = options.inline_all_reduce_max_bytes,
-                                          .ring_thread = options.ring_thread,
-                                          .shared_memory = options.shared_memory,
-                                          .host_id = options.host_id});
+  auto communicator = make_process_group_communicator(options.rank, options.world_size,
+                                                      {.backend = backend,
+                                                       .timeout = options.timeout,
+                                                       .store = std::move(store),
+                                                       .device = std::move(device),
+                                                       .compute_device = options.device,
+                                                       .monitor = std::move(monitor),
+                                                       .inline_max_bytes = options.inline_all_reduce_max_bytes,
+                                                       .ring_thread = options.ring_thread,
+                                                       .shared_memory = options.shared_memory,
+                                                       .host_id = options.host_id});
+  // Note [Device tensors on Gloo]: a rank computing on a CUDA device over gloo.
+  if (backend == "gloo" && options.device.is_cuda()) {
+    return stage_device_tensors_through_host(std::move(communicator), options.device);
+  }
+  return communicator;
 }
 
 }  // namespace volt

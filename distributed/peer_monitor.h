@@ -14,15 +14,19 @@
 //     alive but has started fewer collectives than this one is stalled or took another path;
 //     a store that no longer answers means the rank hosting it (rank 0) is gone.
 // The cost is one small store write per rank per interval, and nothing on the collectives' path
-// but an atomic counter.
+// but an atomic counter and a record in a ring (Note [Diagnosing a hang] in hang_check.h).
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "distributed/c10d_compat.h"
+#include "distributed/hang_check.h"
 
 namespace volt {
 
@@ -31,7 +35,7 @@ class PeerMonitor {
   // `store` is a store connection used by nothing else (the heartbeat thread writes on it).
   // `store_host` describes where the store lives, for messages ("rank 0", "the torchelastic agent").
   PeerMonitor(c10::intrusive_ptr<c10d::Store> store, int64_t rank, int64_t world_size,
-              std::chrono::milliseconds interval, std::string store_host);
+              std::chrono::milliseconds interval, std::string store_host, HangCheckOptions hang_check = {});
   ~PeerMonitor();
   PeerMonitor(const PeerMonitor&) = delete;
   PeerMonitor& operator=(const PeerMonitor&) = delete;
@@ -45,8 +49,24 @@ class PeerMonitor {
   // sub-group's collective, whose numbering is not comparable). Takes up to ~4 intervals.
   std::string diagnose(int64_t sequence);
 
+  // ---- Note [Diagnosing a hang]
+  // Records a collective (or send, receive) this rank starts, in the ring of its last 64.
+  void record(RankPosition position);
+  // The calling thread is blocked waiting for `position` until leave_wait(); nests.
+  void enter_wait(RankPosition position);
+  void leave_wait();
+  // The hang report once one is certain and the action is to fail; "" until then.
+  std::string hang_verdict() const;
+  const HangCheckOptions& hang_check() const { return hang_check_; }
+  // The ring, oldest first, one collective a line (what is written for a post-mortem).
+  std::string ring_text() const;
+
  private:
   void beat_loop();
+  // While blocked past the interval: reads every rank's position; after two equal readings that
+  // prove a hang, reports it (once) and, unless warn_only, sets the verdict. Under mutex_.
+  void check_for_hang(int64_t beat);
+  std::string published_position() const;
 
   c10::intrusive_ptr<c10d::Store> store_;
   int64_t rank_, world_size_;
@@ -56,7 +76,18 @@ class PeerMonitor {
   std::mutex mutex_;  // serializes use of store_ between the heartbeat thread and callers
   std::condition_variable stop_requested_;
   bool stopping_ = false;
-  std::thread thread_;
+
+  HangCheckOptions hang_check_;
+  mutable std::mutex positions_mutex_;  // the ring, the waits and the verdict (the heartbeat thread reads them)
+  std::deque<std::pair<std::chrono::system_clock::time_point, RankPosition>> ring_;
+  std::vector<std::pair<RankPosition, std::chrono::steady_clock::time_point>> waits_;  // innermost last
+  std::string verdict_;
+  std::string reported_;  // the last report printed (warn_only prints each distinct one once)
+  // The previous reading of every rank's beat while blocked past the interval: beat counts and
+  // positions (cleared when this rank is not blocked).
+  std::optional<std::vector<std::pair<int64_t, std::string>>> previous_reading_;
+
+  std::thread thread_;  // last: starts once the members above exist
 };
 
 }  // namespace volt

@@ -2,12 +2,13 @@
 // volt's timeouts, counters and error messages (the rendezvous: communicator_connect.cpp).
 #include "distributed/process_group_communicator.h"
 
+#include "core/collective_site.h"
 #include "core/error.h"
 #include "core/warning.h"
-#include "distributed/transports/c10d_entry.h"
-#include "distributed/transports/c10d_process_group.h"
 #include "distributed/collective_arguments.h"
 #include "distributed/collective_handle_state.h"
+#include "distributed/transports/c10d_entry.h"
+#include "distributed/transports/c10d_process_group.h"
 #include "distributed/transports/padded_chunks.h"
 #include "distributed/transports/ring_all_gather.h"
 #include "distributed/transports/ring_chunks.h"
@@ -66,6 +67,16 @@ class ProcessGroupCommunicator : public Communicator {
     }
   }
 
+  ~ProcessGroupCommunicator() override {
+    // Note [Diagnosing a hang]: after a hang was found, this rank's work in Gloo stays blocked on
+    // peers that will never come, and c10d's destructor (and the ring thread's) would wait for it
+    // until the timeout. What is blocked is left to the end of the process.
+    if (setup_.monitor && !setup_.monitor->hang_verdict().empty()) {
+      [[maybe_unused]] auto* left_process_group = process_group_.release();
+      [[maybe_unused]] auto* left_transports = transports_.release();
+    }
+  }
+
   std::string backend_name() const override { return setup_.backend; }
 
   torch::Device tensor_device() const override {
@@ -106,20 +117,22 @@ class ProcessGroupCommunicator : public Communicator {
     if (transport == Transport::Hierarchical) {
       // Note [Hierarchical all_reduce]; on the ring thread where there is one, as through shared memory.
       auto& hierarchy = transports_->hierarchy();
-      return start_ring(CollectiveKind::AllReduce, work_tensor,
-                        std::string("(") + op_name(op) + ") hierarchically: shared memory on each host, Gloo among " +
-                            std::to_string(hierarchy.host_count()) + " hosts",
-                        [group = &hierarchy, work_tensor, op]() mutable { group->all_reduce(work_tensor, op); },
-                        copied_back(tensor, work_tensor));
+      return start_ring(
+          CollectiveKind::AllReduce, work_tensor,
+          std::string("(") + op_name(op) + ") hierarchically: shared memory on each host, Gloo among " +
+              std::to_string(hierarchy.host_count()) + " hosts",
+          [group = &hierarchy, work_tensor, op]() mutable { group->all_reduce(work_tensor, op); },
+          copied_back(tensor, work_tensor));
     }
-    return start_reduction(transport, CollectiveKind::AllReduce, work_tensor, op, std::string("(") + op_name(op) + ")",
-                           all_reduce_on_process_group(op), [](SharedMemoryGroup& group, torch::Tensor& buffer,
-                                                               ReduceOp shm_op) { group.all_reduce(buffer, shm_op); },
-                           [tensor, op, n = size()](torch::Tensor reduced, bool divided) mutable {
-                             if (op == ReduceOp::Mean && !divided) reduced.div_(static_cast<double>(n));
-                             if (!reduced.is_same(tensor)) tensor.copy_(reduced);
-                             return tensor;
-                           });
+    return start_reduction(
+        transport, CollectiveKind::AllReduce, work_tensor, op, std::string("(") + op_name(op) + ")",
+        all_reduce_on_process_group(op),
+        [](SharedMemoryGroup& group, torch::Tensor& buffer, ReduceOp shm_op) { group.all_reduce(buffer, shm_op); },
+        [tensor, op, n = size()](torch::Tensor reduced, bool divided) mutable {
+          if (op == ReduceOp::Mean && !divided) reduced.div_(static_cast<double>(n));
+          if (!reduced.is_same(tensor)) tensor.copy_(reduced);
+          return tensor;
+        });
   }
 
   CollectiveHandle broadcast_async(torch::Tensor tensor, int64_t root) override {
@@ -128,21 +141,21 @@ class ProcessGroupCommunicator : public Communicator {
     auto work_tensor = tensor.is_contiguous() ? tensor : tensor.contiguous();
     const auto finish = copied_back(tensor, work_tensor);
     if (transports_->route(Collective::Broadcast, work_tensor) == Transport::SharedMemory) {
-      return start_ring(CollectiveKind::Broadcast, work_tensor, "(root " + std::to_string(root) + ")" + kThroughShm,
-                        [group = &transports_->shared_memory(), work_tensor, root]() mutable {
-                          group->broadcast(work_tensor, root);
-                        },
-                        finish);
+      return start_ring(
+          CollectiveKind::Broadcast, work_tensor, "(root " + std::to_string(root) + ")" + kThroughShm,
+          [group = &transports_->shared_memory(), work_tensor, root]() mutable { group->broadcast(work_tensor, root); },
+          finish);
     }
     c10d::BroadcastOptions opts;
     opts.rootRank = root;
     opts.timeout = timeout();
-    return launch(CollectiveKind::Broadcast, work_tensor, "(root " + std::to_string(root) + ")",
-                  [&] {
-                    std::vector<at::Tensor> tensors{movable(work_tensor)};
-                    return process_group_->broadcast(tensors, opts);
-                  },
-                  finish);
+    return launch(
+        CollectiveKind::Broadcast, work_tensor, "(root " + std::to_string(root) + ")",
+        [&] {
+          std::vector<at::Tensor> tensors{movable(work_tensor)};
+          return process_group_->broadcast(tensors, opts);
+        },
+        finish);
   }
 
   CollectiveHandle all_gather_async(const torch::Tensor& tensor) override {
@@ -171,24 +184,26 @@ class ProcessGroupCommunicator : public Communicator {
     }
     // Nothing to move (every rank's input has the same size); Gloo's own would divide by zero.
     if (transports_->route(Collective::Gather, input) == Transport::Nothing) {
-      return run_inline(CollectiveKind::Gather, input, "", [] {}, [output] { return output; });
+      return run_inline(
+          CollectiveKind::Gather, input, "", [] {}, [output] { return output; });
     }
     c10d::GatherOptions opts;
     opts.rootRank = root;
     opts.timeout = timeout();
-    return launch(CollectiveKind::Gather, input, "(root " + std::to_string(root) + ")",
-                  [&] {
-                    // c10d copies into these views from a flat buffer of its own.
-                    std::vector<std::vector<at::Tensor>> outputs;
-                    if (is_root) {
-                      const auto wire = movable(output);
-                      outputs.emplace_back();
-                      for (int64_t r = 0; r < size(); ++r) outputs[0].push_back(wire[r]);
-                    }
-                    std::vector<at::Tensor> inputs{movable(input)};
-                    return process_group_->gather(outputs, inputs, opts);
-                  },
-                  [output] { return output; });
+    return launch(
+        CollectiveKind::Gather, input, "(root " + std::to_string(root) + ")",
+        [&] {
+          // c10d copies into these views from a flat buffer of its own.
+          std::vector<std::vector<at::Tensor>> outputs;
+          if (is_root) {
+            const auto wire = movable(output);
+            outputs.emplace_back();
+            for (int64_t r = 0; r < size(); ++r) outputs[0].push_back(wire[r]);
+          }
+          std::vector<at::Tensor> inputs{movable(input)};
+          return process_group_->gather(outputs, inputs, opts);
+        },
+        [output] { return output; });
   }
 
   CollectiveHandle reduce_scatter_async(const torch::Tensor& input, ReduceOp op) override {
@@ -196,7 +211,8 @@ class ProcessGroupCommunicator : public Communicator {
     arguments_.mean(input, op, "reduce_scatter");
     check<ConfigurationError>(input.dim() >= 1 && input.size(0) % size() == 0, describe(),
                               ": reduce_scatter expects an input whose first dimension is a multiple of the "
-                              "group size ", size(), ", got shape ", input.sizes(), "; pad the input");
+                              "group size ",
+                              size(), ", got shape ", input.sizes(), "; pad the input");
     auto shape = input.sizes().vec();
     shape[0] /= size();
     return start_reduce_scatter(torch::empty(shape, input.options()), input, op);
@@ -205,9 +221,10 @@ class ProcessGroupCommunicator : public Communicator {
   CollectiveHandle reduce_scatter_into_async(torch::Tensor output, const torch::Tensor& input, ReduceOp op) override {
     arguments_.tensor(input, "reduce_scatter_into");
     arguments_.mean(input, op, "reduce_scatter_into");
-    check<ConfigurationError>(input.numel() % size() == 0, describe(), ": reduce_scatter_into expects an input "
-                              "whose number of elements is a multiple of the group size ", size(), ", got ",
-                              input.numel(), "; pad the input");
+    check<ConfigurationError>(input.numel() % size() == 0, describe(),
+                              ": reduce_scatter_into expects an input "
+                              "whose number of elements is a multiple of the group size ",
+                              size(), ", got ", input.numel(), "; pad the input");
     arguments_.output(output, input, input.numel() / size(), "reduce_scatter_into", "input.numel() / size()");
     return start_reduce_scatter(std::move(output), input, op);
   }
@@ -222,18 +239,20 @@ class ProcessGroupCommunicator : public Communicator {
     const auto own = ring::Chunks(counts).of(flat.view({-1}), rank());
     if (transport == Transport::SharedMemory) {
       count_sent(CollectiveKind::AllGather, payload_bytes(own));  // written once, into the segment
-      return start_ring(CollectiveKind::AllGather, own, std::string("(chunks)") + kThroughShm,
-                        [group = &transports_->shared_memory(), own, flat = flat.view({-1}), counts]() mutable {
-                          group->all_gather(own, flat, counts);
-                        },
-                        [flat] { return flat; });
+      return start_ring(
+          CollectiveKind::AllGather, own, std::string("(chunks)") + kThroughShm,
+          [group = &transports_->shared_memory(), own, flat = flat.view({-1}), counts]() mutable {
+            group->all_gather(own, flat, counts);
+          },
+          [flat] { return flat; });
     }
-    return start_ring(CollectiveKind::AllGather, own, "(chunks)",
-                      [this, flat, counts]() mutable {
-                        count_sent(CollectiveKind::AllGather,
-                                   ring_all_gather_in_place(*process_group_, entry_, rank(), counts, flat, timeout()));
-                      },
-                      [flat] { return flat; });
+    return start_ring(
+        CollectiveKind::AllGather, own, "(chunks)",
+        [this, flat, counts]() mutable {
+          count_sent(CollectiveKind::AllGather,
+                     ring_all_gather_in_place(*process_group_, entry_, rank(), counts, flat, timeout()));
+        },
+        [flat] { return flat; });
   }
 
   CollectiveHandle reduce_scatter_chunks_async(torch::Tensor output, const torch::Tensor& input,
@@ -257,25 +276,25 @@ class ProcessGroupCommunicator : public Communicator {
     arguments_.mean(tensor, op, "reduce");
     auto work_tensor = tensor.is_contiguous() ? tensor : tensor.contiguous();
     const bool is_root = root == rank();
-    return start_reduction(transports_->route(Collective::Reduce, work_tensor, op), CollectiveKind::Reduce,
-                           work_tensor, op,
-                           std::string("(") + op_name(op) + ", root " + std::to_string(root) + ")",
-                           [this, op, root](at::Tensor& buffer) {
-                             c10d::ReduceOptions opts;
-                             opts.reduceOp = to_c10d(op);
-                             opts.rootRank = root;
-                             opts.timeout = timeout();
-                             std::vector<at::Tensor> tensors{buffer};
-                             return process_group_->reduce(tensors, opts);
-                           },
-                           [root](SharedMemoryGroup& group, torch::Tensor& buffer, ReduceOp shm_op) {
-                             group.reduce(buffer, root, shm_op);
-                           },
-                           [tensor, op, is_root, n = size()](torch::Tensor reduced, bool divided) mutable {
-                             if (is_root && op == ReduceOp::Mean && !divided) reduced.div_(static_cast<double>(n));
-                             if (!reduced.is_same(tensor)) tensor.copy_(reduced);
-                             return tensor;
-                           });
+    return start_reduction(
+        transports_->route(Collective::Reduce, work_tensor, op), CollectiveKind::Reduce, work_tensor, op,
+        std::string("(") + op_name(op) + ", root " + std::to_string(root) + ")",
+        [this, op, root](at::Tensor& buffer) {
+          c10d::ReduceOptions opts;
+          opts.reduceOp = to_c10d(op);
+          opts.rootRank = root;
+          opts.timeout = timeout();
+          std::vector<at::Tensor> tensors{buffer};
+          return process_group_->reduce(tensors, opts);
+        },
+        [root](SharedMemoryGroup& group, torch::Tensor& buffer, ReduceOp shm_op) {
+          group.reduce(buffer, root, shm_op);
+        },
+        [tensor, op, is_root, n = size()](torch::Tensor reduced, bool divided) mutable {
+          if (is_root && op == ReduceOp::Mean && !divided) reduced.div_(static_cast<double>(n));
+          if (!reduced.is_same(tensor)) tensor.copy_(reduced);
+          return tensor;
+        });
   }
 
   // Note [Point to point]: through the process group (Gloo's pairs, NCCL's send/recv), one tag
@@ -284,24 +303,26 @@ class ProcessGroupCommunicator : public Communicator {
     arguments_.tensor(tensor, "send");
     arguments_.peer(peer, rank(), "send");
     auto work_tensor = tensor.contiguous();
-    return launch(CollectiveKind::Send, work_tensor, "(to rank " + std::to_string(peer) + ")",
-                  [&] {
-                    std::vector<at::Tensor> tensors{movable(work_tensor)};
-                    return process_group_->send(tensors, static_cast<int>(peer), kPointToPointTag);
-                  },
-                  [work_tensor] { return work_tensor; }, /*collective=*/false);
+    return launch(
+        CollectiveKind::Send, work_tensor, "(to rank " + std::to_string(peer) + ")",
+        [&] {
+          std::vector<at::Tensor> tensors{movable(work_tensor)};
+          return process_group_->send(tensors, static_cast<int>(peer), kPointToPointTag);
+        },
+        [work_tensor] { return work_tensor; }, /*collective=*/false);
   }
 
   CollectiveHandle recv_async(torch::Tensor tensor, int64_t peer) override {
     arguments_.tensor(tensor, "recv");
     arguments_.peer(peer, rank(), "recv");
     auto work_tensor = tensor.is_contiguous() ? tensor : torch::empty_like(tensor, torch::MemoryFormat::Contiguous);
-    return launch(CollectiveKind::Recv, work_tensor, "(from rank " + std::to_string(peer) + ")",
-                  [&] {
-                    std::vector<at::Tensor> tensors{movable(work_tensor)};
-                    return process_group_->recv(tensors, static_cast<int>(peer), kPointToPointTag);
-                  },
-                  copied_back(tensor, work_tensor), /*collective=*/false);
+    return launch(
+        CollectiveKind::Recv, work_tensor, "(from rank " + std::to_string(peer) + ")",
+        [&] {
+          std::vector<at::Tensor> tensors{movable(work_tensor)};
+          return process_group_->recv(tensors, static_cast<int>(peer), kPointToPointTag);
+        },
+        copied_back(tensor, work_tensor), /*collective=*/false);
   }
 
   CollectiveHandle barrier_async() override {
@@ -310,11 +331,13 @@ class ProcessGroupCommunicator : public Communicator {
     if (setup_.backend == "nccl")
       opts.device_ids = {setup_.compute_device.index()};  // Note [NCCL and this rank's device]
     if (transports_->route(Collective::Barrier, torch::Tensor()) == Transport::SharedMemory) {
-      return start_ring(CollectiveKind::Barrier, torch::Tensor(), kThroughShm,
-                        [group = &transports_->shared_memory()] { group->barrier(); }, [] { return torch::Tensor(); });
+      return start_ring(
+          CollectiveKind::Barrier, torch::Tensor(), kThroughShm,
+          [group = &transports_->shared_memory()] { group->barrier(); }, [] { return torch::Tensor(); });
     }
-    return launch(CollectiveKind::Barrier, torch::Tensor(), "",
-                  [&] { return process_group_->barrier(opts); }, [] { return torch::Tensor(); });
+    return launch(
+        CollectiveKind::Barrier, torch::Tensor(), "", [&] { return process_group_->barrier(opts); },
+        [] { return torch::Tensor(); });
   }
 
   std::shared_ptr<Communicator> new_group(std::vector<int64_t> ranks) override {
@@ -399,8 +422,7 @@ class ProcessGroupCommunicator : public Communicator {
   // process group through `on_process_group` (in float32 for bfloat16, Note [bfloat16 over
   // Gloo]). The handle's result is `finish(the reduced buffer, whether a Mean is already divided)`.
   CollectiveHandle start_reduction(Transport transport, CollectiveKind kind, torch::Tensor buffer, ReduceOp op,
-                                   std::string detail,
-                                   const ProcessGroupReduction& on_process_group,
+                                   std::string detail, const ProcessGroupReduction& on_process_group,
                                    std::function<void(SharedMemoryGroup&, torch::Tensor&, ReduceOp)> on_shared_memory,
                                    std::function<torch::Tensor(torch::Tensor, bool)> finish) {
     if (transport == Transport::SharedMemory) {
@@ -414,15 +436,17 @@ class ProcessGroupCommunicator : public Communicator {
     }
     // Otherwise Mean is the finisher's division of the sum.
     if (transport == Transport::Inline) {
-      return run_inline(kind, buffer, detail, [&] { transports_->inline_all_reduce().run(buffer, op); },
-                        [buffer, finish = std::move(finish)] { return finish(buffer, false); });
+      return run_inline(
+          kind, buffer, detail, [&] { transports_->inline_all_reduce().run(buffer, op); },
+          [buffer, finish = std::move(finish)] { return finish(buffer, false); });
     }
     if (gloo_bf16(buffer) && !compat::kGlooReducesBfloat16) {
       buffer = buffer.to(torch::kFloat);
       detail += " via float32";
     }
-    return launch(kind, buffer, detail, [&] { return on_process_group(buffer); },
-                  [buffer, finish = std::move(finish)] { return finish(buffer, false); });
+    return launch(
+        kind, buffer, detail, [&] { return on_process_group(buffer); },
+        [buffer, finish = std::move(finish)] { return finish(buffer, false); });
   }
 
   // `output` (checked) gets every rank's contiguous `input`.
@@ -430,7 +454,8 @@ class ProcessGroupCommunicator : public Communicator {
     // Nothing to move (every rank's input has the same size); Gloo's own would divide by zero.
     const Transport transport = transports_->route(Collective::AllGather, input);
     if (transport == Transport::Nothing) {
-      return run_inline(CollectiveKind::AllGather, input, "", [] {}, [output] { return output; });
+      return run_inline(
+          CollectiveKind::AllGather, input, "", [] {}, [output] { return output; });
     }
     if (transport == Transport::SharedMemory) {
       count_sent(CollectiveKind::AllGather, payload_bytes(input));  // written once, into the segment
@@ -455,17 +480,17 @@ class ProcessGroupCommunicator : public Communicator {
           [&] { return process_group_->_allgather_base(wire_out, wire_in, opts); }, [output] { return output; });
     }
 #endif
-    return launch(CollectiveKind::AllGather, input, "",
-                  [&] {
-                    // Gloo gathers into a flat buffer of its own, then copies into these views.
-                    const int64_t n = input.numel();
-                    std::vector<std::vector<at::Tensor>> outputs(1);
-                    for (int64_t r = 0; r < size(); ++r)
-                      outputs[0].push_back(wire_out.narrow(0, r * n, n).view(input.sizes()));
-                    std::vector<at::Tensor> inputs{wire_in};
-                    return process_group_->allgather(outputs, inputs, opts);
-                  },
-                  [output] { return output; });
+    return launch(
+        CollectiveKind::AllGather, input, "",
+        [&] {
+          // Gloo gathers into a flat buffer of its own, then copies into these views.
+          const int64_t n = input.numel();
+          std::vector<std::vector<at::Tensor>> outputs(1);
+          for (int64_t r = 0; r < size(); ++r) outputs[0].push_back(wire_out.narrow(0, r * n, n).view(input.sizes()));
+          std::vector<at::Tensor> inputs{wire_in};
+          return process_group_->allgather(outputs, inputs, opts);
+        },
+        [output] { return output; });
   }
 
   // Note [Gloo reduce_scatter]: c10d's Gloo backend (1.13 and 2.x) has no reduce_scatter; volt
@@ -487,12 +512,13 @@ class ProcessGroupCommunicator : public Communicator {
       auto wire_in = contiguous_input.view({-1});
       auto wire_out = output.view({-1});
       count_sent(CollectiveKind::ReduceScatter, (n - 1) * payload_bytes(output));
-      return launch(CollectiveKind::ReduceScatter, wire_in, detail,
-                    [&] { return process_group_->_reduce_scatter_base(wire_out, wire_in, opts); },
-                    [output, op, n]() mutable {
-                      if (op == ReduceOp::Mean) output.div_(static_cast<double>(n));
-                      return output;
-                    });
+      return launch(
+          CollectiveKind::ReduceScatter, wire_in, detail,
+          [&] { return process_group_->_reduce_scatter_base(wire_out, wire_in, opts); },
+          [output, op, n]() mutable {
+            if (op == ReduceOp::Mean) output.div_(static_cast<double>(n));
+            return output;
+          });
     }
 #endif
     return start_ring_reduce_scatter(transport, std::move(output), contiguous_input,
@@ -506,13 +532,13 @@ class ProcessGroupCommunicator : public Communicator {
                                              ReduceOp op, const std::string& detail_prefix) {
     if (transport == Transport::SharedMemory) {
       count_sent(CollectiveKind::ReduceScatter, payload_bytes(contiguous_input));  // written once, into the segment
-      return start_ring(CollectiveKind::ReduceScatter, contiguous_input,
-                        detail_prefix + op_name(op) + ")" + kThroughShm,
-                        [group = &transports_->shared_memory(), output, contiguous_input, counts, op]() mutable {
-                          auto flat = output.view({-1});
-                          group->reduce_scatter(contiguous_input.view({-1}), flat, counts, op);
-                        },
-                        [output] { return output; });
+      return start_ring(
+          CollectiveKind::ReduceScatter, contiguous_input, detail_prefix + op_name(op) + ")" + kThroughShm,
+          [group = &transports_->shared_memory(), output, contiguous_input, counts, op]() mutable {
+            auto flat = output.view({-1});
+            group->reduce_scatter(contiguous_input.view({-1}), flat, counts, op);
+          },
+          [output] { return output; });
     }
     return start_ring(
         CollectiveKind::ReduceScatter, contiguous_input, detail_prefix + op_name(op) + ")",
@@ -531,8 +557,8 @@ class ProcessGroupCommunicator : public Communicator {
     RingWorker* rings = transports_->rings();
     if (!rings) return run_inline(kind, payload, detail, ring, std::forward<Finish>(finish));
     // The submission enqueues nothing on c10d (what the ring enqueues goes through entry_ itself).
-    return start_work(kind, payload, detail, [&] { return rings->submit(std::move(ring)); },
-                      std::forward<Finish>(finish));
+    return start_work(
+        kind, payload, detail, [&] { return rings->submit(std::move(ring)); }, std::forward<Finish>(finish));
   }
 
   // A handle for work that already completed (counted by the collectives it ran), with `result`.
@@ -549,6 +575,8 @@ class ProcessGroupCommunicator : public Communicator {
   CollectiveHandle run_inline(CollectiveKind kind, const torch::Tensor& payload, const std::string& detail, Run&& run,
                               Finish&& finish) {
     auto state = begin(kind, payload, detail, std::forward<Finish>(finish));
+    // Blocked here until it completes (Note [Diagnosing a hang]).
+    BlockedIn blocked(state->monitor, state->position);
     try {
       run();
     } catch (const std::exception& e) {
@@ -561,10 +589,10 @@ class ProcessGroupCommunicator : public Communicator {
   // from several threads]).
   // `collective`: false for a send or receive (Note [Point to point]).
   template <typename Start, typename Finish>
-  CollectiveHandle launch(CollectiveKind kind, const torch::Tensor& payload, const std::string& detail,
-                          Start&& start, Finish&& finish, bool collective = true) {
-    return start_work(kind, payload, detail, [&] { return entry_.enter(start); }, std::forward<Finish>(finish),
-                      collective);
+  CollectiveHandle launch(CollectiveKind kind, const torch::Tensor& payload, const std::string& detail, Start&& start,
+                          Finish&& finish, bool collective = true) {
+    return start_work(
+        kind, payload, detail, [&] { return entry_.enter(start); }, std::forward<Finish>(finish), collective);
   }
 
   // A collective whose Work `start` returns.
@@ -596,6 +624,18 @@ class ProcessGroupCommunicator : public Communicator {
     state->stream_ordered = setup_.backend == "nccl";  // Note [Waiting for NCCL without blocking the host]
     state->finish = std::forward<Finish>(finish);
     if (setup_.monitor) {
+      // Note [Diagnosing a hang]: in the ring, and the position this rank waits in, if it blocks.
+      state->position = {.known = true,
+                         .blocked = true,
+                         .group = group_text_,
+                         .sequence = number,
+                         .kind = to_string(kind),
+                         .bytes = bytes,
+                         .dtype = payload.defined() ? std::string(c10::toString(payload.scalar_type())) : "",
+                         .site = current_collective_site(),
+                         .point_to_point = !collective};
+      setup_.monitor->record(state->position);
+      if (setup_.monitor->hang_check().interval.count() > 0) state->monitor = setup_.monitor;
       // Note [Naming the failed rank]: only the root communicator's numbering is comparable
       // across ranks (every rank runs the same root collectives); sub-groups pass -1.
       const bool root_collective = is_root_ && collective;
@@ -606,6 +646,12 @@ class ProcessGroupCommunicator : public Communicator {
     return state;
   }
 
+  // This group's global ranks, "0,1,2,3": how a hang report names it (Note [Diagnosing a hang]).
+  std::string group_text_ = [this] {
+    std::string text;
+    for (const int64_t r : global_ranks()) text += (text.empty() ? "" : ",") + std::to_string(r);
+    return text;
+  }();
   ProcessGroupSetup setup_;  // its timeout is timeout(); the monitor is shared with the sub-groups
   CollectiveArguments arguments_;
   bool is_root_;

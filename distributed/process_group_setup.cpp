@@ -12,7 +12,8 @@ namespace volt {
 
 std::shared_ptr<Communicator> start_process_group(const ClusterEnvironment& cluster,
                                                   std::chrono::milliseconds timeout, torch::Device device,
-                                                  ProcessLauncher* launcher, bool shared_memory) {
+                                                  ProcessLauncher* launcher, bool shared_memory,
+                                                  const std::string& backend, const HangCheckOptions& hang_check) {
   // Note [Collectives through shared memory]. VOLT_SHM=0 is for runs whose code says nothing (a
   // benchmark that puts a simulated link between network namespaces of one host, which shared
   // memory would bypass); VOLT_SHM=1 cannot turn on what the options turned off. Checked before
@@ -63,6 +64,8 @@ std::shared_ptr<Communicator> start_process_group(const ClusterEnvironment& clus
   options.store_prefix = cluster.store_prefix();
   options.timeout = timeout;
   options.device = device;
+  options.backend = backend;
+  options.hang_check = hang_check;
   const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
   options.ring_thread = ring != nullptr ? std::string(ring) == "1"
                                         : cores / std::max<int64_t>(1, topology.local_world_size) >= 2;

@@ -4,12 +4,13 @@
 
 #include "checkpoint/module_state.h"
 #include "checkpoint/optimizer_state.h"
+#include "core/collective_site.h"
 #include "core/error.h"
 #include "core/reproducibility.h"
 #include "distributed/process_launcher.h"
-#include "strategies/loaded_checkpoint.h"
 #include "run/checkpoint_header.h"
 #include "run/optim/fused_adamw.h"
+#include "strategies/loaded_checkpoint.h"
 
 namespace volt {
 
@@ -18,8 +19,7 @@ Fabric::Fabric(FabricOptions options) : Fabric(std::move(options), TrainerCompon
 Fabric::Fabric(FabricOptions options, ProcessLauncher& launcher)
     : Fabric(std::move(options), TrainerComponents{nullptr, nullptr, &launcher}) {}
 
-Fabric::Fabric(FabricOptions options, TrainerComponents components)
-    : options_(std::move(options)) {
+Fabric::Fabric(FabricOptions options, TrainerComponents components) : options_(std::move(options)) {
   options_.validate();
   // Seeded now, so that a model built after the Fabric starts from weights the seed decides.
   if (options_.seed) seed_everything(*options_.seed);
@@ -43,7 +43,8 @@ void Fabric::launch() {
 }
 
 void Fabric::require_launched(const char* call) const {
-  check<ConfigurationError>(launched_, "Fabric::", call, ": the Fabric is not launched; call fabric.launch() first "
+  check<ConfigurationError>(launched_, "Fabric::", call,
+                            ": the Fabric is not launched; call fabric.launch() first "
                             "(it starts or joins the processes and sets up the strategy)");
 }
 
@@ -56,15 +57,17 @@ void Fabric::require_set_up(const char* call) const {
 }
 
 void Fabric::require_not_unwrapped(const char* call) const {
-  check<ConfigurationError>(!unwrapped_, "Fabric::", call, ": the loop has ended (unwrap_module gave the model back "
-                            "whole and the strategy no longer drives it); call ", call,
-                            " before fabric.unwrap_module(), or save the whole model with volt::save_weights");
+  check<ConfigurationError>(!unwrapped_, "Fabric::", call,
+                            ": the loop has ended (unwrap_module gave the model back "
+                            "whole and the strategy no longer drives it); call ",
+                            call, " before fabric.unwrap_module(), or save the whole model with volt::save_weights");
 }
 
 void Fabric::unwrap_module() {
   require_launched("unwrap_module");
   require_not_unwrapped("unwrap_module");
-  check<ConfigurationError>(module_ != nullptr, "Fabric::unwrap_module: no module is set up; call "
+  check<ConfigurationError>(module_ != nullptr,
+                            "Fabric::unwrap_module: no module is set up; call "
                             "fabric.setup(model, optimizer) first");
   strategy_->finish_checkpoint_writes();  // the loop's end, as the Trainer's run ends
   strategy_->restore_module(*module_);
@@ -80,7 +83,8 @@ void Fabric::finish_checkpoint_writes() {
 void Fabric::set_up_module(const std::shared_ptr<torch::nn::Module>& module) {
   require_launched("setup_module");
   check<ConfigurationError>(module != nullptr, "Fabric::setup_module: expected a module, got nullptr");
-  check<ConfigurationError>(module_ == nullptr, "Fabric::setup_module: a module is already set up; one Fabric sets "
+  check<ConfigurationError>(module_ == nullptr,
+                            "Fabric::setup_module: a module is already set up; one Fabric sets "
                             "up one model (its strategy wraps one module): put the parts in one module, or use a "
                             "Fabric per model");
   strategy_->setup_module(*module);
@@ -90,9 +94,11 @@ void Fabric::set_up_module(const std::shared_ptr<torch::nn::Module>& module) {
 std::vector<std::shared_ptr<torch::optim::Optimizer>> Fabric::setup_optimizers(
     std::vector<std::shared_ptr<torch::optim::Optimizer>> optimizers) {
   require_launched("setup_optimizers");
-  check<ConfigurationError>(module_ != nullptr, "Fabric::setup_optimizers: no module is set up; call "
+  check<ConfigurationError>(module_ != nullptr,
+                            "Fabric::setup_optimizers: no module is set up; call "
                             "fabric.setup_module(model) first, or fabric.setup(model, optimizer)");
-  check<ConfigurationError>(optimizers_.empty(), "Fabric::setup_optimizers: optimizers are already set up; pass "
+  check<ConfigurationError>(optimizers_.empty(),
+                            "Fabric::setup_optimizers: optimizers are already set up; pass "
                             "every optimizer in one call");
   check<ConfigurationError>(!optimizers.empty(), "Fabric::setup_optimizers: expected at least one optimizer, got none");
   std::set<const void*> parameters;
@@ -128,7 +134,8 @@ AccumulationStep Fabric::accumulate(int64_t micro_batches) {
   require_set_up("accumulate");
   check<ConfigurationError>(micro_batches >= 1, "Fabric::accumulate: expected micro-batches per step >= 1, got ",
                             micro_batches);
-  check<ConfigurationError>(position_->batch_idx >= 0, "Fabric::accumulate: no batch was drawn from a loader of "
+  check<ConfigurationError>(position_->batch_idx >= 0,
+                            "Fabric::accumulate: no batch was drawn from a loader of "
                             "fabric.setup_dataloader yet, so the window is unknown; draw the batch first "
                             "(loader->batch(i)), or count windows yourself and use fabric.no_sync()");
   const auto window = accumulation_window(position_->batch_idx, position_->num_batches, micro_batches);
@@ -155,7 +162,8 @@ void Fabric::backward(const torch::Tensor& loss) {
   require_set_up("backward");
   check<ConfigurationError>(loss.defined() && loss.numel() == 1, "Fabric::backward: expected a scalar loss, got ",
                             loss.defined() ? c10::str(loss.sizes()) : std::string("an undefined tensor"));
-  check<ConfigurationError>(loss.requires_grad(), "Fabric::backward: the loss does not require grad; compute it "
+  check<ConfigurationError>(loss.requires_grad(),
+                            "Fabric::backward: the loss does not require grad; compute it "
                             "from the module's forward (module->forward(...)) on the module setup returned");
   strategy_->backward(loss);
   // Inside no_sync the gradients stay this rank's; a backward outside it synchronizes them all.
@@ -172,7 +180,8 @@ torch::optim::Optimizer& Fabric::stepped_optimizer(torch::optim::Optimizer& opti
                               strategy_->name(), "' steps its own wrapper of this optimizer (", i,
                               "); use the optimizer fabric.setup returned");
   }
-  throw ConfigurationError(std::string("Fabric::") + call + ": this optimizer was not set up; pass it through "
+  throw ConfigurationError(std::string("Fabric::") + call +
+                           ": this optimizer was not set up; pass it through "
                            "fabric.setup(model, optimizer) and use the one it returns");
 }
 
@@ -190,10 +199,12 @@ void Fabric::clip_gradients_value(torch::optim::Optimizer& optimizer, double cli
 
 bool Fabric::step(torch::optim::Optimizer& optimizer) {
   auto& stepped = stepped_optimizer(optimizer, "step");
-  check<ConfigurationError>(open_no_sync_ == 0, "Fabric::step: inside a no_sync region, where the gradients of this "
+  check<ConfigurationError>(open_no_sync_ == 0,
+                            "Fabric::step: inside a no_sync region, where the gradients of this "
                             "rank were not synchronized; step only when step.syncing() (fabric.accumulate), after "
                             "the region ends");
-  check<ConfigurationError>(stepped_in_this_step_.insert(&stepped).second, "Fabric::step: this optimizer already "
+  check<ConfigurationError>(stepped_in_this_step_.insert(&stepped).second,
+                            "Fabric::step: this optimizer already "
                             "stepped in this step; step each optimizer setup returned once per step");
   if (gradients_unsynchronized_) {
     // Note [A window that closes without backward], as the Trainer handles it: the window's
@@ -215,8 +226,9 @@ bool Fabric::step(torch::optim::Optimizer& optimizer) {
 
 CapturedStep Fabric::captured_step(CapturedStep::Step step) {
   require_set_up("captured_step");
-  check<ConfigurationError>(!optimizers_.empty(), "Fabric::captured_step: no optimizer was set up; call setup with the "
-                                                  "optimizers the step steps first");
+  check<ConfigurationError>(!optimizers_.empty(),
+                            "Fabric::captured_step: no optimizer was set up; call setup with the "
+                            "optimizers the step steps first");
   std::shared_ptr<CapturableRun> run;
   if (options_.cuda_graph) {
     run = capturable_run_.lock();
@@ -234,11 +246,13 @@ void Fabric::zero_grad(torch::optim::Optimizer& optimizer) {
 
 torch::Tensor Fabric::all_reduce(const torch::Tensor& value, ReduceOp op) {
   require_launched("all_reduce");
+  const CollectiveSite site("Fabric::all_reduce");
   return strategy_->collectives().all_reduce(value, op);
 }
 
 torch::Tensor Fabric::broadcast(const torch::Tensor& value, int64_t root) {
   require_launched("broadcast");
+  const CollectiveSite site("Fabric::broadcast");
   return strategy_->collectives().broadcast(value, root);
 }
 
@@ -249,6 +263,7 @@ bool Fabric::broadcast(bool decision, std::source_location site) {
 
 void Fabric::barrier(const std::string& name) {
   require_launched("barrier");
+  const CollectiveSite site("Fabric::barrier" + (name.empty() ? std::string() : "(" + name + ")"));
   strategy_->collectives().barrier(name);
 }
 
@@ -265,6 +280,7 @@ torch::nn::Module& Fabric::unwrapped(torch::nn::Module& module) {
 void Fabric::save(const std::filesystem::path& path, const CheckpointItems& items, bool in_background) {
   require_launched("save");
   require_not_unwrapped("save");
+  const CollectiveSite site("Fabric::save");
   const auto layout = strategy_->checkpointing().layout();
   StateDict checkpoint = checkpoint_header(*strategy_, layout);
   checkpoint.set("writer", std::string("fabric"));
@@ -337,8 +353,7 @@ StateDict Fabric::load(const std::filesystem::path& path, const CheckpointItems&
             name_of, loaded.slices.get());
         break;
       }
-      case CheckpointItem::Kind::Value:
-        break;  // read from the returned section
+      case CheckpointItem::Kind::Value: break;  // read from the returned section
     }
   }
   const auto precision_section = checkpoint.child("precision");

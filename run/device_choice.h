@@ -27,8 +27,12 @@ torch::Device choose_device(const std::string& accelerator, const ProcessTopolog
 // The same for a process that drives `devices_per_process` devices (a strategy that replicates
 // the model inside its process, Placement::devices_per_process): local rank r computes on
 // cuda:r·k to cuda:r·k+k-1, the first being its root device; on the CPU, k times the CPU.
+// `share_devices` (the gloo backend on CUDA, which NCCL's one-rank-per-device rule does not bind):
+// a node may run more processes than it has devices; they wrap around, local rank r computing on
+// cuda:(r·k mod visible) onwards, so that `--devices 2` runs on a machine with one GPU.
 std::vector<torch::Device> choose_devices(const std::string& accelerator, const ProcessTopology& topology,
-                                          int64_t visible_cuda_devices, int64_t devices_per_process);
+                                          int64_t visible_cuda_devices, int64_t devices_per_process,
+                                          bool share_devices = false);
 
 // Makes `device` the calling thread's current CUDA device (c10::cuda::set_device), so that
 // whatever allocates on "the current device" (NCCL's communicators and streams, CUDA's caching

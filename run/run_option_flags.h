@@ -55,11 +55,22 @@ OptionSchema<Options>& declare_run_flags(OptionSchema<Options>& schema) {
       .option("shared-memory-collectives", &RunOptions::shared_memory_collectives,
               "CPU collectives among the ranks of one host through shared memory, not Gloo's sockets "
               "(VOLT_SHM=0 turns it off too)")
+      .option("process-group-backend", &RunOptions::process_group_backend,
+              "auto (nccl on CUDA, gloo on the CPU) | gloo (on CUDA too: tensors staged through the host, and "
+              "processes may share a GPU) | nccl (CUDA only)",
+              one_of({"auto", "gloo", "nccl"}))
+      .option("hang-check", &RunOptions::hang_check, seconds_form(),
+              "seconds a collective may wait before the ranks compare where they are, reporting collectives "
+              "out of step (0: off; default 5, or half of --timeout where shorter)",
+              satisfies([](const std::chrono::milliseconds& t) { return t.count() >= 0; }, "a value >= 0"))
+      .option("hang-check-action", &RunOptions::hang_check_action,
+              "what a hang found by --hang-check does: fail (end the run with the report) | warn (report, wait on)",
+              one_of({"fail", "warn"}))
       .option("seed", &RunOptions::seed, seed_form(), "seed for torch and the samplers (default: unseeded)")
       .option("deterministic", &RunOptions::deterministic, "use deterministic algorithms only")
       .implicit_value("true")
       .option("cuda-graph", &RunOptions::cuda_graph,
-              "capture the training step in CUDA graphs and replay it (CUDA; single_device or ddp; volt::FusedAdamW)")
+              "capture the training step in CUDA graphs and replay it (CUDA; single_device; volt::FusedAdamW)")
       .implicit_value("true")
       .option("malloc-tuning", &RunOptions::malloc_tuning,
               "keep freed memory in the heap (glibc) instead of re-faulting it every step")

@@ -33,6 +33,18 @@ void RunOptions::check_combinations() const {
   check<ConfigurationError>(node_rank < num_nodes, "--node-rank: expected a value below --num-nodes (", num_nodes,
                             "), got ", node_rank);
   canonical_precision_name(precision);  // throws with the valid values and a suggestion
+  check<ConfigurationError>(!hang_check || *hang_check < timeout,
+                            "--hang-check: expected an interval below --timeout (", timeout.count() / 1000.0,
+                            " s), got ", hang_check.value_or(timeout).count() / 1000.0,
+                            " s: the check would never run before the timeout; lower --hang-check (0 turns it off) "
+                            "or raise --timeout");
+  check<ConfigurationError>(process_group_backend != "nccl" || accelerator != "cpu",
+                            "--process-group-backend nccl: NCCL moves tensors on CUDA devices, but --accelerator is "
+                            "cpu; use --process-group-backend gloo (or auto), or --accelerator cuda");
+}
+
+std::chrono::milliseconds RunOptions::hang_check_interval() const {
+  return hang_check.value_or(std::min<std::chrono::milliseconds>(std::chrono::seconds(5), timeout / 2));
 }
 
 }  // namespace volt

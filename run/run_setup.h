@@ -13,8 +13,8 @@
 #include "core/cpu_threads.h"
 #include "distributed/cluster/cluster_environment.h"
 #include "precision/precision.h"
-#include "strategies/strategy.h"
 #include "run/run_options.h"
+#include "strategies/strategy.h"
 
 namespace volt {
 
@@ -22,7 +22,7 @@ class ProcessLauncher;
 
 // What a Trainer (or a Fabric) is given in code instead of resolving it from its options.
 struct TrainerComponents {
-  std::shared_ptr<Strategy> strategy;    // null: options.strategy, resolved through the registry
+  std::shared_ptr<Strategy> strategy;  // null: options.strategy, resolved through the registry
   // Null: options.precision. Given, it must be the precision options.precision names (e.g. a
   // MixedPrecision with its own GradScaler).
   std::shared_ptr<Precision> precision;
@@ -35,11 +35,11 @@ struct TrainerComponents {
 // outlives the strategy: its destructor waits for the ranks it started, as the Trainer's does).
 struct RunPlacement {
   std::unique_ptr<ProcessLauncher> owned_launcher;
-  ProcessLauncher* launcher = nullptr;           // the caller's, or owned_launcher's
+  ProcessLauncher* launcher = nullptr;  // the caller's, or owned_launcher's
   std::shared_ptr<const ClusterEnvironment> cluster;
-  torch::Device device = torch::kCPU;            // cuda:<local rank> or the CPU (device_choice.h)
+  torch::Device device = torch::kCPU;               // cuda:<local rank> or the CPU (device_choice.h)
   std::vector<torch::Device> devices{torch::kCPU};  // every device this process drives, `device` first
-  std::shared_ptr<Strategy> strategy;            // holding the precision
+  std::shared_ptr<Strategy> strategy;               // holding the precision
 
   RunPlacement();
   RunPlacement(RunPlacement&&) noexcept;
@@ -57,7 +57,9 @@ RunPlacement resolve_run(const RunOptions& options, TrainerComponents components
 
 // Sets up the strategy's environment: the current device, CPU threads, malloc tuning, then
 // Strategy::setup_environment (process group; volt's launcher starts the other local ranks
-// there). Returns the CPU threads in effect. [collective]
-CPUThreads setup_run_environment(Strategy& strategy, const RunPlacement& placement, const RunOptions& options);
+// there). Returns the CPU threads in effect. `diagnostics_directory`: where a hang report leaves
+// each rank's last collectives (Note [Diagnosing a hang]). [collective]
+CPUThreads setup_run_environment(Strategy& strategy, const RunPlacement& placement, const RunOptions& options,
+                                 const std::string& diagnostics_directory = ".");
 
 }  // namespace volt

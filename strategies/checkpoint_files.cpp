@@ -41,9 +41,8 @@ void run_and_agree(StrategyCollectives& strategy, bool run_here, bool all_ranks_
                                 : strategy.broadcast_decision(failure == nullptr, site);
   if (failure) std::rethrow_exception(failure);
   const auto topology = strategy.topology();
-  check<CheckpointError>(ok, what, " failed on ", all_ranks_ran ? "another rank" : "global rank 0",
-                         " (this is rank ", topology.global_rank, " of ", topology.world_size,
-                         "); see that rank's error");
+  check<CheckpointError>(ok, what, " failed on ", all_ranks_ran ? "another rank" : "global rank 0", " (this is rank ",
+                         topology.global_rank, " of ", topology.world_size, "); see that rank's error");
 }
 
 // Moves the complete directory `temporary` to `path` in one step, also when `path` exists (the
@@ -51,76 +50,25 @@ void run_and_agree(StrategyCollectives& strategy, bool run_here, bool all_ranks_
 void replace_directory(const fs::path& temporary, const fs::path& path) {
   checkpoint_test_kill_point("before_rename");
   if (::renameat2(AT_FDCWD, temporary.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) != 0) {
-    check<CheckpointError>(errno == EEXIST, "checkpoint: cannot rename '", temporary.string(), "' to '",
-                           path.string(), "': ", std::strerror(errno));
+    check<CheckpointError>(errno == EEXIST, "checkpoint: cannot rename '", temporary.string(), "' to '", path.string(),
+                           "': ", std::strerror(errno));
     check<CheckpointError>(::renameat2(AT_FDCWD, temporary.c_str(), AT_FDCWD, path.c_str(), RENAME_EXCHANGE) == 0,
-                           "checkpoint: cannot replace '", path.string(), "' with '", temporary.string(), "': ",
-                           std::strerror(errno));
+                           "checkpoint: cannot replace '", path.string(), "' with '", temporary.string(),
+                           "': ", std::strerror(errno));
     std::error_code ignored;
     fs::remove_all(temporary, ignored);  // the previous checkpoint, now under the temporary name
   }
   sync_directory(path.parent_path().empty() ? fs::path(".") : path.parent_path());
 }
 
-// A host copy of `tensor`, into the staging tensor of the previous snapshot at the same place
-// when that one has the same shape and dtype: a large state is then copied, not allocated and
-// page-faulted in afresh at every save (the previous write is finished, nothing reads it).
-torch::Tensor staged_copy(const torch::Tensor& tensor, std::vector<torch::Tensor>& staging, size_t& next) {
-  const auto source = tensor.detach();
-  torch::Tensor copy;
-  if (next < staging.size() && source.layout() == torch::kStrided && staging[next].sizes() == source.sizes() &&
-      staging[next].scalar_type() == source.scalar_type()) {
-    copy = staging[next].copy_(source);
-  } else {
-    copy = source.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
-    if (next < staging.size()) {
-      staging[next] = copy;
-    } else {
-      staging.push_back(copy);
-    }
-  }
-  ++next;
-  return copy;
-}
-
-// `value` with every tensor copied to host memory (staged_copy) and every container rebuilt: a
-// snapshot that the training thread may go on changing the originals of.
-c10::IValue snapshot_of(const c10::IValue& value, std::vector<torch::Tensor>& staging, size_t& next) {
-  if (value.isTensor()) return staged_copy(value.toTensor(), staging, next);
-  if (value.isTensorList()) {
-    std::vector<torch::Tensor> copies;
-    for (const auto& tensor : value.toTensorVector()) copies.push_back(staged_copy(tensor, staging, next));
-    return copies;
-  }
-  if (value.isGenericDict()) {
-    const auto dict = value.toGenericDict();
-    c10::impl::GenericDict copy(dict.keyType(), dict.valueType());
-    for (const auto& entry : dict) copy.insert(entry.key(), snapshot_of(entry.value(), staging, next));
-    return copy;
-  }
-  if (value.isList()) {
-    const auto list = value.toList();
-    c10::impl::GenericList copy(list.elementType());
-    for (const auto& element : list) copy.push_back(snapshot_of(element, staging, next));
-    return copy;
-  }
-  if (value.isTuple()) {
-    std::vector<c10::IValue> elements;
-    for (const auto& element : value.toTupleRef().elements()) elements.push_back(snapshot_of(element, staging, next));
-    return c10::ivalue::Tuple::create(std::move(elements));
-  }
-  return value;  // strings, numbers, booleans, None: immutable
-}
-
 void prepare_directory(StrategyCollectives& collectives, const fs::path& temporary) {
-  run_and_agree(collectives, collectives.topology().global_rank == 0, false, "preparing '" + temporary.string() + "'",
-                [&] {
-                  std::error_code error;
-                  fs::remove_all(temporary, error);  // left behind by a writer that was killed
-                  fs::create_directories(temporary, error);
-                  check<CheckpointError>(!error, "checkpoint: cannot create '", temporary.string(), "': ",
-                                         error.message());
-                });
+  run_and_agree(
+      collectives, collectives.topology().global_rank == 0, false, "preparing '" + temporary.string() + "'", [&] {
+        std::error_code error;
+        fs::remove_all(temporary, error);  // left behind by a writer that was killed
+        fs::create_directories(temporary, error);
+        check<CheckpointError>(!error, "checkpoint: cannot create '", temporary.string(), "': ", error.message());
+      });
 }
 
 // Every rank's own shard belongs to global rank 0's save (Note [A save's identity] in
@@ -135,8 +83,11 @@ void check_one_save(StrategyCollectives& collectives, const StateDict& shard, co
                          shard_file(directory, 0).filename().string(), " to save ", root,
                          ": shards of two saves (another run, or another save of this one) are mixed in '",
                          directory.string(), "'; resume from a checkpoint whose shards were written together");
-  check<CheckpointError>(same, "checkpoint '", directory.string(), "': another rank's shard belongs to another save "
-                         "than ", shard_file(directory, 0).filename().string(), " (see that rank's error): shards of "
+  check<CheckpointError>(same, "checkpoint '", directory.string(),
+                         "': another rank's shard belongs to another save "
+                         "than ",
+                         shard_file(directory, 0).filename().string(),
+                         " (see that rank's error): shards of "
                          "two saves are mixed in it; resume from a checkpoint whose shards were written together");
 }
 
@@ -154,7 +105,8 @@ fs::path temporary_directory(const fs::path& path) {
 BackgroundCheckpointWrite::~BackgroundCheckpointWrite() {
   if (writer_.joinable()) writer_.join();
   if (pending_ && layout_ == CheckpointLayout::Sharded && !temporary_.empty()) {
-    warn("checkpoint: the sharded checkpoint '" + path_.string() + "' written in the background was not finished "
+    warn("checkpoint: the sharded checkpoint '" + path_.string() +
+         "' written in the background was not finished "
          "(the run ended before its next save, load or end); it was not put in place. Finish the writes before "
          "the end (Fabric::finish_checkpoint_writes)");
   } else if (failure_) {
@@ -204,12 +156,10 @@ void save_checkpoint_files(StrategyCollectives& collectives, CheckpointIO& io, C
     pending.layout_ = layout;
     pending.path_ = path;
     if (writes_here) {
-      size_t next = 0;
-      auto snapshot =
-          StateDict::from_ivalue(snapshot_of(checkpoint.to_ivalue(), pending.staging_, next), "checkpoint snapshot");
-      pending.staging_.resize(next);
+      auto snapshot = StateDict::from_ivalue(pending.snapshot_.take(checkpoint.to_ivalue()), "checkpoint snapshot");
       pending.writer_ = std::thread([&io, &pending, snapshot = std::move(snapshot), file] {
         try {
+          pending.snapshot_.wait_until_copied();  // a device's copies may still be in flight
           io.save(snapshot, file);
         } catch (...) {
           pending.failure_ = std::current_exception();
@@ -262,12 +212,11 @@ LoadedCheckpoint load_checkpoint_files(StrategyCollectives& collectives, Checkpo
   auto sharded = std::make_shared<ShardedCheckpoint>(io, path);
   if (topology.global_rank == 0) {
     const auto shards = std::to_string(sharded->shards());
-    std::string message = "checkpoint '" + path.string() + "': sharded by strategy '" + sharded->strategy() +
-                          "' over " + shards + " ranks, loaded by '" + strategy + "' with " +
-                          std::to_string(topology.world_size) +
-                          (reads_slices ? ": each rank reads the slices of the " + shards + " shards that it owns"
-                                             : ": every rank reads the " + shards +
-                                                   " shards and puts the full checkpoint together");
+    std::string message =
+        "checkpoint '" + path.string() + "': sharded by strategy '" + sharded->strategy() + "' over " + shards +
+        " ranks, loaded by '" + strategy + "' with " + std::to_string(topology.world_size) +
+        (reads_slices ? ": each rank reads the slices of the " + shards + " shards that it owns"
+                      : ": every rank reads the " + shards + " shards and puts the full checkpoint together");
     for (const auto& note : sharded->notes()) message += "; " + note;
     warn(message);
   }

@@ -13,6 +13,7 @@
 #include "checkpoint/checkpoint_layout.h"
 #include "checkpoint/sharded_checkpoint.h"
 #include "core/state_dict.h"
+#include "strategies/host_snapshot.h"
 #include "strategies/loaded_checkpoint.h"
 #include "strategies/strategy_collectives.h"
 
@@ -21,15 +22,14 @@ namespace volt {
 // Note [Checkpoints written in the background] A save in the background takes a snapshot of the
 // checkpoint on the calling thread: every tensor copied to host memory, so that the next
 // optimizer step cannot change what is written (Lightning's #21079) and a device holds no second
-// copy. The host tensors are kept and refilled by the next snapshot of the same shapes, which then
-// copies without allocating. A thread writes the snapshot through the CheckpointIO, atomically as
-// any write. At most one write is in flight per strategy: the next save, load or the end of the
-// run first finishes it, which is where the ranks agree on its success (a failure is thrown there,
-// on every rank) and, in the Sharded layout, where rank 0 renames the complete directory into
-// place. A removal asked for meanwhile (ModelCheckpoint dropping an older file) waits for that
-// point too, so that a kill at any moment leaves the previous checkpoint loadable. A run that ends
-// without finishing leaves a Full file complete (its thread is joined) and a Sharded one
-// unwritten, with a warning.
+// copy (HostSnapshot: the host tensors are kept for the next save, and a device's tensors are
+// copied asynchronously into pinned memory, Note [Snapshots of device memory]). A thread writes the snapshot through
+// the CheckpointIO, atomically as any write. At most one write is in flight per strategy: the next save, load or the
+// end of the run first finishes it, which is where the ranks agree on its success (a failure is thrown there, on every
+// rank) and, in the Sharded layout, where rank 0 renames the complete directory into place. A removal asked for
+// meanwhile (ModelCheckpoint dropping an older file) waits for that point too, so that a kill at any moment leaves the
+// previous checkpoint loadable. A run that ends without finishing leaves a Full file complete (its thread is joined)
+// and a Sharded one unwritten, with a warning.
 class BackgroundCheckpointWrite {
  public:
   BackgroundCheckpointWrite() = default;
@@ -52,7 +52,7 @@ class BackgroundCheckpointWrite {
   std::thread writer_;                      // on the ranks that write
   std::exception_ptr failure_;              // set by writer_ before it ends
   std::vector<std::filesystem::path> removals_;
-  std::vector<torch::Tensor> staging_;      // the last snapshot's host tensors, reused by the next
+  HostSnapshot snapshot_;  // the last snapshot's host tensors, reused by the next
 };
 
 // Writes `checkpoint` atomically in `layout`: the file `path` (Full), or this rank's shard into

@@ -1,8 +1,9 @@
 #include "strategies/communicator_collectives.h"
 
+#include "core/collective_site.h"
+#include "distributed/communicator.h"
 #include "distributed/state_gather.h"
 #include "strategies/decision_site.h"
-#include "distributed/communicator.h"
 
 namespace volt {
 
@@ -24,6 +25,7 @@ torch::Tensor CommunicatorCollectives::broadcast(const torch::Tensor& value, int
 
 bool CommunicatorCollectives::broadcast_decision(bool decision, std::source_location where) {
   const auto site = decision_site(where);
+  const CollectiveSite named("broadcast_decision at " + site.file + ":" + std::to_string(site.line));
   auto message = torch::tensor({int64_t{decision ? 1 : 0}, site.id, site.line}, torch::kLong);
   group_.communicator().broadcast(message, 0);
   check_decision_site(site, message[1].item<int64_t>(), message[2].item<int64_t>(), topology(), "broadcast_decision",
@@ -35,6 +37,7 @@ bool CommunicatorCollectives::reduce_boolean_decision(bool decision, bool all, s
   // One Min reduction for all three: "any" is "not all false", and the sites agree when the
   // smallest id is also the largest (the smallest of the negated ids).
   const auto site = decision_site(where);
+  const CollectiveSite named("reduce_boolean_decision at " + site.file + ":" + std::to_string(site.line));
   const int64_t value = (all ? decision : !decision) ? 1 : 0;
   auto message = torch::tensor({value, site.id, -site.id}, torch::kLong);
   group_.communicator().all_reduce(message, ReduceOp::Min);

@@ -22,7 +22,8 @@ void ParallelStrategy::setup_environment(const StrategyEnvironment& environment)
                             ": expected the Trainer to resolve a cluster environment, got none");
   cluster_ = environment.cluster;
   communicator_ = start_process_group(*cluster_, environment.timeout, environment.device, environment.launcher,
-                                      environment.shared_memory);
+                                      environment.shared_memory, environment.process_group_backend,
+                                      environment.hang_check);
   world_counters_.at_last_step = communicator_->counters();
 }
 

@@ -128,7 +128,7 @@ void Strategy::after_optimizer_steps(int64_t global_step) { precision().update()
 void Strategy::check_capturable() const {
   throw NotSupportedError("--cuda-graph: strategy '" + name() +
                           "' is not captured (its step does work on the host that a replay would skip); use "
-                          "single_device or ddp, or drop --cuda-graph");
+                          "single_device, or drop --cuda-graph");
 }
 
 torch::Tensor Strategy::clip_gradients_norm(torch::optim::Optimizer& optimizer, double max_norm, double norm_type) {

@@ -39,6 +39,7 @@
 
 #include "checkpoint/checkpoint_io.h"
 #include "distributed/cluster/cluster_environment.h"
+#include "distributed/hang_check.h"
 #include "nn/activation_checkpointing_policy.h"
 #include "precision/precision.h"
 #include "strategies/checkpoint_state.h"
@@ -63,6 +64,8 @@ struct StrategyEnvironment {
   int64_t num_nodes = 1;
   std::chrono::milliseconds timeout{1800000};   // bound on every collective
   bool shared_memory = true;  // CPU collectives on one host through shared memory (start_process_group)
+  std::string process_group_backend = "auto";  // auto | gloo | nccl (RunOptions::process_group_backend)
+  HangCheckOptions hang_check;  // Note [Diagnosing a hang] (RunOptions::hang_check)
   // Who started the processes and where they meet; distributed strategies read their topology
   // and rendezvous from it.
   std::shared_ptr<const ClusterEnvironment> cluster;

@@ -8,6 +8,7 @@
 #include "callbacks/model_summary.h"
 #include "callbacks/progress_bar.h"
 #include "checkpoint/last_checkpoint.h"
+#include "core/collective_site.h"
 #include "core/cpu_threads.h"
 #include "core/reproducibility.h"
 #include "core/warning.h"
@@ -152,7 +153,7 @@ void Trainer::setup(TrainerFn fn, const std::shared_ptr<Module>& module, const s
   run_->state.data = data;
   module->loop_ = &*run_->loop;
   if (!environment_ready_) {
-    run_->cpu_threads = setup_run_environment(*strategy_, run_->placement, options_);
+    run_->cpu_threads = setup_run_environment(*strategy_, run_->placement, options_, options_.default_root_dir);
     environment_ready_ = true;
     agree_on_logger_versions();
   }
@@ -368,6 +369,7 @@ void Trainer::set_accumulate_grad_batches(int64_t micro_batches) {
 }
 
 void Trainer::save_checkpoint(const std::filesystem::path& path, bool weights_only, bool in_background) {
+  const CollectiveSite site("save_checkpoint");  // Note [Diagnosing a hang]
   CheckpointConnector connector(*run_->loop);
   strategy_->save_checkpoint(connector.dump(weights_only), path, in_background);
 }
@@ -408,6 +410,7 @@ bool Trainer::restore_checkpoint(const std::string& path) {
       return false;
     }
   }
+  const CollectiveSite site("load_checkpoint");  // Note [Diagnosing a hang]
   CheckpointConnector(*run_->loop).restore(strategy_->load_checkpoint(file), "checkpoint '" + file.string() + "'");
   if (run_->state.fn == TrainerFn::Fitting) run_->state.resumed_from = file.string();
   return true;

@@ -85,7 +85,11 @@ void decode_region(jpeg_decompress_struct& info, RegionOutput& target) {
   // Fancy upsampling of the chroma at a crop's edge repeats the edge sample where a full decode
   // reads the neighbouring one, so the crop asked for reaches one iMCU further on each side than
   // the region (measured: only the crop's first and last columns differ otherwise).
+#if JPEG_LIB_VERSION >= 70  // libjpeg 7's API (libjpeg-turbo's jpeg8 builds) scales the two axes apart
+  const int64_t imcu = static_cast<int64_t>(info.max_h_samp_factor) * info.min_DCT_h_scaled_size;
+#else
   const int64_t imcu = static_cast<int64_t>(info.max_h_samp_factor) * info.min_DCT_scaled_size;
+#endif
   const int64_t from = std::max<int64_t>(region.left - imcu, 0);
   const int64_t to = std::min<int64_t>(region.left + region.width + imcu, info.output_width);
   JDIMENSION x = static_cast<JDIMENSION>(from);

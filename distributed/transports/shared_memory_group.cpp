@@ -240,6 +240,9 @@ void SharedMemoryGroup::wait_for_all(int which, int64_t generation, const char* 
           fail(std::string(what) + " through shared memory: rank " + std::to_string(r) + " (pid " +
                std::to_string(pid) + ") is gone; it ended or was killed during the collective");
         }
+        if (interruption_) {
+          if (const auto reason = interruption_(); !reason.empty()) fail(std::string(what) + ": " + reason);
+        }
         if (now - start >= timeout_) {
           fail(std::string(what) + " through shared memory: rank " + std::to_string(r) + " did not arrive within " +
                std::to_string(timeout_.count()) + " ms; it is stalled, or calls collectives in another order");

@@ -106,6 +106,10 @@ class SharedMemoryGroup {
   // Gives up on the group: peers waiting for this rank fail at once, naming it; no more
   // collectives here. For a caller whose own part of a collective failed elsewhere.
   void abandon();
+  // A check that ends a wait for peers: while it returns "", waits go on; once it returns a
+  // reason (a hang the monitor found, Note [Diagnosing a hang]), the waiting collective fails
+  // with it. Checked every ~100 ms of waiting. Set before the first collective.
+  void set_interruption(std::function<std::string()> interruption) { interruption_ = std::move(interruption); }
 
   int64_t rank() const { return rank_; }
   int64_t size() const { return size_; }
@@ -162,6 +166,7 @@ class SharedMemoryGroup {
   int64_t rank_, size_;
   std::chrono::milliseconds timeout_;
   std::string describe_;
+  std::function<std::string()> interruption_;
   size_t slot_bytes_;
   std::unique_ptr<SharedSegment> segment_;
   size_t header_bytes_;

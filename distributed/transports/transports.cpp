@@ -68,6 +68,9 @@ void Transports::join_host_memory(const ProcessGroupSetup& setup, const SharedMe
     // Null when /dev/shm cannot hold the segment: Gloo then.
     shm_ = SharedMemoryGroup::join(exchange, rank, size, timeout, describe, SharedMemoryGroup::kDefaultSlotBytes,
                                    &why_not, hosts[0]);
+    if (shm_ && setup.monitor && setup.monitor->hang_check().interval.count() > 0) {
+      shm_->set_interruption([monitor = setup.monitor] { return monitor->hang_verdict(); });
+    }
   } else if (HierarchicalAllReduce::applies(hosts)) {
     // Null when a host cannot map its segment: Gloo then.
     hierarchy_ = HierarchicalAllReduce::join(c10::make_intrusive<c10d::PrefixStore>("hierarchy", setup.store),

@@ -78,8 +78,8 @@ DDPStrategy::DDPStrategy(DDPOptions options, std::shared_ptr<const ddp::CommHook
   if (!comm_hook) comm_hook = ddp::comm_hook_registry().create(options_.comm_hook);
   const auto expected = ddp::comm_hook_registry().canonical_name(options_.comm_hook);
   check<ConfigurationError>(comm_hook->name() == expected, "--strategy ddp: expected the comm hook '", expected,
-                            "' that options.comm_hook names, got '", comm_hook->name(),
-                            "'; set options.comm_hook to '", comm_hook->name(), "'");
+                            "' that options.comm_hook names, got '", comm_hook->name(), "'; set options.comm_hook to '",
+                            comm_hook->name(), "'");
   comm_hook_spec_ = comm_hook;
   check_comm_hook();
   gradients_ = std::make_shared<ReducerSynchronization>(*this, *this, options_.gradient_as_bucket_view);
@@ -103,8 +103,8 @@ void DDPStrategy::set_comm_hook(std::function<std::unique_ptr<ddp::CommHook>(Com
 std::unique_ptr<ddp::CommHook> DDPStrategy::build_hook() {
   auto hook = make_hook_(gradient_group());
   if (options_.comm_wrapper == CommWrapper::None) return hook;
-  check<ConfigurationError>(hook_traits().communicates, "ddp: comm_wrapper around the ",
-                            hook->name(), " hook has nothing to compress");
+  check<ConfigurationError>(hook_traits().communicates, "ddp: comm_wrapper around the ", hook->name(),
+                            " hook has nothing to compress");
   const auto dtype = options_.comm_wrapper == CommWrapper::FP16 ? torch::kHalf : torch::kBFloat16;
   return std::make_unique<ddp::CompressionWrapper>(dtype, std::move(hook));
 }
@@ -113,29 +113,23 @@ void DDPStrategy::setup_environment(const StrategyEnvironment& environment) {
   ParallelStrategy::setup_environment(environment);
   const std::string& hook = comm_hook_spec_->name();
   const bool multiplies = comm_hook_spec_->traits().multiplies_matrices;
-  check<NotSupportedError>(options_.comm_wrapper != CommWrapper::FP16 || !multiplies ||
-                               float16_matmul_available(root_device()),
-                           "--strategy ddp: comm_wrapper=fp16 around ", hook, " multiplies float16 matrices, which "
-                           "this LibTorch cannot do on ", root_device().str(), "; use comm_wrapper=bf16");
+  check<NotSupportedError>(
+      options_.comm_wrapper != CommWrapper::FP16 || !multiplies || float16_matmul_available(root_device()),
+      "--strategy ddp: comm_wrapper=fp16 around ", hook,
+      " multiplies float16 matrices, which "
+      "this LibTorch cannot do on ",
+      root_device().str(), "; use comm_wrapper=bf16");
 }
 
 void DDPStrategy::check_capturable() const {
-  if (name() != "ddp") return Strategy::check_capturable();
-  const char* remedy = "; --cuda-graph captures ddp with its default all-reduce only: drop the option or --cuda-graph";
-  check<NotSupportedError>(!options_.find_unused_parameters,
-                           "--cuda-graph: ddp with find_unused_parameters searches the autograd graph on the host at "
-                           "every backward, which a captured step does not run",
-                           remedy);
-  // The hook's canonical name: an alias of allreduce is allreduce.
-  check<NotSupportedError>(comm_hook_spec_->name() == "allreduce", "--cuda-graph: ddp's comm hook '",
-                           comm_hook_spec_->name(),
-                           "' keeps per-step state on the host, which a captured step does not advance", remedy);
-  check<NotSupportedError>(options_.comm_wrapper == CommWrapper::None,
-                           "--cuda-graph: ddp's comm_wrapper is not captured", remedy);
-  check<NotSupportedError>(!options_.shard_optimizer,
-                           "--cuda-graph: ddp's shard_optimizer (ZeRO-1) steps an OSS wrapper, not a FusedAdamW",
-                           remedy);
-  check_checkpointing_capturable();
+  // Run on a GPU for the first time (tools/gpu_check.sh on an H200, cuda:CudaGraph), the capture
+  // of ddp's micro-step on NCCL failed: "operation would make the legacy stream depend on a
+  // capturing blocking stream". Until it captures there, it is refused before training.
+  throw NotSupportedError("--cuda-graph: strategy '" + name() +
+                          "' is not captured: its bucket all-reduce on NCCL failed to capture on a GPU (CUDA: "
+                          "\"operation would make the legacy stream depend on a capturing blocking stream\"), and "
+                          "over Gloo it runs on the host, which a replay would skip; use single_device, or drop "
+                          "--cuda-graph");
 }
 
 void DDPStrategy::check_world_size(int64_t world_size) const {
@@ -158,7 +152,8 @@ void DDPStrategy::check_precision(const Precision& precision) const {
                             "--strategy ddp: gradient compression to 16 bits (comm_hook=", options_.comm_hook,
                             options_.comm_wrapper == CommWrapper::None ? "" : " with comm_wrapper",
                             ") with --precision ", precision.name(), ", whose gradients are already ",
-                            c10::toString(dtype), ": there is nothing to compress; use comm_hook=allreduce, or a "
+                            c10::toString(dtype),
+                            ": there is nothing to compress; use comm_hook=allreduce, or a "
                             "32-bit precision (32-true, bf16-mixed)");
 }
 

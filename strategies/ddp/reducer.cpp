@@ -3,10 +3,11 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/variable.h>
 
-#include "strategies/dense_gradients.h"
-#include "strategies/ddp/unused_parameters.h"
+#include "core/collective_site.h"
 #include "core/compat.h"
 #include "core/error.h"
+#include "strategies/ddp/unused_parameters.h"
+#include "strategies/dense_gradients.h"
 
 namespace volt::ddp {
 
@@ -31,7 +32,8 @@ Reducer::Reducer(std::vector<torch::Tensor> parameters, std::vector<std::string>
       hook_(std::make_unique<AllReduceHook>(communicator)),
       static_record_(parameters_.size()) {
   options_.validate();
-  check<ConfigurationError>(!parameters_.empty(), "ddp: the module has no parameters that require grad; there is "
+  check<ConfigurationError>(!parameters_.empty(),
+                            "ddp: the module has no parameters that require grad; there is "
                             "nothing to synchronize (use --strategy single_device or give it parameters)");
   VOLT_INTERNAL_ASSERT(names_.size() == parameters_.size(), "one name per parameter");
   for (size_t i = 0; i < parameters_.size(); ++i) {
@@ -122,9 +124,9 @@ void Reducer::rebuild_buckets() {
   std::vector<bool> seen(parameters_.size(), false);
   const auto* values = order.data_ptr<int64_t>();
   for (int64_t i = 0; i < n; ++i) {
-    check<DistributedError>(values[i] >= 0 && values[i] < n && !seen[static_cast<size_t>(values[i])],
-                            "ddp (rank ", communicator_.rank(), "): rank 0's gradient order is not a permutation of ",
-                            n, " parameters; do all ranks build the same model?");
+    check<DistributedError>(values[i] >= 0 && values[i] < n && !seen[static_cast<size_t>(values[i])], "ddp (rank ",
+                            communicator_.rank(), "): rank 0's gradient order is not a permutation of ", n,
+                            " parameters; do all ranks build the same model?");
     seen[static_cast<size_t>(values[i])] = true;
     rank0_order[static_cast<size_t>(i)] = static_cast<size_t>(values[i]);
   }
@@ -181,7 +183,8 @@ void Reducer::check_accumulators() const {
 }
 
 void Reducer::prepare_for_backward(const torch::Tensor& loss) {
-  check<ConfigurationError>(!in_backward_, "ddp: backward started again before the previous synchronized backward "
+  check<ConfigurationError>(!in_backward_,
+                            "ddp: backward started again before the previous synchronized backward "
                             "finished; call backward once per forward (through the strategy)");
   check_accumulators();
   if (rebuild_due_) {
@@ -253,6 +256,7 @@ void Reducer::launch_ready_buckets() {
     bucket.iteration = synchronized_iterations_;
     bucket.buffer = buckets_[b].buffer();
     for (const size_t index : buckets_[b].members()) bucket.parameters.push_back(parameters_[index]);
+    const CollectiveSite site("ddp bucket " + std::to_string(b) + " (backward)");  // Note [Diagnosing a hang]
     handles_[b] = hook_->run(bucket);
     emit(ReducerEvent::BucketLaunched, b);
   }
@@ -286,8 +290,7 @@ void Reducer::finalize_backward() {
                         ? "ddp: static_graph=true, but parameter(s) " + names_of(missing) +
                               " received fewer gradients in this iteration than in the first; the graph "
                               "changed: drop static_graph=true (and use find_unused_parameters=true)"
-                        : "ddp: parameter(s) " + names_of(missing) +
-                              " received no gradient in this backward (rank " +
+                        : "ddp: parameter(s) " + names_of(missing) + " received no gradient in this backward (rank " +
                               std::to_string(communicator_.rank()) +
                               "); every parameter must take part in the loss, or set find_unused_parameters=true "
                               "(--strategy ddp:find_unused_parameters=true, or ddp_find_unused_parameters_true), "
@@ -328,7 +331,8 @@ void Reducer::finalize_backward() {
 
 bool Reducer::reduce_accumulated_gradients() {
   std::unique_lock<std::mutex> lock(mutex_);
-  check<ConfigurationError>(!in_backward_, "ddp: a window closed without backward while a synchronized backward "
+  check<ConfigurationError>(!in_backward_,
+                            "ddp: a window closed without backward while a synchronized backward "
                             "was still unfinished");
   if (rebuild_due_) {
     rebuild_due_ = false;
@@ -356,9 +360,8 @@ bool Reducer::reduce_accumulated_gradients() {
 }
 
 void Reducer::exchange_used_flags() {
-  auto used =
-      torch::from_blob(used_since_sync_.data(), {static_cast<int64_t>(used_since_sync_.size())}, torch::kUInt8)
-          .to(torch::kInt);
+  auto used = torch::from_blob(used_since_sync_.data(), {static_cast<int64_t>(used_since_sync_.size())}, torch::kUInt8)
+                  .to(torch::kInt);
   communicator_.all_reduce(used, ReduceOp::Max);
   flag_bytes_ = used.numel() * static_cast<int64_t>(used.element_size());
   const auto* flags = used.data_ptr<int>();

@@ -2,6 +2,7 @@
 
 #include <numeric>
 
+#include "core/collective_site.h"
 #include "core/error.h"
 
 namespace volt::fsdp {
@@ -38,10 +39,9 @@ int64_t FlatParameter::Entry::numel() const {
   return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
 }
 
-FlatParameter::FlatParameter(std::vector<std::pair<std::string, torch::Tensor>> parameters,
-                             Communicator& communicator, std::optional<torch::Dtype> cast_dtype,
-                             std::shared_ptr<GatheredBytes> gathered, int64_t gradient_world, bool offload_to_host,
-                             ShardLayout layout)
+FlatParameter::FlatParameter(std::vector<std::pair<std::string, torch::Tensor>> parameters, Communicator& communicator,
+                             std::optional<torch::Dtype> cast_dtype, std::shared_ptr<GatheredBytes> gathered,
+                             int64_t gradient_world, bool offload_to_host, ShardLayout layout)
     : communicator_(communicator),
       rank_(communicator.rank()),
       world_(communicator.size()),
@@ -51,18 +51,19 @@ FlatParameter::FlatParameter(std::vector<std::pair<std::string, torch::Tensor>> 
   std::vector<torch::Tensor> flat_pieces;
   for (auto& [name, parameter] : parameters) {
     const auto& first = parameters.front().second;
-    check<ConfigurationError>(parameter.device() == first.device(), "fsdp: the parameters of one unit must share a "
-                              "device; '", name, "' is on ", parameter.device().str(), ", '", parameters.front().first,
-                              "' on ", first.device().str(),
-                              ". Move the module first, or wrap these in separate units");
-    check<ConfigurationError>(
-        layout == ShardLayout::PerParameter || parameter.scalar_type() == first.scalar_type(),
-        "fsdp: the parameters of one unit must share a dtype in the flat layout; '", name, "' is ",
-        c10::toString(parameter.scalar_type()), ", '", parameters.front().first, "' ",
-        c10::toString(first.scalar_type()), ". Use layout=per_parameter (which gathers mixed dtypes in one "
-        "all-gather), convert the module first, or wrap these in separate units");
-    check<ConfigurationError>(parameter.layout() == torch::kStrided && parameter.is_leaf(), "fsdp: parameter '",
-                              name, "' must be a dense leaf tensor");
+    check<ConfigurationError>(parameter.device() == first.device(),
+                              "fsdp: the parameters of one unit must share a "
+                              "device; '",
+                              name, "' is on ", parameter.device().str(), ", '", parameters.front().first, "' on ",
+                              first.device().str(), ". Move the module first, or wrap these in separate units");
+    check<ConfigurationError>(layout == ShardLayout::PerParameter || parameter.scalar_type() == first.scalar_type(),
+                              "fsdp: the parameters of one unit must share a dtype in the flat layout; '", name,
+                              "' is ", c10::toString(parameter.scalar_type()), ", '", parameters.front().first, "' ",
+                              c10::toString(first.scalar_type()),
+                              ". Use layout=per_parameter (which gathers mixed dtypes in one "
+                              "all-gather), convert the module first, or wrap these in separate units");
+    check<ConfigurationError>(parameter.layout() == torch::kStrided && parameter.is_leaf(), "fsdp: parameter '", name,
+                              "' must be a dense leaf tensor");
     Entry entry{name, parameter, numel_, parameter.sizes().vec(), parameter.requires_grad()};
     entry.dtype = parameter.scalar_type();
     // Mixed precision computes floating-point parameters in its dtype; the rest keep their own.
@@ -226,6 +227,7 @@ FlatParameter::~FlatParameter() {
 }
 
 CollectiveHandle FlatParameter::start_gather(bool ahead) {
+  const CollectiveSite site(ahead ? "fsdp parameters' all_gather (prefetched)" : "fsdp parameters' all_gather");
   allocate_storage(full_, bytes_of(full_));
   if (gathered_bytes_) gathered_bytes_->add(static_cast<int64_t>(bytes_of(full_)));
   torch::NoGradGuard no_grad;
@@ -274,8 +276,8 @@ void FlatParameter::release_to_group(Communicator& group) {
     gathered = torch::empty({world_, gathered_block_numel_}, full_.options());
     if (gathered_bytes_) gathered_bytes_->add(static_cast<int64_t>(bytes_of(gathered)));
     for (const auto& entry : entries_) {
-      const auto columns = typed_span(gathered, entry.chunk.gathered_offset, entry.chunk.chunk_numel(),
-                                      entry.compute_dtype);
+      const auto columns =
+          typed_span(gathered, entry.chunk.gathered_offset, entry.chunk.chunk_numel(), entry.compute_dtype);
       copy_chunks_in(typed_span(full_, entry.offset, entry.numel(), entry.compute_dtype), entry.chunk, columns, 1.0);
     }
   }

@@ -1,5 +1,6 @@
 #include "strategies/fsdp/reduce_scatter_bucket.h"
 
+#include "core/collective_site.h"
 #include "core/error.h"
 
 namespace volt::fsdp {
@@ -70,6 +71,7 @@ void ReduceScatterBucket::launch(torch::Tensor input, std::vector<Carried> carri
     return;
   }
   auto reduced = torch::empty({input.numel() / communicator_.size()}, input.options());
+  const CollectiveSite site("fsdp gradients' reduce_scatter (backward)");  // Note [Diagnosing a hang]
   in_flight_.push_back({communicator_.reduce_scatter_into_async(reduced, input), std::move(carried)});
 }
 

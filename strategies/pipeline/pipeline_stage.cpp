@@ -26,8 +26,8 @@ struct HeldMicrobatch {
 
 }  // namespace
 
-PipelineStage::PipelineStage(torch::nn::Sequential module, Communicator& group)
-    : module_(std::move(module)), group_(group) {}
+PipelineStage::PipelineStage(torch::nn::Sequential module, Communicator& group, torch::Device device)
+    : module_(std::move(module)), group_(group), device_(device) {}
 
 void PipelineStage::send_header(const torch::Tensor& activation) {
   check<ConfigurationError>(activation.dim() <= kMaxDimensions, "pipeline: stage ", stage(), "'s output has ",
@@ -45,7 +45,7 @@ torch::Tensor PipelineStage::receive_like_header() {
   const auto dtype = static_cast<torch::Dtype>(header[0].item<int64_t>());
   std::vector<int64_t> shape;
   for (int64_t d = 0; d < header[1].item<int64_t>(); ++d) shape.push_back(header[2 + d].item<int64_t>());
-  return torch::empty(shape, torch::TensorOptions().dtype(dtype));
+  return torch::empty(shape, torch::TensorOptions().dtype(dtype).device(device_));
 }
 
 torch::Tensor PipelineStage::run(PipelineSchedule schedule, int64_t microbatches,

@@ -45,8 +45,8 @@ struct StageStepReport {
 class PipelineStage {
  public:
   // `module`: this stage's entries; `group`: the pipeline's ranks in stage order (this stage is
-  // its rank).
-  PipelineStage(torch::nn::Sequential module, Communicator& group);
+  // its rank); `device`: where the stage computes, which is where the activations it receives go.
+  PipelineStage(torch::nn::Sequential module, Communicator& group, torch::Device device = torch::kCPU);
 
   int64_t stage() const { return group_.rank(); }
   int64_t stages() const { return group_.size(); }
@@ -74,6 +74,7 @@ class PipelineStage {
 
   torch::nn::Sequential module_;
   Communicator& group_;
+  torch::Device device_;
   StageStepReport report_;
 };
 

@@ -125,7 +125,7 @@ void PipelineStrategy::wrap_module(torch::nn::Module& module) {
     layout_.shards =
         std::make_unique<ReplicaShards>(std::move(owned), m.group("dp"), "pipeline stage " + std::to_string(mine));
   }
-  stage_ = std::make_unique<pipeline::PipelineStage>(stage_module, m.group("pp"));
+  stage_ = std::make_unique<pipeline::PipelineStage>(stage_module, m.group("pp"), root_device());
   gradients_->attach(&module);
 }
 

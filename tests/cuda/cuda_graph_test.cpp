@@ -2,16 +2,16 @@
 // captured, compared after every step: single_device in 32-true, bf16-mixed, and 16-mixed with an
 // overflow injected by the data (so that the skipped step is the graph's own decision), with
 // dropout (the generator registered with the graph) and a step LR schedule (a device tensor);
-// gradient accumulation (two micro-step graphs); ddp on NCCL at world size 1; the Fabric's
+// gradient accumulation (two micro-step graphs); ddp refused (it failed to capture on NCCL); the Fabric's
 // captured_step; a resume from a checkpoint written by a captured run, equal bit for bit to the
 // uninterrupted captured run. The kernels of a replay are those of the eager step, so the
 // comparison is bitwise.
 #include <gtest/gtest.h>
 
+#include "fabric/fabric.h"
 #include "tests/cuda/cuda_test_support.h"
 #include "tests/support/regression_problem.h"
 #include "tests/support/test_support.h"
-#include "fabric/fabric.h"
 
 namespace volt::testing {
 namespace {
@@ -80,8 +80,8 @@ struct FitSpec {
   int64_t accumulate = 1;
   int64_t overflow_batch = -1;
   int64_t max_steps = -1;
-  std::string save_to;    // a checkpoint at the end of the fit
-  std::string resume;     // ckpt_path
+  std::string save_to;  // a checkpoint at the end of the fit
+  std::string resume;   // ckpt_path
 };
 
 Fit fit(const FitSpec& spec) {
@@ -132,7 +132,10 @@ TEST(CudaGraph, AnOverflowIsSkippedInsideTheGraphAsEagerly) {
   const auto eager = fit({.precision = "16-mixed", .overflow_batch = 5});
   const auto captured = fit({.cuda_graph = true, .precision = "16-mixed", .overflow_batch = 5});
   expect_equal_steps(eager, captured, "16-mixed with an overflow");
-  EXPECT_EQ(captured.metrics.at("amp_skipped_steps"), 3) << "one skipped step per epoch";
+  // The injected overflow of each epoch, and the first steps' (the initial scale of 2^16 is too
+  // large for this model: the scaler backs off from it), the same in both.
+  EXPECT_EQ(captured.metrics.at("amp_skipped_steps"), eager.metrics.at("amp_skipped_steps"));
+  EXPECT_GE(captured.metrics.at("amp_skipped_steps"), 3) << "at least one skipped step per epoch";
   EXPECT_EQ(captured.metrics.at("amp_scale"), eager.metrics.at("amp_scale"));
 }
 
@@ -143,9 +146,17 @@ TEST(CudaGraph, GradientAccumulationCapturesTwoMicroStepGraphs) {
   expect_equal_steps(fit({.accumulate = 3}), fit({.cuda_graph = true, .accumulate = 3}), "accumulate 3");
 }
 
-TEST(CudaGraph, DdpOnNcclAtWorldSizeOne) {
+// ddp's micro-step failed to capture on NCCL here (a CUDA error, after which the process could not
+// go on): it is refused before training instead.
+TEST(CudaGraph, DdpOnNcclIsRefusedBeforeTraining) {
   VOLT_REQUIRE_CUDA();
-  expect_equal_steps(fit({.strategy = "ddp"}), fit({.cuda_graph = true, .strategy = "ddp"}), "ddp");
+  try {
+    fit({.cuda_graph = true, .strategy = "ddp"});
+    ADD_FAILURE() << "ddp with --cuda-graph trained";
+  } catch (const NotSupportedError& error) {
+    ::testing::internal::GetCapturedStderr();  // fit() began capturing it
+    EXPECT_NE(std::string(error.what()).find("is not captured"), std::string::npos) << error.what();
+  }
 }
 
 TEST(CudaGraph, AResumeFromACapturedRunsCheckpointIsBitwiseTheUninterruptedRun) {
@@ -153,8 +164,8 @@ TEST(CudaGraph, AResumeFromACapturedRunsCheckpointIsBitwiseTheUninterruptedRun) 
   TemporaryDirectory dir;
   const auto path = (std::filesystem::path(dir.path()) / "half.ckpt").string();
   const auto whole = fit({.cuda_graph = true, .precision = "16-mixed", .overflow_batch = 5});
-  const auto first = fit({.cuda_graph = true, .precision = "16-mixed", .overflow_batch = 5, .max_steps = 12,
-                          .save_to = path});
+  const auto first =
+      fit({.cuda_graph = true, .precision = "16-mixed", .overflow_batch = 5, .max_steps = 12, .save_to = path});
   const auto rest = fit({.cuda_graph = true, .precision = "16-mixed", .overflow_batch = 5, .resume = path});
   ASSERT_EQ(first.params.size() + rest.params.size(), whole.params.size());
   for (size_t i = 0; i < rest.params.size(); ++i) {
@@ -175,7 +186,8 @@ TEST(CudaGraph, TheFabricsCapturedStepEqualsItsEagerStep) {
     auto [module, optimizer] =
         fabric.setup(model, std::make_shared<FusedAdamW>(model->parameters(), torch::optim::AdamWOptions(0.01)));
     auto step = fabric.captured_step([&, module = module, optimizer = optimizer](const Batch& batch) {
-      auto loss = torch::mse_loss(module->forward(batch.input), batch.target);
+      // The output comes back in bfloat16 (docs/fabric.md, "Forward and autocast"): the loss in float32.
+      auto loss = torch::mse_loss(module->forward(batch.input).to(torch::kFloat), batch.target);
       fabric.backward(loss);
       fabric.step(*optimizer);
       fabric.zero_grad(*optimizer);

@@ -9,9 +9,9 @@
 #include <string>
 
 #include "distributed/process_launcher.h"
+#include "run/device_choice.h"
 #include "tests/support/regression_problem.h"
 #include "tests/support/test_support.h"
-#include "run/device_choice.h"
 
 namespace volt::testing {
 namespace {
@@ -44,13 +44,12 @@ TEST(DeviceChoice, AutoIsCudaWhenADeviceIsVisibleAndTheCpuOtherwise) {
 TEST(DeviceChoice, MoreProcessesPerNodeThanVisibleDevicesFailOnEveryLocalRank) {
   // Local rank 0 has a device, but its peers 2 and 3 do not: it must fail too, not wait for them.
   for (const int64_t r : {0, 3}) {
-    const auto message =
-        error_message_of<ConfigurationError>([&] { choose_device("cuda", local_rank_of(r, 4), 2); });
+    const auto message = error_message_of<ConfigurationError>([&] { choose_device("cuda", local_rank_of(r, 4), 2); });
     EXPECT_NE(message.find("4 processes per node need a CUDA device each"), std::string::npos) << message;
     EXPECT_NE(message.find("this process sees 2"), std::string::npos) << message;
-    EXPECT_NE(message.find("local rank " + std::to_string(r) + " of 4 on its node) computes on cuda:" +
-                           std::to_string(r)),
-              std::string::npos)
+    EXPECT_NE(
+        message.find("local rank " + std::to_string(r) + " of 4 on its node) computes on cuda:" + std::to_string(r)),
+        std::string::npos)
         << message;
     EXPECT_NE(message.find("--devices 2"), std::string::npos) << "it says what to do: " << message;
   }
@@ -102,8 +101,13 @@ TEST(DeviceChoice, TheTrainerOfLocalRankOneAsksForCudaOne) {
   launch.master_port = 29512;
   const std::map<std::string, std::map<std::string, std::string>> starters{
       {"torchrun",
-       {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"}, {"GROUP_RANK", "0"},
-        {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29512"}}},
+       {{"RANK", "1"},
+        {"WORLD_SIZE", "2"},
+        {"LOCAL_RANK", "1"},
+        {"LOCAL_WORLD_SIZE", "2"},
+        {"GROUP_RANK", "0"},
+        {"MASTER_ADDR", "127.0.0.1"},
+        {"MASTER_PORT", "29512"}}},
       {"volt's launcher", child_environment(launch, 1)}};
   for (const auto& [starter, variables] : starters) {
     EnvironmentOverride environment(variables);
@@ -135,6 +139,44 @@ TEST(DeviceChoice, AProcessOfSeveralDevicesTakesTheNextOnesOfItsNode) {
   const auto message = error_message_of<ConfigurationError>([&] { choose_devices("cuda", local_rank_of(0, 2), 3, 2); });
   EXPECT_NE(message.find("2 processes per node × 2 devices each need 4 CUDA devices"), std::string::npos) << message;
   EXPECT_NE(message.find("--devices 2"), std::string::npos) << "it says what to do: " << message;
+}
+
+// With the gloo backend (--process-group-backend gloo, Note [Device tensors on Gloo]) the
+// processes of a node may share its devices: local rank r computes on cuda:(r mod visible), so
+// that --devices 2 runs on one GPU; NCCL's one rank per device still refuses, naming the way out.
+TEST(DeviceChoice, OnGlooTheProcessesOfANodeShareItsDevices) {
+  for (int64_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(choose_devices("cuda", local_rank_of(r, 3), 1, 1, /*share_devices=*/true).front(),
+              torch::Device(torch::kCUDA, 0))
+        << "local rank " << r;
+    EXPECT_EQ(choose_devices("cuda", local_rank_of(r, 3), 2, 1, true).front(), torch::Device(torch::kCUDA, r % 2));
+  }
+  // Enough devices: one each, as without sharing.
+  EXPECT_EQ(choose_devices("cuda", local_rank_of(1, 2), 4, 1, true).front(), torch::Device(torch::kCUDA, 1));
+  const auto message = error_message_of<ConfigurationError>([&] { choose_device("cuda", local_rank_of(1, 2), 1); });
+  EXPECT_NE(message.find("--process-group-backend gloo"), std::string::npos) << message;
+  // No device at all is no device, shared or not.
+  EXPECT_THROW(choose_devices("cuda", local_rank_of(0, 2), 0, 1, true), NotSupportedError);
+}
+
+// --process-group-backend nccl where nothing computes on CUDA: refused at construction, saying
+// what to use instead.
+TEST(DeviceChoice, NcclWithoutACudaDeviceIsRefused) {
+  TemporaryDirectory dir;
+  auto options = quiet_options(dir.path());
+  options.process_group_backend = "nccl";
+  options.accelerator = "cpu";
+  auto message = error_message_of<ConfigurationError>([&] { Trainer trainer(options); });
+  EXPECT_NE(message.find("--process-group-backend nccl"), std::string::npos) << message;
+  EXPECT_NE(message.find("--accelerator cuda"), std::string::npos) << message;
+  if (torch::cuda::device_count() == 0) {
+    options.accelerator = "auto";
+    message = error_message_of<NotSupportedError>([&] { Trainer trainer(options); });
+    EXPECT_NE(message.find("computes on cpu"), std::string::npos) << message;
+    EXPECT_NE(message.find("--process-group-backend gloo"), std::string::npos) << message;
+  }
+  options.process_group_backend = "mpi";
+  EXPECT_THROW(Trainer trainer(options), ConfigurationError);
 }
 
 }  // namespace

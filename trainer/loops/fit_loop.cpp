@@ -3,10 +3,10 @@
 #include "checkpoint/rng_state.h"
 #include "core/named_scope.h"
 #include "run/accumulation_window.h"
+#include "strategies/strategy.h"
 #include "trainer/loops/evaluation_loop.h"
 #include "trainer/loops/loop_hooks.h"
 #include "trainer/trainer.h"
-#include "strategies/strategy.h"
 
 namespace volt {
 namespace {
@@ -47,8 +47,8 @@ FitLoop::FitLoop(const LoopContext& context, std::shared_ptr<DataLoader> train, 
     const double fraction = options.fast_dev_run > 0 ? 1.0 : interval.fraction_value();
     val_check_batch_ = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(n) * fraction));
   } else {
-    check<ConfigurationError>(interval.count_value() <= n || n == 0, "--val-check-interval: ",
-                              interval.count_value(), " batches is more than the ", n,
+    check<ConfigurationError>(interval.count_value() <= n || n == 0, "--val-check-interval: ", interval.count_value(),
+                              " batches is more than the ", n,
                               " training batches of an epoch; use a smaller count or a fraction");
     val_check_batch_ = interval.count_value();
   }
@@ -68,8 +68,8 @@ void FitLoop::run() {
 
   // Refused before anything runs (Note [The Trainer's captured step]).
   if (options.cuda_graph) {
-    captured_ = std::make_unique<CapturedTraining>(strategy_, module.automatic_optimization(),
-                                                   state_.optimizers, state_.train_collector);
+    captured_ = std::make_unique<CapturedTraining>(strategy_, module.automatic_optimization(), state_.optimizers,
+                                                   state_.train_collector);
   }
   call_callbacks(t, module, &Callback::on_fit_start);
   module.on_fit_start();
@@ -113,9 +113,7 @@ bool FitLoop::steps_exhausted() const {
   return max_steps != -1 && state_.progress.global_step >= max_steps;
 }
 
-bool FitLoop::time_exhausted() const {
-  return state_.deadline && std::chrono::steady_clock::now() >= *state_.deadline;
-}
+bool FitLoop::time_exhausted() const { return state_.deadline && std::chrono::steady_clock::now() >= *state_.deadline; }
 
 // Note [Stopping before min_epochs]: Lightning's rule. should_stop (EarlyStopping, Timer, any
 // callback) and --max-time, which Lightning implements as a Timer that sets should_stop, end the
@@ -227,8 +225,8 @@ void FitLoop::run_batch(int64_t batch_idx, DeviceFeed& feed) {
   Module& module = *state_.module;
   auto& p = state_.progress;
   const EpochRemainder* rest = remainder();
-  VOLT_INTERNAL_ASSERT(feed.next_index() == batch_idx - (rest ? rest->first_batch : 0),
-                       "the feed is at batch ", feed.next_index(), ", the loop at ", batch_idx);
+  VOLT_INTERNAL_ASSERT(feed.next_index() == batch_idx - (rest ? rest->first_batch : 0), "the feed is at batch ",
+                       feed.next_index(), ", the loop at ", batch_idx);
   const Batch batch = feed.next();
   // Manual optimization: training_step runs backward and steps itself (ManualOptimizer), and
   // accumulates by hand; the window is then always the one batch.
@@ -248,11 +246,11 @@ void FitLoop::run_batch(int64_t batch_idx, DeviceFeed& feed) {
   // here is device work or runs at capture only under --cuda-graph (Note [The Trainer's captured
   // step]); the loop's own bookkeeping follows outside it.
   auto micro_step = [&](const Batch& input) {
-    auto step_loss = strategy_.run_step(RunningStage::Training, module, input,
-                                       [&](torch::nn::Module& given, const Batch& b) {
-                                         NamedScope step("volt::training_step");
-                                         return step_module(given, module).training_step(b, batch_idx);
-                                       });
+    auto step_loss =
+        strategy_.run_step(RunningStage::Training, module, input, [&](torch::nn::Module& given, const Batch& b) {
+          NamedScope step("volt::training_step");
+          return step_module(given, module).training_step(b, batch_idx);
+        });
     state_.train_collector.set_in_step(false);
     if (step_loss.defined() && !manual) {
       check<ConfigurationError>(step_loss.numel() == 1, "training_step: expected a scalar loss, got shape ",
@@ -311,7 +309,12 @@ void FitLoop::run_batch(int64_t batch_idx, DeviceFeed& feed) {
   if (stepped && p.global_step / every != steps_before / every) {
     NamedScope logging("volt::loggers");
     auto metrics = read_metrics(step_values.logger);
-    for (const auto& [name, value] : strategy_.metrics()) metrics[name] = value;
+    {
+      // The strategy's and the precision's counters (the GradScaler's scale) are read on the host
+      // for the logger too.
+      NamedScope reading("volt::read_metrics");
+      for (const auto& [name, value] : strategy_.metrics()) metrics[name] = value;
+    }
     if (!metrics.empty()) log_to_loggers(t, state_, metrics);
   }
   NamedScope callbacks("volt::on_train_batch_end");

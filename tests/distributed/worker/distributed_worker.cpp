@@ -29,7 +29,10 @@
 //                       the first attempt (TORCHELASTIC_RESTART_COUNT unset or 0), so that
 //                       torchrun --max_restarts 1 ... --ckpt-path last resumes the group
 //                       --stray-decision-rank R: rank R alone takes a broadcast_decision after
-//                       its first training batch (a collective behind a rank-local condition)
+//                       its first training batch (a collective behind a rank-local condition);
+//                       --inject-hang save_on_rank0|skip|sizes: a hang after training batch 1
+//                       (worker_callbacks.h's InjectHang); --slow-rank R --slow-ms M: rank R
+//                       sleeps M ms at every batch end (slow, no hang)
 //   --mode sampler      fit over a dataset whose inputs are the sample indices (--samples, 10
 //                       by default, batch 2, shuffled, seed 11); prints "SEEN rank=.. epoch=..
 //                       indices=.." per epoch and "BATCH rank=.. epoch=.. step=.. batch=..
@@ -53,17 +56,17 @@
 #include <sstream>
 #include <thread>
 
-#include "strategies/parallel_strategy.h"
+#include "callbacks/callback.h"
+#include "core/error.h"
+#include "core/reproducibility.h"
+#include "distributed/cluster/cluster_environment.h"
 #include "distributed/process_group_setup.h"
 #include "distributed/process_launcher.h"
+#include "strategies/parallel_strategy.h"
 #include "strategies/strategy_registry.h"
 #include "tests/distributed/worker/replica_strategy.h"
 #include "tests/distributed/worker/worker_callbacks.h"
 #include "tests/support/regression_problem.h"
-#include "callbacks/callback.h"
-#include "distributed/cluster/cluster_environment.h"
-#include "core/error.h"
-#include "core/reproducibility.h"
 #include "trainer/run_main.h"
 #include "trainer/trainer_options.h"
 
@@ -122,10 +125,9 @@ void register_test_strategy(testing::ReplicaStrategy::ReplicaFactory make_replic
   strategy_registry().add("test_grad_avg", "test-only: averages gradients before every step", {},
                           [](const OptionValues&) { return std::make_shared<GradientAveragingStrategy>(); });
   if (!make_replica) return;
-  strategy_registry().add("test_replicas", "test-only: every device of the node in one process, a replica each", {},
-                          [make_replica](const OptionValues&) {
-                            return std::make_shared<testing::ReplicaStrategy>(make_replica);
-                          });
+  strategy_registry().add(
+      "test_replicas", "test-only: every device of the node in one process, a replica each", {},
+      [make_replica](const OptionValues&) { return std::make_shared<testing::ReplicaStrategy>(make_replica); });
 }
 
 // The regression module plus what the distributed tests read back: a per-step value synced
@@ -202,7 +204,8 @@ testing::RegressionOptions regression_options(const std::string& optimizer, int6
                                 model == "blocks_frozen" || model == "blocks_mixed" || model == "blocks_mixed_trained",
                             "worker: --model expects linear, batch_norm, branch, sparse_embedding, mlp, "
                             "mlp_wrapped, wide_mlp, blocks, blocks_sharded, blocks_frozen, blocks_mixed or "
-                            "blocks_mixed_trained, got '", model, "'");
+                            "blocks_mixed_trained, got '",
+                            model, "'");
   // Small enough that a STEP line (17 digits a parameter) stays below PIPE_BUF: the ranks' lines
   // reach the test whole, not interleaved.
   if (model == "mlp" || model == "mlp_wrapped") options.hidden = 4;
@@ -236,10 +239,11 @@ testing::RegressionOptions regression_options(const std::string& optimizer, int6
   return options;
 }
 
-void train(const TrainerOptions& options, ProcessLauncher& launcher, int64_t batch_size, std::shared_ptr<Callback> extra,
-           const testing::RegressionOptions& model_options, bool print_steps, bool print_buffers,
-           int64_t manual_accumulate, bool module_no_sync, int64_t stray_decision_rank, bool print_initial,
-           int64_t fail_write_rank, int64_t kill_rank, int64_t kill_batch) {
+void train(const TrainerOptions& options, ProcessLauncher& launcher, int64_t batch_size,
+           const std::vector<std::shared_ptr<Callback>>& extras, const testing::RegressionOptions& model_options,
+           bool print_steps, bool print_buffers, int64_t manual_accumulate, bool module_no_sync,
+           int64_t stray_decision_rank, bool print_initial, int64_t fail_write_rank, int64_t kill_rank,
+           int64_t kill_batch) {
   register_test_strategy([&] { return std::make_shared<WorkerModule>(model_options, false, manual_accumulate); });
   TrainerComponents components;
   components.launcher = &launcher;  // run_main's launcher: the children's exit statuses count
@@ -248,7 +252,7 @@ void train(const TrainerOptions& options, ProcessLauncher& launcher, int64_t bat
     components.strategy->set_checkpoint_io(std::make_shared<FailingOnOneRankIO>(fail_write_rank));
   }
   Trainer trainer(options, components);
-  trainer.add_callback(std::move(extra));
+  for (const auto& extra : extras) trainer.add_callback(extra);
   if (stray_decision_rank >= 0) trainer.add_callback(std::make_shared<StrayDecision>(stray_decision_rank));
   if (kill_rank >= 0) trainer.add_callback(std::make_shared<KillAtBatch>(kill_rank, kill_batch));
   if (print_steps) trainer.add_callback(std::make_shared<StepPrinter>());
@@ -270,10 +274,9 @@ void train(const TrainerOptions& options, ProcessLauncher& launcher, int64_t bat
   text << std::setprecision(17);
   for (int64_t i = 0; i < params.numel(); ++i) text << (i ? "," : "") << params[i].item<double>();
   std::ostringstream line;
-  line << "TRAINED rank=" << trainer.global_rank() << " params=" << text.str()
-       << " val_samples=" << (trainer.callback_metrics().count("val_samples") ? trainer.callback_metrics().at("val_samples") : -1.0)
-       << " log_dir=" << trainer.log_dir()
-       << " env=" << trainer.cluster_environment().name()
+  line << "TRAINED rank=" << trainer.global_rank() << " params=" << text.str() << " val_samples="
+       << (trainer.callback_metrics().count("val_samples") ? trainer.callback_metrics().at("val_samples") : -1.0)
+       << " log_dir=" << trainer.log_dir() << " env=" << trainer.cluster_environment().name()
        << " restarts=" << trainer.cluster_environment().restart_count() << "\n";
   std::cout << line.str() << std::flush;
 }
@@ -286,10 +289,10 @@ void train(const TrainerOptions& options, ProcessLauncher& launcher, int64_t bat
 class GanModule : public Module {
  public:
   GanModule()
-      : gen(register_module("gen", torch::nn::Sequential(torch::nn::Linear(2, 4), torch::nn::Tanh(),
-                                                           torch::nn::Linear(4, 8)))),
-        disc(register_module("disc", torch::nn::Sequential(torch::nn::Linear(8, 4), torch::nn::Tanh(),
-                                                             torch::nn::Linear(4, 1)))) {}
+      : gen(register_module(
+            "gen", torch::nn::Sequential(torch::nn::Linear(2, 4), torch::nn::Tanh(), torch::nn::Linear(4, 8)))),
+        disc(register_module(
+            "disc", torch::nn::Sequential(torch::nn::Linear(8, 4), torch::nn::Tanh(), torch::nn::Linear(4, 1)))) {}
   bool automatic_optimization() const override { return false; }
   torch::Tensor training_step(const Batch& batch, int64_t) override {
     auto& g = optimizer(0);
@@ -307,8 +310,7 @@ class GanModule : public Module {
     {
       auto scope = d.toggle_model();
       const auto fake = gen->forward(noise).detach();
-      const auto d_loss =
-          torch::softplus(-disc->forward(real)).mean() + torch::softplus(disc->forward(fake)).mean();
+      const auto d_loss = torch::softplus(-disc->forward(real)).mean() + torch::softplus(disc->forward(fake)).mean();
       manual_backward(d_loss);
       log("d_loss", d_loss.detach());
     }
@@ -371,7 +373,8 @@ void record_sampler(const TrainerOptions& options, int64_t samples, const std::s
   loader.shuffle = true;
   loader.seed = 11;
   loader.num_workers = loader_workers;
-  trainer.fit(module, std::make_shared<DataLoader>(std::make_shared<TensorDataset>(indices, torch::zeros({samples})), loader));
+  trainer.fit(module,
+              std::make_shared<DataLoader>(std::make_shared<TensorDataset>(indices, torch::zeros({samples})), loader));
   if (!save_at_end.empty()) trainer.save_checkpoint(save_at_end);
   std::ostringstream lines;
   for (const auto& batch : module->batches) lines << batch << "\n";
@@ -431,56 +434,62 @@ int main(int argc, char** argv) {
   return run_main([&](ProcessLauncher& launcher) {
     po::options_description own("distributed_worker");
     own.add_options()("mode", po::value<std::string>()->default_value("collectives"),
-                      "collectives | fail | train | sampler | gan")
-        ("fail-rank", po::value<int64_t>()->default_value(-1), "rank that misbehaves in --mode fail")
-        ("how", po::value<std::string>()->default_value("throw"), "throw | exit | kill | stall | leave")
-        ("batch-size", po::value<int64_t>()->default_value(8), "training batch size (--mode train)")
-        ("samples", po::value<int64_t>()->default_value(10), "dataset size (--mode sampler)")
-        ("save-at-end", po::value<std::string>()->default_value(""), "checkpoint written after fit (--mode sampler)")
-        ("loader-workers", po::value<int64_t>()->default_value(0), "the loader's num_workers (--mode sampler)")
-        ("checkpoint-every-epoch", po::bool_switch(), "save last.ckpt at every epoch end (--mode train)")
-        ("checkpoint-async", po::bool_switch(), "with --checkpoint-every-epoch: write it in the background")
-        ("save-after-batch", po::value<int64_t>()->default_value(-1),
-         "K >= 0: save a checkpoint to --save-after-batch-path after training batch K of epoch 0 (--mode train)")
-        ("save-after-batch-path", po::value<std::string>()->default_value(""), "where --save-after-batch saves")
-        ("fail-write-rank", po::value<int64_t>()->default_value(-1),
-         "R >= 0: every checkpoint write on global rank R fails (--mode train)")
-        ("crash-rank", po::value<int64_t>()->default_value(-1), "rank that throws once (--mode train)")
-        ("crash-epoch", po::value<int64_t>()->default_value(-1), "epoch at whose start it throws")
-        ("kill-rank", po::value<int64_t>()->default_value(-1), "rank that kills itself (SIGKILL, --mode train)")
-        ("kill-batch", po::value<int64_t>()->default_value(1), "first-epoch training batch at whose start it does")
-        ("stray-decision-rank", po::value<int64_t>()->default_value(-1),
-         "rank that alone takes a decision after its first batch (--mode train)")
-        ("optimizer", po::value<std::string>()->default_value("sgd"), "sgd | momentum | adam (--mode train)")
-        ("report-signals", po::bool_switch(), "print SIGNAL lines when SIGINT/SIGTERM end this process")
-        ("print-steps", po::bool_switch(), "print the parameters after every optimizer step (--mode train)")
-        ("print-initial", po::bool_switch(), "print the parameters fit starts from (--mode train)")
-        ("print-buffers", po::bool_switch(), "print the buffers as every training_step starts (--mode train)")
-        ("manual-accumulate", po::value<int64_t>()->default_value(0),
-         "k > 0: manual optimization, accumulating k micro-batches by hand (--mode train)")
-        ("manual-no-sync", po::bool_switch(),
-         "with --manual-accumulate: skip synchronization in the module's no_sync(), not toggle_model(false)")
-        ("model", po::value<std::string>()->default_value("linear"),
-         "linear | batch_norm | branch | sparse_embedding | mlp | mlp_wrapped | wide_mlp | blocks | blocks_sharded | "
-         "blocks_frozen | blocks_mixed | blocks_mixed_trained (--mode train)")
-        ("skip-every", po::value<int64_t>()->default_value(0),
-         "N > 0: training_step returns no loss for batches N-1, 2N-1, ... (--mode train)");
+                      "collectives | fail | train | sampler | gan")(
+        "fail-rank", po::value<int64_t>()->default_value(-1), "rank that misbehaves in --mode fail")(
+        "how", po::value<std::string>()->default_value("throw"), "throw | exit | kill | stall | leave")(
+        "batch-size", po::value<int64_t>()->default_value(8), "training batch size (--mode train)")(
+        "samples", po::value<int64_t>()->default_value(10), "dataset size (--mode sampler)")(
+        "save-at-end", po::value<std::string>()->default_value(""), "checkpoint written after fit (--mode sampler)")(
+        "loader-workers", po::value<int64_t>()->default_value(0), "the loader's num_workers (--mode sampler)")(
+        "checkpoint-every-epoch", po::bool_switch(), "save last.ckpt at every epoch end (--mode train)")(
+        "checkpoint-async", po::bool_switch(), "with --checkpoint-every-epoch: write it in the background")(
+        "save-after-batch", po::value<int64_t>()->default_value(-1),
+        "K >= 0: save a checkpoint to --save-after-batch-path after training batch K of epoch 0 (--mode train)")(
+        "save-after-batch-path", po::value<std::string>()->default_value(""), "where --save-after-batch saves")(
+        "fail-write-rank", po::value<int64_t>()->default_value(-1),
+        "R >= 0: every checkpoint write on global rank R fails (--mode train)")(
+        "crash-rank", po::value<int64_t>()->default_value(-1), "rank that throws once (--mode train)")(
+        "crash-epoch", po::value<int64_t>()->default_value(-1), "epoch at whose start it throws")(
+        "kill-rank", po::value<int64_t>()->default_value(-1), "rank that kills itself (SIGKILL, --mode train)")(
+        "kill-batch", po::value<int64_t>()->default_value(1), "first-epoch training batch at whose start it does")(
+        "stray-decision-rank", po::value<int64_t>()->default_value(-1),
+        "rank that alone takes a decision after its first batch (--mode train)")(
+        "optimizer", po::value<std::string>()->default_value("sgd"), "sgd | momentum | adam (--mode train)")(
+        "report-signals", po::bool_switch(), "print SIGNAL lines when SIGINT/SIGTERM end this process")(
+        "print-steps", po::bool_switch(), "print the parameters after every optimizer step (--mode train)")(
+        "print-initial", po::bool_switch(), "print the parameters fit starts from (--mode train)")(
+        "print-buffers", po::bool_switch(), "print the buffers as every training_step starts (--mode train)")(
+        "manual-accumulate", po::value<int64_t>()->default_value(0),
+        "k > 0: manual optimization, accumulating k micro-batches by hand (--mode train)")(
+        "manual-no-sync", po::bool_switch(),
+        "with --manual-accumulate: skip synchronization in the module's no_sync(), not toggle_model(false)")(
+        "model", po::value<std::string>()->default_value("linear"),
+        "linear | batch_norm | branch | sparse_embedding | mlp | mlp_wrapped | wide_mlp | blocks | blocks_sharded | "
+        "blocks_frozen | blocks_mixed | blocks_mixed_trained (--mode train)")(
+        "inject-hang", po::value<std::string>()->default_value("none"),
+        "none | save_on_rank0 | skip | sizes: a hang after training batch 1 (--mode train)")(
+        "slow-rank", po::value<int64_t>()->default_value(-1), "rank that sleeps --slow-ms at every batch end")(
+        "slow-ms", po::value<int64_t>()->default_value(0), "how long --slow-rank sleeps")(
+        "skip-every", po::value<int64_t>()->default_value(0),
+        "N > 0: training_step returns no loss for batches N-1, 2N-1, ... (--mode train)");
     po::variables_map vm;
     const auto options = TrainerOptions::from_args(argc, argv, own, &vm);
     const auto mode = vm["mode"].as<std::string>();
     if (mode == "train") {
-      return train(options, launcher, vm["batch-size"].as<int64_t>(),
-                   std::make_shared<CheckpointAndCrash>(vm["checkpoint-every-epoch"].as<bool>(),
-                                                        vm["checkpoint-async"].as<bool>(),
-                                                        vm["crash-rank"].as<int64_t>(),
-                                                        vm["crash-epoch"].as<int64_t>(),
-                                                        vm["save-after-batch-path"].as<std::string>(),
-                                                        vm["save-after-batch"].as<int64_t>()),
+      std::vector<std::shared_ptr<Callback>> extras{std::make_shared<CheckpointAndCrash>(
+          vm["checkpoint-every-epoch"].as<bool>(), vm["checkpoint-async"].as<bool>(), vm["crash-rank"].as<int64_t>(),
+          vm["crash-epoch"].as<int64_t>(), vm["save-after-batch-path"].as<std::string>(),
+          vm["save-after-batch"].as<int64_t>())};
+      if (vm["inject-hang"].as<std::string>() != "none" || vm["slow-rank"].as<int64_t>() >= 0) {
+        extras.push_back(std::make_shared<InjectHang>(vm["inject-hang"].as<std::string>(),
+                                                      options.default_root_dir + "/injected.ckpt",
+                                                      vm["slow-rank"].as<int64_t>(), vm["slow-ms"].as<int64_t>()));
+      }
+      return train(options, launcher, vm["batch-size"].as<int64_t>(), extras,
                    regression_options(vm["optimizer"].as<std::string>(), vm["skip-every"].as<int64_t>(),
                                       vm["model"].as<std::string>()),
-                   vm["print-steps"].as<bool>(), vm["print-buffers"].as<bool>(),
-                   vm["manual-accumulate"].as<int64_t>(), vm["manual-no-sync"].as<bool>(),
-                   vm["stray-decision-rank"].as<int64_t>(),
+                   vm["print-steps"].as<bool>(), vm["print-buffers"].as<bool>(), vm["manual-accumulate"].as<int64_t>(),
+                   vm["manual-no-sync"].as<bool>(), vm["stray-decision-rank"].as<int64_t>(),
                    vm["print-initial"].as<bool>(), vm["fail-write-rank"].as<int64_t>(), vm["kill-rank"].as<int64_t>(),
                    vm["kill-batch"].as<int64_t>());
     }

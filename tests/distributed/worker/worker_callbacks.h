@@ -10,9 +10,11 @@
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "callbacks/callback.h"
 #include "checkpoint/checkpoint_io.h"
+#include "core/collective_site.h"
 #include "core/error.h"
 #include "distributed/cluster/cluster_environment.h"
 #include "strategies/parallel_strategy.h"
@@ -52,14 +54,50 @@ class StrayDecision : public Callback {
   int64_t rank_;
 };
 
+// A hang injected after training batch 1 of epoch 0 (Note [Diagnosing a hang]):
+//   save_on_rank0  rank 0 alone saves a checkpoint, whose collectives no other rank joins;
+//   skip           every rank but the last enters a barrier that the last one skips;
+//   sizes          every rank all-reduces a tensor of a size of its own (1 MiB and more: past the
+//                  inline path, through the process group).
+// `slow_rank` >= 0 instead sleeps `slow_ms` on that rank at every batch: peers then wait for it in
+// their collectives, which is no hang.
+class InjectHang : public Callback {
+ public:
+  InjectHang(std::string how, std::string path, int64_t slow_rank, int64_t slow_ms)
+      : how_(std::move(how)), path_(std::move(path)), slow_rank_(slow_rank), slow_ms_(slow_ms) {}
+  void on_train_batch_end(Trainer& trainer, Module&, const torch::Tensor&, const Batch&, int64_t batch_idx) override {
+    const auto topology = trainer.strategy().topology();
+    if (topology.global_rank == slow_rank_) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms_));
+    if (trainer.current_epoch() != 0 || batch_idx != 1) return;
+    std::cerr << "INJECTED rank=" << topology.global_rank << " how=" << how_ << std::endl;
+    if (how_ == "save_on_rank0" && topology.global_rank == 0) trainer.save_checkpoint(path_);
+    if (how_ == "skip" && topology.global_rank != topology.world_size - 1) {
+      const CollectiveSite site("a barrier of the worker's callback");
+      trainer.collectives().barrier("injected");
+    }
+    if (how_ == "sizes") {
+      const CollectiveSite site("an all_reduce of the worker's callback");
+      trainer.collectives().all_reduce(torch::ones({(int64_t{1} << 18) + 1024 * topology.global_rank}), ReduceOp::Sum);
+    }
+  }
+
+ private:
+  std::string how_, path_;
+  int64_t slow_rank_, slow_ms_;
+};
+
 // Saves <checkpoint_dir>/last.ckpt at every epoch end, or one checkpoint after a given training
 // batch of epoch 0; and makes one rank fail once.
 class CheckpointAndCrash : public Callback {
  public:
   CheckpointAndCrash(bool save, bool in_background, int64_t crash_rank, int64_t crash_epoch,
                      std::string save_after_batch_path = "", int64_t save_after_batch = -1)
-      : save_(save), in_background_(in_background), crash_rank_(crash_rank), crash_epoch_(crash_epoch),
-        save_after_batch_path_(std::move(save_after_batch_path)), save_after_batch_(save_after_batch) {}
+      : save_(save),
+        in_background_(in_background),
+        crash_rank_(crash_rank),
+        crash_epoch_(crash_epoch),
+        save_after_batch_path_(std::move(save_after_batch_path)),
+        save_after_batch_(save_after_batch) {}
   void on_train_batch_end(Trainer& trainer, Module&, const torch::Tensor&, const Batch&, int64_t batch_idx) override {
     if (save_after_batch_ >= 0 && trainer.current_epoch() == 0 && batch_idx == save_after_batch_) {
       trainer.save_checkpoint(save_after_batch_path_);
@@ -94,13 +132,14 @@ class StepPrinter : public Callback {
     const auto params = testing::full_parameters(trainer.strategy(), module);
     std::ostringstream line;
     const auto* parallel = dynamic_cast<const ParallelStrategy*>(&trainer.strategy());
-    if (last_step_ == 1 && parallel != nullptr) {  // how the world group reduces (Note [Collectives through shared memory])
+    if (last_step_ == 1 &&
+        parallel != nullptr) {  // how the world group reduces (Note [Collectives through shared memory])
       line << "TRANSPORT rank=" << trainer.strategy().topology().global_rank << " all_reduce="
            << (parallel->communicator().reduces_through_shared_memory() ? "shared_memory" : "process_group")
            << " ring_thread=" << (parallel->communicator().runs_on_a_ring_thread() ? 1 : 0) << "\n";
     }
-    line << std::setprecision(17) << "STEP rank=" << trainer.strategy().topology().global_rank
-         << " step=" << last_step_ << " params=";
+    line << std::setprecision(17) << "STEP rank=" << trainer.strategy().topology().global_rank << " step=" << last_step_
+         << " params=";
     for (int64_t i = 0; i < params.numel(); ++i) line << (i ? "," : "") << params[i].item<double>();
     line << "\n";
     std::cout << line.str() << std::flush;
