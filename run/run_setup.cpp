@@ -44,7 +44,8 @@ RunPlacement resolve_run(const RunOptions& options, TrainerComponents components
   check<NotSupportedError>(options.process_group_backend != "nccl" || placement.device.is_cuda(),
                            "--process-group-backend nccl: NCCL moves tensors on CUDA devices, but this process "
                            "computes on ",
-                           placement.device.str(), " (LibTorch sees ", torch::cuda::device_count(),
+                           placement.device.str(), " (LibTorch sees ",
+                           static_cast<int64_t>(torch::cuda::device_count()),  // a char on 2.x: print it as a number
                            " CUDA device(s)); use --process-group-backend gloo (or auto), or run where a GPU is "
                            "visible");
   placement.launcher = components.launcher;
