@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "distributed/padded_bytes.h"
+#include "distributed/staged_collective.h"
 
 namespace volt {
 
@@ -53,33 +54,33 @@ Communicator::Communicator(int64_t rank, int64_t size, std::vector<int64_t> glob
 // tensor: a copy each step, hidden, would cost what overlapping them is for.
 namespace {
 
-bool needs_staging(const Communicator& communicator, const torch::Tensor& tensor) {
-  return tensor.defined() && tensor.is_cpu() && !communicator.tensor_device().is_cpu();
+// Where `tensor` goes for `communicator`: the communicator's device for a CPU tensor on a device's
+// backend, else nowhere (it runs as it is).
+std::optional<torch::Device> staging_for(const Communicator& communicator, const torch::Tensor& tensor) {
+  const auto device = communicator.tensor_device();
+  if (tensor.defined() && tensor.is_cpu() && !device.is_cpu()) return device;
+  return std::nullopt;
 }
 
 // `tensor` where `communicator` moves tensors: itself, or a copy there.
 torch::Tensor staged(const Communicator& communicator, const torch::Tensor& tensor) {
-  return needs_staging(communicator, tensor) ? tensor.to(communicator.tensor_device()) : tensor;
+  return staging::on(tensor, staging_for(communicator, tensor));
 }
 
-// `result` on `like`'s device (a no-op unless it was staged).
-torch::Tensor back_to(const torch::Tensor& result, const torch::Tensor& like) {
-  return result.defined() && result.device() != like.device() ? result.to(like.device()) : result;
+// Runs the collective that `start` starts on `tensor`'s stand-in there, and waits for its result
+// on `tensor`'s device (read: `start` takes the staged tensor).
+template <typename Start>
+torch::Tensor returned(const Communicator& communicator, const torch::Tensor& tensor, Start&& start) {
+  const auto where = staging_for(communicator, tensor);
+  return staging::returned_on(tensor, where.has_value(), start(staging::on(tensor, where))).wait();
 }
 
-// Runs `collective` on `tensor` where `communicator` moves tensors, then leaves the result in
+// Runs `collective` on `tensor` where `communicator` moves tensors and waits, leaving the result in
 // `tensor`. `read`: whether the collective reads the tensor's contents (an output only, such as
 // all_gather_into's, is not copied to the device first).
 template <typename Collective>
-void in_place(const Communicator& communicator, torch::Tensor& tensor, bool read, Collective&& collective) {
-  if (!needs_staging(communicator, tensor)) {
-    collective(tensor).wait();
-    return;
-  }
-  auto work = read ? tensor.to(communicator.tensor_device())
-                   : torch::empty_like(tensor, tensor.options().device(communicator.tensor_device()));
-  collective(work).wait();
-  tensor.copy_(work);
+void in_place(const Communicator& communicator, const torch::Tensor& tensor, bool read, Collective&& collective) {
+  staging::in_place(tensor, staging_for(communicator, tensor), read, std::forward<Collective>(collective)).wait();
 }
 
 }  // namespace
@@ -93,11 +94,11 @@ void Communicator::broadcast(torch::Tensor& tensor, int64_t root) {
 }
 
 torch::Tensor Communicator::all_gather(const torch::Tensor& tensor) {
-  return back_to(all_gather_async(staged(*this, tensor)).wait(), tensor);
+  return returned(*this, tensor, [&](const torch::Tensor& t) { return all_gather_async(t); });
 }
 
 torch::Tensor Communicator::reduce_scatter(const torch::Tensor& input, ReduceOp op) {
-  return back_to(reduce_scatter_async(staged(*this, input), op).wait(), input);
+  return returned(*this, input, [&](const torch::Tensor& t) { return reduce_scatter_async(t, op); });
 }
 
 void Communicator::reduce(torch::Tensor& tensor, int64_t root, ReduceOp op) {
@@ -113,7 +114,7 @@ void Communicator::recv(torch::Tensor& tensor, int64_t peer) {
 }
 
 torch::Tensor Communicator::gather(const torch::Tensor& tensor, int64_t root) {
-  return back_to(gather_async(staged(*this, tensor), root).wait(), tensor);
+  return returned(*this, tensor, [&](const torch::Tensor& t) { return gather_async(t, root); });
 }
 
 void Communicator::all_gather_into(torch::Tensor output, const torch::Tensor& input) {

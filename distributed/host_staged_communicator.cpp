@@ -3,6 +3,7 @@
 #include "distributed/host_staged_communicator.h"
 
 #include "core/error.h"
+#include "distributed/staged_collective.h"
 
 namespace volt {
 
@@ -70,13 +71,13 @@ class HostStagedCommunicator : public Communicator {
 
   // ---- collectives that return a new tensor: returned on the input's device.
   CollectiveHandle all_gather_async(const torch::Tensor& tensor) override {
-    return returned_on(tensor, gloo_->all_gather_async(on_host(tensor)));
+    return staging::returned_on(tensor, staged(tensor), gloo_->all_gather_async(on_host(tensor)));
   }
   CollectiveHandle reduce_scatter_async(const torch::Tensor& input, ReduceOp op) override {
-    return returned_on(input, gloo_->reduce_scatter_async(on_host(input), op));
+    return staging::returned_on(input, staged(input), gloo_->reduce_scatter_async(on_host(input), op));
   }
   CollectiveHandle gather_async(const torch::Tensor& tensor, int64_t root) override {
-    return returned_on(tensor, gloo_->gather_async(on_host(tensor), root));
+    return staging::returned_on(tensor, staged(tensor), gloo_->gather_async(on_host(tensor), root));
   }
 
   CollectiveHandle send_async(const torch::Tensor& tensor, int64_t peer) override {
@@ -86,27 +87,19 @@ class HostStagedCommunicator : public Communicator {
 
  private:
   bool staged(const torch::Tensor& tensor) const { return tensor.defined() && tensor.device() == device_; }
-
-  // A host copy of a tensor on the device (the copy waits for the kernels that wrote it); any
-  // other tensor as it is, for the Gloo communicator to accept or refuse.
-  torch::Tensor on_host(const torch::Tensor& tensor) const { return staged(tensor) ? tensor.to(torch::kCPU) : tensor; }
-
-  // Runs `collective` on a host copy of `tensor` (its contents copied only when `read`) and
-  // copies the result back into `tensor` when the handle is waited on.
-  template <typename Collective>
-  CollectiveHandle in_place(const torch::Tensor& tensor, bool read, Collective&& collective) {
-    if (!staged(tensor)) return collective(tensor);
-    auto host = read ? tensor.to(torch::kCPU) : torch::empty_like(tensor, tensor.options().device(torch::kCPU));
-    return collective(host).then([tensor, host](const torch::Tensor&) {
-      tensor.copy_(host);
-      return tensor;
-    });
+  std::optional<torch::Device> host_for(const torch::Tensor& tensor) const {
+    return staged(tensor) ? std::optional<torch::Device>(torch::kCPU) : std::nullopt;
   }
 
-  CollectiveHandle returned_on(const torch::Tensor& like, CollectiveHandle handle) const {
-    if (!staged(like)) return handle;
-    return std::move(handle).then(
-        [device = device_](const torch::Tensor& result) { return result.defined() ? result.to(device) : result; });
+  // A host copy of a tensor on the device; any other tensor as it is, for the Gloo communicator
+  // to accept or refuse.
+  torch::Tensor on_host(const torch::Tensor& tensor) const { return staging::on(tensor, host_for(tensor)); }
+
+  // Runs `collective` on a host copy of a tensor on the device, copied back when the handle is
+  // waited on (staging::in_place).
+  template <typename Collective>
+  CollectiveHandle in_place(const torch::Tensor& tensor, bool read, Collective&& collective) {
+    return staging::in_place(tensor, host_for(tensor), read, std::forward<Collective>(collective));
   }
 
   std::shared_ptr<Communicator> gloo_;

@@ -16,10 +16,24 @@ std::vector<uint8_t> bytes(const std::string& text) { return {text.begin(), text
 
 std::string text(const std::vector<uint8_t>& value) { return {value.begin(), value.end()}; }
 
+// A rank's heartbeat as beat_loop publishes it: "<count> <progress>\n<position>".
 struct Beat {
   int64_t count = -1;  // -1: no heartbeat published yet
   int64_t progress = -1;
+  std::string position;  // RankPosition::serialize() of where it is blocked
 };
+
+Beat read_beat(c10d::Store& store, int64_t rank) {
+  Beat beat;
+  const std::string key = "beat/" + std::to_string(rank);
+  if (!store.check({key})) return beat;
+  const std::string value = text(store.get(key));
+  const auto newline = value.find('\n');
+  std::istringstream in(value.substr(0, newline));
+  in >> beat.count >> beat.progress;
+  beat.position = newline == std::string::npos ? "" : value.substr(newline + 1);
+  return beat;
+}
 
 }  // namespace
 
@@ -49,7 +63,7 @@ void PeerMonitor::beat_loop() {
     try {
       store_->set("beat/" + std::to_string(rank_),
                   bytes(std::to_string(count) + " " + std::to_string(progress_.load()) + "\n" + published_position()));
-      check_for_hang(count);
+      check_for_hang();
     } catch (const std::exception&) {
       return;  // the store is gone: the collectives will fail and diagnose() says so
     }
@@ -74,10 +88,8 @@ std::string PeerMonitor::diagnose(int64_t sequence) {
       if (r == rank_) continue;
       const std::string failure_key = "failure/" + std::to_string(r);
       if (store_->check({failure_key})) failures[r] = text(store_->get(failure_key));
-      const std::string beat_key = "beat/" + std::to_string(r);
-      if (!store_->check({beat_key})) continue;
-      std::istringstream in(text(store_->get(beat_key)));
-      in >> beats[r].count >> beats[r].progress;
+      const auto beat = read_beat(*store_, r);
+      if (beat.count >= 0) beats[r] = beat;
     }
     return beats;
   };
@@ -177,7 +189,7 @@ std::string PeerMonitor::published_position() const {
   return waits_.empty() ? RankPosition{}.serialize() : waits_.back().first.serialize();
 }
 
-void PeerMonitor::check_for_hang(int64_t /*beat*/) {
+void PeerMonitor::check_for_hang() {
   if (hang_check_.interval.count() <= 0) return;
   {
     std::lock_guard<std::mutex> lock(positions_mutex_);
@@ -191,13 +203,8 @@ void PeerMonitor::check_for_hang(int64_t /*beat*/) {
   // Every rank's beat count and position now; a rank without a beat yet reads as unknown.
   std::vector<std::pair<int64_t, std::string>> reading(static_cast<size_t>(world_size_), {-1, ""});
   for (int64_t r = 0; r < world_size_; ++r) {
-    const std::string key = "beat/" + std::to_string(r);
-    if (!store_->check({key})) continue;
-    const std::string beat = text(store_->get(key));
-    const auto newline = beat.find('\n');
-    std::istringstream in(beat.substr(0, newline));
-    in >> reading[static_cast<size_t>(r)].first;
-    reading[static_cast<size_t>(r)].second = newline == std::string::npos ? "" : beat.substr(newline + 1);
+    auto beat = read_beat(*store_, r);
+    reading[static_cast<size_t>(r)] = {beat.count, std::move(beat.position)};
   }
   const auto previous = std::exchange(previous_reading_, reading);
   if (!previous || previous->size() != reading.size()) return;
@@ -211,6 +218,13 @@ void PeerMonitor::check_for_hang(int64_t /*beat*/) {
   }
   const std::string report = explain_hang(positions, rank_);
   if (report.empty()) return;
+  {
+    // warn_only keeps waiting and finds the same hang every beat: it is reported (and the ring
+    // written) once.
+    std::lock_guard<std::mutex> lock(positions_mutex_);
+    if (report == reported_) return;
+    reported_ = report;
+  }
   std::string where;
   if (!hang_check_.report_directory.empty()) {
     std::error_code ignored;
@@ -223,12 +237,9 @@ void PeerMonitor::check_for_hang(int64_t /*beat*/) {
   }
   const std::string full = "volt (rank " + std::to_string(rank_) + "): " + report + " (found after " +
                            std::to_string(hang_check_.interval.count()) + " ms blocked, --hang-check" + where + ")";
+  const std::string line = full + (hang_check_.warn_only ? "; waiting on (--hang-check-action warn)\n" : "\n");
+  [[maybe_unused]] const auto written = ::write(STDERR_FILENO, line.data(), line.size());
   std::lock_guard<std::mutex> lock(positions_mutex_);
-  if (full != reported_) {
-    reported_ = full;
-    const std::string line = full + (hang_check_.warn_only ? "; waiting on (--hang-check-action warn)\n" : "\n");
-    [[maybe_unused]] const auto written = ::write(STDERR_FILENO, line.data(), line.size());
-  }
   if (!hang_check_.warn_only) verdict_ = full;
 }
 

@@ -50,7 +50,8 @@ class PeerMonitor {
   std::string diagnose(int64_t sequence);
 
   // ---- Note [Diagnosing a hang]
-  // Records a collective (or send, receive) this rank starts, in the ring of its last 64.
+  // Records a collective (or send, receive) this rank starts, in the ring of its last 64 (the
+  // communicator records only while the hang check is on).
   void record(RankPosition position);
   // The calling thread is blocked waiting for `position` until leave_wait(); nests.
   void enter_wait(RankPosition position);
@@ -65,7 +66,7 @@ class PeerMonitor {
   void beat_loop();
   // While blocked past the interval: reads every rank's position; after two equal readings that
   // prove a hang, reports it (once) and, unless warn_only, sets the verdict. Under mutex_.
-  void check_for_hang(int64_t beat);
+  void check_for_hang();
   std::string published_position() const;
 
   c10::intrusive_ptr<c10d::Store> store_;

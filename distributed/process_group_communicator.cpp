@@ -624,18 +624,20 @@ class ProcessGroupCommunicator : public Communicator {
     state->stream_ordered = setup_.backend == "nccl";  // Note [Waiting for NCCL without blocking the host]
     state->finish = std::forward<Finish>(finish);
     if (setup_.monitor) {
-      // Note [Diagnosing a hang]: in the ring, and the position this rank waits in, if it blocks.
-      state->position = {.known = true,
-                         .blocked = true,
-                         .group = group_text_,
-                         .sequence = number,
-                         .kind = to_string(kind),
-                         .bytes = bytes,
-                         .dtype = payload.defined() ? std::string(c10::toString(payload.scalar_type())) : "",
-                         .site = current_collective_site(),
-                         .point_to_point = !collective};
-      setup_.monitor->record(state->position);
-      if (setup_.monitor->hang_check().interval.count() > 0) state->monitor = setup_.monitor;
+      if (setup_.monitor->hang_check().interval.count() > 0) {
+        // Note [Diagnosing a hang]: in the ring, and the position this rank waits in, if it blocks.
+        state->position = {.known = true,
+                           .blocked = true,
+                           .group = group_text_,
+                           .sequence = number,
+                           .kind = to_string(kind),
+                           .bytes = bytes,
+                           .dtype = payload.defined() ? std::string(c10::toString(payload.scalar_type())) : "",
+                           .site = current_collective_site(),
+                           .point_to_point = !collective};
+        setup_.monitor->record(state->position);
+        state->monitor = setup_.monitor;
+      }
       // Note [Naming the failed rank]: only the root communicator's numbering is comparable
       // across ranks (every rank runs the same root collectives); sub-groups pass -1.
       const bool root_collective = is_root_ && collective;

@@ -9,6 +9,7 @@
 
 #include <map>
 #include <optional>
+#include <utility>
 #endif
 
 namespace volt {
@@ -48,8 +49,10 @@ struct HostSnapshot::Copies {
 
   void wait() {
     for (auto& [device, on] : devices) {
-      if (on.pending) on.copied.synchronize();
-      on.pending = false;
+      // Not pending any more even when the synchronization throws (a device error): the next
+      // take() starts its copies after the compute stream again, never on a stale order.
+      const bool pending = std::exchange(on.pending, false);
+      if (pending) on.copied.synchronize();
     }
   }
 };

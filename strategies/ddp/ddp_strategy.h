@@ -74,10 +74,8 @@ class DDPStrategy : public ParallelStrategy, public DDPSectionContext {
   // The comm hook's group sizes must divide `world_size` (post_local_sgd's subgroup_size and
   // model_averaging_periods).
   void check_world_size(int64_t world_size) const override;
-  // With its defaults only: the reducer's all-reduce into bucket views is captured; the unused-
-  // parameter search, stateful comm hooks, the compression wrapper and ZeRO-1's OSS are refused,
-  // and so is a subclass that names itself otherwise (SlowMo, whose slow-momentum step runs on the
-  // host) unless it overrides this in turn.
+  // Refuses --cuda-graph (NotSupportedError naming the fix): the bucket all-reduce did not
+  // capture on NCCL on a GPU, and on Gloo it runs on the host, which a replay would skip.
   void check_capturable() const override;
   void teardown() override;
 
