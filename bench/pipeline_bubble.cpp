@@ -1,17 +1,19 @@
 // Pipeline stages (strategies/pipeline/, Note [Running a pipeline stage]) as processes on one
 // host, one compute thread each, their activations and gradients passed by point-to-point sends
-// over Gloo: for GPipe and 1F1B, and for M micro-batches, each stage's measured idle fraction
-// (1 - the step's time spent computing / the step's time, medians over the timed steps) against
-// the bubble formula (S - 1) / (M + S - 1), and each stage's peak of live CPU tensors during a
+// over Gloo: for GPipe, 1F1B and interleaved 1F1B (V chunks a rank), and for M micro-batches,
+// each stage's measured idle fraction (1 - the step's time spent computing / the step's time,
+// medians over the timed steps) against the bubble formula (S - 1) / (V·M + S - 1) (V = 1 but
+// interleaved), and each stage's peak of live CPU tensors during a
 // step above what it held before it (the activations it keeps for its backwards; counted by a
 // counting allocator, bench/counting_allocator.h) with the micro-batches it held at once.
 //
-// The model: 16 blocks of Linear(width, width) + Tanh, cut into S stages of equal parameters;
+// The model: 16 blocks of Linear(width, width) + Tanh, cut into S (interleaved: S·V) stages of equal parameters;
 // micro-batches of 64 rows; mean squared error on the last stage. S stages share the machine's
 // cores: where S exceeds the cores, stages that compute at once slow each other, which counts
 // as compute, not idle.
 //
-//   build/bench/pipeline_bubble [--stages 4] [--microbatches 4,8,16] [--width 1024] [--steps 5] [--warmup 2]
+//   build/bench/pipeline_bubble [--stages 4] [--microbatches 4,8,16] [--virtual-stages 2] [--width 1024]
+//                               [--steps 5] [--warmup 2]
 #include <boost/program_options.hpp>
 
 #include <algorithm>
@@ -44,7 +46,7 @@ struct StageFigures {
 
 // One stage: prints "idle ms peak_mib held" to `out`.
 int run_stage(int64_t rank, int64_t stages, int64_t port, const std::string& schedule_name, int64_t microbatches,
-              int64_t width, int steps, int warmup, const std::string& out) {
+              int64_t chunks, int64_t width, int steps, int warmup, const std::string& out) {
   auto& allocator = volt::bench::CountingCPUAllocator::install();
   torch::set_num_threads(1);
   volt::CommunicatorOptions options;
@@ -59,10 +61,18 @@ int run_stage(int64_t rank, int64_t stages, int64_t port, const std::string& sch
     model->push_back(torch::nn::Linear(width, width));
     model->push_back(torch::nn::Tanh());
   }
-  const auto starts = volt::pipeline::balanced_stage_starts(volt::pipeline::entry_parameter_counts(model), stages);
-  volt::pipeline::PipelineStage stage(volt::pipeline::stage_of(model, starts, rank), *group);
-  torch::optim::SGD sgd(stage.module()->parameters(), torch::optim::SGDOptions(1e-3));
   const auto schedule = volt::pipeline::parse_pipeline_schedule(schedule_name);
+  if (schedule != PipelineSchedule::Interleaved1F1B) chunks = 1;
+  const auto starts =
+      volt::pipeline::balanced_stage_starts(volt::pipeline::entry_parameter_counts(model), stages * chunks);
+  std::vector<torch::nn::Sequential> mine;
+  for (int64_t v = 0; v < chunks; ++v) mine.push_back(volt::pipeline::stage_of(model, starts, v * stages + rank));
+  std::vector<int64_t> every;
+  for (int64_t r = 0; r < stages; ++r) every.push_back(r);
+  const auto gradients = chunks > 1 ? group->new_group(every) : nullptr;
+  volt::pipeline::PipelineStage stage = gradients ? volt::pipeline::PipelineStage(mine, *group, *gradients)
+                                                  : volt::pipeline::PipelineStage(mine[0], *group);
+  torch::optim::SGD sgd(stage.parameters(), torch::optim::SGDOptions(1e-3));
   const auto loss = [](const torch::Tensor& y, const torch::Tensor& t) { return (y - t).square().mean(); };
   std::vector<double> idle, ms, peak;
   for (int s = 0; s < warmup + steps; ++s) {
@@ -89,14 +99,15 @@ int run_stage(int64_t rank, int64_t stages, int64_t port, const std::string& sch
 }
 
 std::vector<StageFigures> run_pipeline(const std::string& self, int64_t stages, const std::string& schedule,
-                                       int64_t microbatches, int64_t width, int steps, int warmup) {
+                                       int64_t microbatches, int64_t chunks, int64_t width, int steps, int warmup) {
   const auto dir = std::filesystem::temp_directory_path() / ("volt_pipeline_bubble_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const auto port = std::to_string(volt::find_free_port());
   std::vector<std::vector<std::string>> argvs;
   for (int64_t r = 0; r < stages; ++r) {
     argvs.push_back({self, "--worker-rank", std::to_string(r), "--stages", std::to_string(stages), "--port", port,
-                     "--schedule", schedule, "--microbatches", std::to_string(microbatches), "--width",
+                     "--schedule", schedule, "--microbatches", std::to_string(microbatches), "--virtual-stages",
+                     std::to_string(chunks), "--width",
                      std::to_string(width), "--steps", std::to_string(steps), "--warmup", std::to_string(warmup),
                      "--out", (dir / ("stage" + std::to_string(r))).string()});
   }
@@ -118,6 +129,7 @@ int main(int argc, char** argv) {
   flags.add_options()("help", "this text")("stages", po::value<int64_t>()->default_value(4),
                                            "pipeline stages (processes)")(
       "microbatches", po::value<std::string>()->default_value("4,8,16"), "micro-batch counts, comma-separated")(
+      "virtual-stages", po::value<int64_t>()->default_value(2), "chunks a rank under interleaved 1F1B")(
       "width", po::value<int64_t>()->default_value(1024), "the blocks' width")(
       "steps", po::value<int>()->default_value(5), "timed steps")("warmup", po::value<int>()->default_value(2),
                                                                   "untimed steps")(
@@ -135,8 +147,8 @@ int main(int argc, char** argv) {
   const int steps = vm["steps"].as<int>(), warmup = vm["warmup"].as<int>();
   if (vm["worker-rank"].as<int64_t>() >= 0) {
     return run_stage(vm["worker-rank"].as<int64_t>(), stages, vm["port"].as<int64_t>(),
-                     vm["schedule"].as<std::string>(), std::stoll(vm["microbatches"].as<std::string>()), width, steps,
-                     warmup, vm["out"].as<std::string>());
+                     vm["schedule"].as<std::string>(), std::stoll(vm["microbatches"].as<std::string>()),
+                     vm["virtual-stages"].as<int64_t>(), width, steps, warmup, vm["out"].as<std::string>());
   }
   const auto self = volt::bench::self_path("pipeline_bubble");
   std::printf(
@@ -149,18 +161,21 @@ int main(int argc, char** argv) {
   std::printf("\n|---|---|---|---|---|---|");
   for (int64_t s = 0; s < stages; ++s) std::printf("---|");
   std::printf("\n");
-  for (const auto& schedule : {std::string("gpipe"), std::string("1f1b")}) {
+  const int64_t virtual_stages = vm["virtual-stages"].as<int64_t>();
+  for (const auto& schedule : {std::string("gpipe"), std::string("1f1b"), std::string("interleaved_1f1b")}) {
+    const int64_t chunks = schedule == "interleaved_1f1b" ? virtual_stages : 1;
     for (const auto& m_text : volt::bench::split_list(vm["microbatches"].as<std::string>())) {
       const int64_t m = std::stoll(m_text);
-      const auto figures = run_pipeline(self, stages, schedule, m, width, steps, warmup);
+      const auto figures = run_pipeline(self, stages, schedule, m, chunks, width, steps, warmup);
       double idle = 0, ms = 0;
       for (const auto& f : figures) {
         idle += f.idle / static_cast<double>(stages);
         ms = std::max(ms, f.ms);
       }
-      const double formula = volt::pipeline::bubble_formula(stages, m);
-      std::printf("| %s | %lld | %.3f | %.3f | %.2fx | %.1f |", schedule.c_str(), static_cast<long long>(m), formula,
-                  idle, idle / formula, ms);
+      const double formula = volt::pipeline::bubble_formula(stages, m, chunks);
+      const std::string name = chunks > 1 ? schedule + " (V=" + std::to_string(chunks) + ")" : schedule;
+      std::printf("| %s | %lld | %.3f | %.3f | %.2fx | %.1f |", name.c_str(), static_cast<long long>(m), formula, idle,
+                  idle / formula, ms);
       for (const auto& f : figures)
         std::printf(" %.3f, %lld, %.2f |", f.idle, static_cast<long long>(f.held), f.peak_mib);
       std::printf("\n");

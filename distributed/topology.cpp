@@ -11,16 +11,19 @@ namespace {
 
 // Every rank creates every group of `groups`, in order (new_group is a collective over the world's
 // numbering of groups; only members connect); returns this rank's (null when it is in none), the
-// world itself for a group of every rank.
-std::shared_ptr<Communicator> own_group(const std::shared_ptr<Communicator>& world,
-                                        const std::vector<std::vector<int64_t>>& groups) {
-  std::shared_ptr<Communicator> mine;
+// world itself for a group of every rank, keeping a made one in `made`.
+Communicator* own_group(const std::shared_ptr<Communicator>& world, const std::vector<std::vector<int64_t>>& groups,
+                        std::vector<std::shared_ptr<Communicator>>& made) {
+  Communicator* mine = nullptr;
   for (const auto& members : groups) {
     if (static_cast<int64_t>(members.size()) == world->size()) {
-      mine = world;
+      mine = world.get();
       continue;
     }
-    if (auto group = world->new_group(members)) mine = std::move(group);
+    if (auto group = world->new_group(members)) {
+      mine = group.get();
+      made.push_back(std::move(group));
+    }
   }
   return mine;
 }
@@ -67,11 +70,25 @@ std::unique_ptr<Topology> Topology::build(std::shared_ptr<Communicator> world, c
   t.num_nodes_ = *std::max_element(t.node_of_rank_.begin(), t.node_of_rank_.end()) + 1;
   const auto nodes = t.nodes();
   t.node_size_ = static_cast<int64_t>(nodes[static_cast<size_t>(t.node_index_)].size());
-  t.node_ = own_group(t.world_, nodes);
+  t.arrange_as_mesh();
+  if (t.mesh_) return topology;
+  t.node_ = own_group(t.world_, nodes, t.made_);
   std::vector<int64_t> leaders;
   for (const auto& node : nodes) leaders.push_back(node.front());
-  t.leaders_ = own_group(t.world_, {leaders});
+  t.leaders_ = own_group(t.world_, {leaders}, t.made_);
   return topology;
+}
+
+void Topology::arrange_as_mesh() {
+  const int64_t n = world_size();
+  for (int64_t r = 0; r < n; ++r) {
+    if (node_of_rank_[static_cast<size_t>(r)] != r / node_size_) return;  // not consecutive blocks of one size
+  }
+  if (num_nodes_ * node_size_ != n) return;
+  mesh_ = ProcessMesh::build(world_, {{.name = "node", .size = num_nodes_}, {.name = "local", .size = node_size_}});
+  node_ = &mesh_->group("local");
+  peers_ = &mesh_->group("node");
+  if (mesh_->coordinate("local") == 0) leaders_ = peers_;
 }
 
 Communicator& Topology::consecutive_group(int64_t size) {
@@ -79,9 +96,7 @@ Communicator& Topology::consecutive_group(int64_t size) {
   check<ConfigurationError>(size >= 1 && n % size == 0, "Topology: expected a group size that divides the world "
                             "size ", n, ", got ", size, "; choose one of the divisors of ", n);
   if (size == n) return *world_;
-  bool nodes_are_consecutive = true;
-  for (int64_t r = 0; r < n; ++r) nodes_are_consecutive &= node_of_rank_[static_cast<size_t>(r)] == r / node_size_;
-  if (nodes_are_consecutive && n % node_size_ == 0 && size == node_size_) return *node_;
+  if (mesh_ && size == node_size_) return *node_;  // the nodes are these groups
   auto& group = consecutive_[size];
   if (!group) group = world_->new_subgroups(size);
   return *group;
@@ -99,21 +114,20 @@ Communicator& Topology::peers() {
   for (size_t place = 0; place < places.size(); ++place) {
     for (const auto& node : nodes) places[place].push_back(node[place]);
   }
-  peers_ = own_group(world_, places);
+  peers_ = own_group(world_, places, made_);
   VOLT_INTERNAL_ASSERT(peers_ != nullptr, "Topology::peers: this rank is in no place's group");
   return *peers_;
 }
 
 std::vector<std::pair<std::string, const Communicator*>> Topology::groups() const {
   std::vector<std::pair<std::string, const Communicator*>> out;
-  std::set<const Communicator*> listed{world_.get()};
-  auto add = [&](const std::string& name, const std::shared_ptr<Communicator>& group) {
-    if (group && listed.insert(group.get()).second) out.emplace_back(name, group.get());
+  auto add = [&](const std::string& name, const Communicator* group) {
+    if (group && group != world_.get()) out.emplace_back(name, group);
   };
   add("node", node_);
   add("leaders", leaders_);
   add("peers", peers_);
-  for (const auto& [size, group] : consecutive_) add("groups_of_" + std::to_string(size), group);
+  for (const auto& [size, group] : consecutive_) add("groups_of_" + std::to_string(size), group.get());
   return out;
 }
 

@@ -50,4 +50,9 @@ void ReplicaShards::store_gathered_into_shards() {
 
 void ReplicaShards::restore() { flat_->restore_parameters(); }
 
+void ReplicaShards::take_optimizers(const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers,
+                                    const std::string& strategy) {
+  optimizer_layouts_ = fsdp::replace_parameters_by_shards(optimizers, {{flat_.get(), owner_}}, strategy);
+}
+
 }  // namespace volt

@@ -27,6 +27,7 @@
 #include "core/scope_guard.h"
 #include "distributed/communicator.h"
 #include "strategies/fsdp/flat_parameter.h"
+#include "strategies/fsdp/shard_param_groups.h"
 
 namespace volt {
 
@@ -62,8 +63,17 @@ class ReplicaShards {
   // Elements of the shards this rank holds (padding included), for measurements.
   int64_t shard_numel() const { return flat_->shard_numel(); }
 
+  // Replaces the part's parameters in `optimizers` by this rank's shards (fsdp's optimizer
+  // surgery; `strategy` names the caller in errors, "--strategy pipeline"), keeping what each
+  // optimizer's groups held for its checkpoints.
+  void take_optimizers(const std::vector<std::shared_ptr<torch::optim::Optimizer>>& optimizers,
+                       const std::string& strategy);
+  // What take_optimizers replaced, by optimizer (empty before it).
+  const fsdp::OptimizerLayouts& optimizer_layouts() const { return optimizer_layouts_; }
+
  private:
   std::unique_ptr<fsdp::FlatParameter> flat_;
+  fsdp::OptimizerLayouts optimizer_layouts_;
   Communicator& group_;
   std::string owner_;
 };

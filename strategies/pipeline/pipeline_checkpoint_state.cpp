@@ -57,6 +57,7 @@ void PipelineCheckpointState::load_model_state_dict(torch::nn::Module& module, c
                                                     const ShardedCheckpoint* slices) {
   if (!layout_.ownership) return CheckpointState::load_model_state_dict(module, state, layout, strict, source, slices);
   check<CheckpointError>(slices == nullptr, source, ": a pipeline loads whole tensors, not slices");
+  if (layout_.shared) layout_.shared->values_changed();  // sent again before the next forward
   if (!layout_.shards) return layout_.ownership->load(state, strict, source);
   const auto gathered = layout_.shards->gathered_while();
   layout_.ownership->load(state, strict, source);
@@ -64,12 +65,12 @@ void PipelineCheckpointState::load_model_state_dict(torch::nn::Module& module, c
 }
 
 StateDict PipelineCheckpointState::optimizer_state_dict(torch::optim::Optimizer& optimizer, CheckpointLayout layout) {
-  const auto groups = layout_.optimizer_layouts.find(&optimizer);
-  if (!layout_.shards || groups == layout_.optimizer_layouts.end()) {
+  if (!layout_.shards || layout_.shards->optimizer_layouts().count(&optimizer) == 0) {
     return CheckpointState::optimizer_state_dict(optimizer, layout);
   }
+  const auto& groups = layout_.shards->optimizer_layouts().at(&optimizer);
   // The stage's state complete on its first replica, then the stages' merged on global rank 0.
-  const auto stage_state = fsdp::consolidate_optimizer_state(optimizer, groups->second, /*root=*/0);
+  const auto stage_state = fsdp::consolidate_optimizer_state(optimizer, groups, /*root=*/0);
   const bool first_replica = layout_.mesh->coordinate("dp") == 0;
   const auto shares = gather_state_dicts(layout_.mesh->group("pp"), first_replica ? stage_state : StateDict(), 0);
   if (context().topology().global_rank != 0) return stage_state;  // not written
@@ -86,17 +87,17 @@ void PipelineCheckpointState::load_optimizer_state_dict(torch::optim::Optimizer&
                                                         CheckpointLayout layout, const std::string& what,
                                                         const ParameterNamer& name_of,
                                                         const ShardedCheckpoint* slices) {
-  const auto groups = layout_.optimizer_layouts.find(&optimizer);
-  if (!layout_.shards || groups == layout_.optimizer_layouts.end()) {
+  if (!layout_.shards || layout_.shards->optimizer_layouts().count(&optimizer) == 0) {
     return CheckpointState::load_optimizer_state_dict(optimizer, state, layout, what, name_of, slices);
   }
+  const auto& groups = layout_.shards->optimizer_layouts().at(&optimizer);
   // This stage's parameters' state only: the others' belong to the other stages' shards.
   std::set<int64_t> stage_indices;
   const auto saved_groups = state.at("param_groups").toListRef();
-  for (size_t g = 0; g < groups->second.size() && g < saved_groups.size(); ++g) {
+  for (size_t g = 0; g < groups.size() && g < saved_groups.size(); ++g) {
     const auto indices = StateDict::from_ivalue(saved_groups[g], what + " param group").get_ints("params");
-    for (size_t i = 0; i < indices.size() && i < groups->second[g].size(); ++i) {
-      if (groups->second[g][i].flat != nullptr) stage_indices.insert(indices[i]);
+    for (size_t i = 0; i < indices.size() && i < groups[g].size(); ++i) {
+      if (groups[g][i].flat != nullptr) stage_indices.insert(indices[i]);
     }
   }
   auto states = c10::impl::GenericDict(c10::IntType::get(), c10::AnyType::get());
@@ -105,7 +106,7 @@ void PipelineCheckpointState::load_optimizer_state_dict(torch::optim::Optimizer&
   }
   StateDict stage_state = state.shallow_copy();
   stage_state.set("state", states);
-  fsdp::load_consolidated_optimizer_state(optimizer, groups->second, stage_state, what, slices);
+  fsdp::load_consolidated_optimizer_state(optimizer, groups, stage_state, what, slices);
 }
 
 std::vector<int64_t> PipelineCheckpointState::held_gradient_shape(const std::string& name,

@@ -27,7 +27,23 @@ struct HeldMicrobatch {
 }  // namespace
 
 PipelineStage::PipelineStage(torch::nn::Sequential module, Communicator& group, torch::Device device)
-    : module_(std::move(module)), group_(group), device_(device) {}
+    : chunks_{std::move(module)}, group_(group), gradients_(group), device_(device) {}
+
+PipelineStage::PipelineStage(std::vector<torch::nn::Sequential> chunks, Communicator& group, Communicator& gradients,
+                             torch::Device device)
+    : chunks_(std::move(chunks)), group_(group), gradients_(gradients), device_(device) {
+  VOLT_INTERNAL_ASSERT(!chunks_.empty(), "pipeline: a stage of no chunks");
+  VOLT_INTERNAL_ASSERT(gradients_.size() == group_.size() && gradients_.rank() == group_.rank(),
+                       "pipeline: the gradients' group is not the stages' ranks");
+}
+
+std::vector<torch::Tensor> PipelineStage::parameters() const {
+  std::vector<torch::Tensor> all;
+  for (const auto& chunk : chunks_) {
+    for (const auto& p : chunk->parameters()) all.push_back(p);
+  }
+  return all;
+}
 
 void PipelineStage::send_header(const torch::Tensor& activation) {
   check<ConfigurationError>(activation.dim() <= kMaxDimensions, "pipeline: stage ", stage(), "'s output has ",
@@ -36,12 +52,12 @@ void PipelineStage::send_header(const torch::Tensor& activation) {
   header[0] = static_cast<int64_t>(activation.scalar_type());
   header[1] = activation.dim();
   for (int64_t d = 0; d < activation.dim(); ++d) header[2 + d] = activation.size(d);
-  group_.send(header, stage() + 1);
+  group_.send(header, next_rank());
 }
 
 torch::Tensor PipelineStage::receive_like_header() {
   auto header = torch::zeros({2 + kMaxDimensions}, torch::kLong);
-  group_.recv(header, stage() - 1);
+  group_.recv(header, previous_rank());
   const auto dtype = static_cast<torch::Dtype>(header[0].item<int64_t>());
   std::vector<int64_t> shape;
   for (int64_t d = 0; d < header[1].item<int64_t>(); ++d) shape.push_back(header[2 + d].item<int64_t>());
@@ -51,74 +67,80 @@ torch::Tensor PipelineStage::receive_like_header() {
 torch::Tensor PipelineStage::run(PipelineSchedule schedule, int64_t microbatches,
                                  const std::vector<torch::Tensor>& inputs, const std::vector<torch::Tensor>& targets,
                                  const PipelineLoss& loss, const ForwardScope& forward_scope) {
-  check<ConfigurationError>(microbatches >= 1, "pipeline: microbatches=", microbatches, "; at least one");
+  check_schedule_sizes(schedule, stages(), microbatches, chunks());
   check<ConfigurationError>(!is_first() || static_cast<int64_t>(inputs.size()) == microbatches, "pipeline: the first ",
                             "stage got ", inputs.size(), " inputs for ", microbatches, " micro-batches");
   check<ConfigurationError>(!is_last() || static_cast<int64_t>(targets.size()) == microbatches, "pipeline: the last ",
                             "stage got ", targets.size(), " targets for ", microbatches, " micro-batches");
-  const auto actions = stage_actions(schedule, stage(), stages(), microbatches);
+  const auto actions = stage_actions(schedule, stage(), stages(), microbatches, chunks());
   const auto started = Clock::now();
   report_ = StageStepReport{};
   report_.peak_microbatches_held = peak_microbatches_held(actions);
-  std::map<int64_t, HeldMicrobatch> held;
+  std::map<std::pair<int64_t, int64_t>, HeldMicrobatch> held;     // by (chunk, micro-batch)
   std::vector<std::pair<CollectiveHandle, torch::Tensor>> sends;  // waited for at the end, their tensors kept alive
-  torch::Tensor incoming, outgoing;                               // micro-batch 0's activations: the shape of every one
+  // Per chunk, micro-batch 0's activations: the shape of every one.
+  std::vector<torch::Tensor> incoming(chunks_.size()), outgoing(chunks_.size());
   torch::Tensor loss_sum;
   const double scale = 1.0 / static_cast<double>(microbatches);
   for (const auto& action : actions) {
-    const int64_t i = action.microbatch;
+    const int64_t i = action.microbatch, v = action.chunk;
+    const auto c = static_cast<size_t>(v);
     if (action.kind == PipelineAction::Kind::Forward) {
       torch::Tensor input;
-      if (is_first()) {
+      if (first_stage(v)) {
         input = inputs[static_cast<size_t>(i)];
       } else {
-        if (!incoming.defined()) incoming = receive_like_header();
-        input = torch::empty_like(incoming);
-        group_.recv(input, stage() - 1);
+        if (!incoming[c].defined()) incoming[c] = receive_like_header();
+        input = torch::empty_like(incoming[c]);
+        group_.recv(input, previous_rank());
         input.set_requires_grad(true);
       }
       const auto busy_from = Clock::now();
       torch::Tensor output;
       {
         ScopeGuard scope = forward_scope ? forward_scope() : ScopeGuard{};
-        output = module_->forward(input);
-        if (is_last()) output = loss(output, targets[static_cast<size_t>(i)]) * scale;
+        output = chunks_[c]->forward(input);
+        if (last_stage(v)) output = loss(output, targets[static_cast<size_t>(i)]) * scale;
       }
-      if (is_last()) loss_sum = loss_sum.defined() ? loss_sum + output.detach() : output.detach();
+      if (last_stage(v)) loss_sum = loss_sum.defined() ? loss_sum + output.detach() : output.detach();
       report_.busy_seconds += seconds_between(busy_from, Clock::now());
-      if (!is_last()) {
-        if (!outgoing.defined()) {
-          outgoing = output;
+      if (!last_stage(v)) {
+        if (!outgoing[c].defined()) {
+          outgoing[c] = output;
           send_header(output);
         }
-        check<ConfigurationError>(output.sizes() == outgoing.sizes() && output.scalar_type() == outgoing.scalar_type(),
-                                  "pipeline: stage ", stage(), "'s output for micro-batch ", i, " has shape ",
-                                  output.sizes(), ", micro-batch 0's ", outgoing.sizes(),
+        const auto& first = outgoing[c];
+        check<ConfigurationError>(output.sizes() == first.sizes() && output.scalar_type() == first.scalar_type(),
+                                  "pipeline: stage ", v * stages() + stage(), "'s output for micro-batch ", i,
+                                  " has shape ", output.sizes(), ", micro-batch 0's ", first.sizes(),
                                   "; cut the batch into micro-batches of one size");
         auto sent = output.detach().contiguous();
-        sends.emplace_back(group_.send_async(sent, stage() + 1), sent);
+        sends.emplace_back(group_.send_async(sent, next_rank()), sent);
       }
-      held[i] = {input, output};
+      held[{v, i}] = {input, output};
       continue;
     }
-    auto it = held.find(i);
+    auto it = held.find({v, i});
     VOLT_INTERNAL_ASSERT(it != held.end(), "pipeline: a backward after its forward");
     auto& [input, output] = it->second;
     torch::Tensor gradient;
-    if (!is_last()) {
+    if (!last_stage(v)) {
       gradient = torch::empty(output.sizes(), output.options().requires_grad(false));
-      group_.recv(gradient, stage() + 1);
+      gradients_.recv(gradient, next_rank());
     }
     const auto busy_from = Clock::now();
-    if (is_last()) {
+    if (!output.requires_grad()) {
+      // Nothing before it needs a gradient: the first stage's entries have no parameters (a
+      // dropout on the inputs) and its input is data.
+    } else if (last_stage(v)) {
       output.backward();
     } else {
       output.backward(gradient);
     }
     report_.busy_seconds += seconds_between(busy_from, Clock::now());
-    if (!is_first()) {
+    if (!first_stage(v)) {
       auto sent = input.grad().defined() ? input.grad().contiguous() : torch::zeros_like(input);
-      sends.emplace_back(group_.send_async(sent, stage() - 1), sent);
+      sends.emplace_back(gradients_.send_async(sent, previous_rank()), sent);
     }
     held.erase(it);
   }

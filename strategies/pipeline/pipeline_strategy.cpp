@@ -24,9 +24,16 @@ const OptionSchema<PipelineOptions>& PipelineOptions::schema() {
                   "equal micro-batches each batch is cut into (the batch size must be a multiple)",
                   at_least(int64_t{1}))
           .choice("schedule", &PipelineOptions::schedule,
-                  {{"1f1b", PipelineSchedule::OneFOneB}, {"gpipe", PipelineSchedule::GPipe}},
-                  "order of forwards and backwards: 1f1b (each stage holds at most S - s micro-batches) or gpipe "
-                  "(all forwards, then all backwards: M held)")
+                  {{"1f1b", PipelineSchedule::OneFOneB},
+                   {"gpipe", PipelineSchedule::GPipe},
+                   {"interleaved_1f1b", PipelineSchedule::Interleaved1F1B}},
+                  "order of forwards and backwards: 1f1b (each stage holds at most S - s micro-batches), gpipe "
+                  "(all forwards, then all backwards: M held) or interleaved_1f1b (virtual_stages chunks a rank: "
+                  "the bubble that many times smaller; microbatches a multiple of stages)")
+          .option("virtual_stages", &PipelineOptions::virtual_stages,
+                  "chunks of the model each rank holds (interleaved_1f1b: 2 or more, the model cut into stages x "
+                  "virtual_stages; the other schedules: 1)",
+                  at_least(int64_t{1}))
           .choice("data_parallel", &PipelineOptions::data_parallel,
                   {{"ddp", ReplicaDataParallel::DDP}, {"fsdp", ReplicaDataParallel::FSDP}},
                   "how the data-parallel replicas of a stage share it: ddp (each holds the stage whole, gradients "
@@ -62,6 +69,19 @@ void PipelineStrategy::setup_environment(const StrategyEnvironment& environment)
   const int64_t stages = model_parallel_size(name(), "stages", options_.stages, world);
   layout_.mesh = ProcessMesh::build(shared_communicator(),
                                     {{.name = "pp", .size = stages}, {.name = "dp", .size = world / stages}});
+  // Checked here, where S is known, before any module is cut (and again by each step).
+  pipeline::check_schedule_sizes(options_.schedule, stages, options_.microbatches, options_.virtual_stages);
+  if (options_.virtual_stages > 1) {
+    auto& pp = layout_.mesh->group("pp");
+    std::vector<int64_t> every(static_cast<size_t>(pp.size()));
+    for (int64_t r = 0; r < pp.size(); ++r) every[static_cast<size_t>(r)] = r;
+    layout_.gradient_sends = pp.new_group(every);
+  }
+}
+
+void PipelineStrategy::after_optimizer_steps(int64_t global_step) {
+  ParallelStrategy::after_optimizer_steps(global_step);
+  if (layout_.shared) layout_.shared->values_changed();
 }
 
 const ProcessMesh& PipelineStrategy::mesh() const {
@@ -95,7 +115,12 @@ void PipelineStrategy::wrap_module(torch::nn::Module& module) {
                               "hold it; put every layer the model runs into that Sequential");
   }
   const auto& m = mesh();
-  const int64_t stages = m.size("pp");
+  const int64_t ranks = m.size("pp"), chunks = options_.virtual_stages;
+  const int64_t stages = ranks * chunks;  // global stage g runs on pp rank g % ranks
+  check<ConfigurationError>(chunks == 1 || stages <= static_cast<int64_t>(layers->size()), "--strategy pipeline: ",
+                            "stages=", ranks, " x virtual_stages=", chunks, " makes ", stages, " stages, but ",
+                            "pipeline_layers() has ", layers->size(), " entries; use fewer virtual_stages, or split ",
+                            "the model into more layers");
   auto starts = model_->pipeline_split(stages);
   if (starts.empty()) {
     starts = pipeline::balanced_stage_starts(pipeline::entry_parameter_counts(layers), stages);
@@ -106,12 +131,19 @@ void PipelineStrategy::wrap_module(torch::nn::Module& module) {
     pipeline::check_stage_starts(starts, static_cast<int64_t>(layers->size()));
   }
   layout_.stage_of_parameter.clear();
-  for (int64_t s = 0; s < stages; ++s) {
-    for (const auto& p : pipeline::stage_of(layers, starts, s)->parameters())
-      layout_.stage_of_parameter[p.unsafeGetTensorImpl()] = s;
+  for (int64_t g = 0; g < stages; ++g) {
+    for (const auto& p : pipeline::stage_of(layers, starts, g)->parameters())
+      layout_.stage_of_parameter[p.unsafeGetTensorImpl()] = g % ranks;
   }
   const int64_t mine = m.coordinate("pp");
-  auto stage_module = pipeline::stage_of(layers, starts, mine);
+  // This rank's chunks (global stages mine, mine + S, ...), and all their entries as one Sequential
+  // for what the rank keeps.
+  std::vector<torch::nn::Sequential> chunk_modules;
+  torch::nn::Sequential stage_module;
+  for (int64_t v = 0; v < chunks; ++v) {
+    chunk_modules.push_back(pipeline::stage_of(layers, starts, v * ranks + mine));
+    for (const auto& entry : *chunk_modules.back()) stage_module->push_back(entry);
+  }
   layout_.shared = shared_across_stages(module, layers->size(), starts);
   layout_.ownership = std::make_unique<pipeline::StageOwnership>(
       module, layers, stage_module, mine == 0,
@@ -125,14 +157,20 @@ void PipelineStrategy::wrap_module(torch::nn::Module& module) {
     layout_.shards =
         std::make_unique<ReplicaShards>(std::move(owned), m.group("dp"), "pipeline stage " + std::to_string(mine));
   }
-  stage_ = std::make_unique<pipeline::PipelineStage>(stage_module, m.group("pp"), root_device());
+  if (layout_.gradient_sends) {
+    stage_ = std::make_unique<pipeline::PipelineStage>(chunk_modules, m.group("pp"), *layout_.gradient_sends,
+                                                       root_device());
+  } else {
+    stage_ = std::make_unique<pipeline::PipelineStage>(stage_module, m.group("pp"), root_device());
+  }
   gradients_->attach(&module);
 }
 
 std::unique_ptr<pipeline::SharedStageParameters> PipelineStrategy::shared_across_stages(
     torch::nn::Module& module, size_t layer_count, const std::vector<int64_t>& starts) const {
-  const auto stage_of_layer = [&](int64_t layer) {
-    return static_cast<int64_t>(std::upper_bound(starts.begin(), starts.end(), layer) - starts.begin()) - 1;
+  const int64_t ranks = mesh().size("pp");
+  const auto stage_of_layer = [&](int64_t layer) {  // the pp rank running it
+    return (static_cast<int64_t>(std::upper_bound(starts.begin(), starts.end(), layer) - starts.begin()) - 1) % ranks;
   };
   std::vector<pipeline::SharedStageParameters::Shared> shared;
   for (const auto& read : model_->pipeline_shared_parameters()) {
@@ -171,8 +209,7 @@ std::vector<std::shared_ptr<torch::optim::Optimizer>> PipelineStrategy::setup_op
   if (layout_.shards) {
     // The other stages' parameters stay in the groups, released: they get no gradient here, so
     // they are never stepped (and the copies of shared ones lose theirs once summed).
-    layout_.optimizer_layouts = fsdp::replace_parameters_by_shards(
-        optimizers, {{&layout_.shards->flat(), layout_.shards->owner()}}, "--strategy pipeline");
+    layout_.shards->take_optimizers(optimizers, "--strategy pipeline");
     return optimizers;
   }
   OSSOptions oss;
@@ -211,8 +248,8 @@ torch::Tensor PipelineStrategy::run_step(RunningStage running, torch::nn::Module
   if (s.is_first()) inputs = batch.input.split(rows);
   if (s.is_last()) targets = batch.target.split(rows);
   if (layout_.shards) layout_.shards->gather();          // kept for every micro-batch of the step
-  if (layout_.shared) layout_.shared->refresh_copies();  // the owners stepped them
-  auto parameters = s.module()->parameters();
+  if (layout_.shared) layout_.shared->refresh_copies();  // if the owners stepped them since
+  auto parameters = s.parameters();
   if (layout_.shared) {
     for (const auto& copy : layout_.shared->copies()) parameters.push_back(copy);  // their gradients too
   }
@@ -236,8 +273,11 @@ void PipelineStrategy::restore_module(torch::nn::Module& module) {
     layout_.shards->restore();
     layout_.shards.reset();
   }
-  if (!layout_.ownership || !layout_.ownership->released()) return;
-  layout_.ownership->restore(checkpointing().full_model_state_dict(module));
+  if (!layout_.ownership) return;
+  // Every rank gathers, even one that released nothing (a rank holding every parameter, beside a
+  // rank whose stages have none): the gather is a collective.
+  const auto whole = checkpointing().full_model_state_dict(module);
+  if (layout_.ownership->released()) layout_.ownership->restore(whole);
 }
 
 void PipelineStrategy::teardown() {
@@ -246,7 +286,6 @@ void PipelineStrategy::teardown() {
   layout_.ownership.reset();
   layout_.shared.reset();
   layout_.shards.reset();
-  layout_.optimizer_layouts.clear();
   layout_.stage_of_parameter.clear();
   model_ = nullptr;
   last_loss_ = torch::Tensor();
@@ -260,7 +299,7 @@ std::map<std::string, double> PipelineStrategy::metrics() const {
   if (stage_) {
     // Live tensors: the shards' storage with data_parallel=fsdp, else the stage's parameters.
     int64_t bytes = 0;
-    for (const auto& p : layout_.shards ? layout_.shards->flat().stepped_tensors() : stage_->module()->parameters())
+    for (const auto& p : layout_.shards ? layout_.shards->flat().stepped_tensors() : stage_->parameters())
       bytes += p.numel() * static_cast<int64_t>(p.element_size());
     values["pipeline/stage_parameter_bytes"] = static_cast<double>(bytes);
   }
@@ -269,8 +308,9 @@ std::map<std::string, double> PipelineStrategy::metrics() const {
 
 void register_pipeline_strategy(Registry<Strategy>& registry) {
   registry.add("pipeline",
-               "pipeline parallelism: the model cut into stages, one per rank, micro-batches through them (GPipe or "
-               "1F1B), data parallel across pipelines (ddp or fsdp)",
+               "pipeline parallelism: the model cut into stages, one per rank (or several: interleaved 1F1B), "
+               "micro-batches through them (GPipe, 1F1B or interleaved 1F1B), data parallel across pipelines (ddp or "
+               "fsdp)",
                PipelineOptions::schema(),
                [](const PipelineOptions& options) { return std::make_shared<PipelineStrategy>(options); });
 }

@@ -1,12 +1,13 @@
 #pragma once
 // Note [The pipeline strategy]
-// `--strategy pipeline[:stages=S,microbatches=M,schedule=1f1b|gpipe]`: pipeline parallelism
-// through the Trainer. The world is a process mesh `pp=S,dp=W/S` (Note [Process mesh]): the S
+// `--strategy pipeline[:stages=S,microbatches=M,schedule=1f1b|gpipe|interleaved_1f1b,virtual_stages=V]`:
+// pipeline parallelism through the Trainer. The world is a process mesh `pp=S,dp=W/S` (Note [Process mesh]): the S
 // ranks of a `pp` group run one batch together, each holding one stage of the model, and the
 // W/S `dp` replicas take their shares of the data as DDP's ranks do.
 //
 // The module implements PipelineModel (pipeline_model.h): its layers as one Sequential, cut into
-// S contiguous stages (balanced by parameter count, or the module's pipeline_split), and the loss
+// S contiguous stages (balanced by parameter count, or the module's pipeline_split; under
+// interleaved_1f1b S·V stages, rank s keeping stages s, s + S, ...), and the loss
 // of the last layer's output (and any parameter a layer reads that another registers, Note
 // [Parameters shared across stages]). Each rank keeps its stage and releases the rest (Note [A stage's
 // share of the model]); its optimizers step only its stage's parameters (OSS over the `pp` group
@@ -55,6 +56,7 @@ struct PipelineOptions {
   int64_t stages = 0;        // ranks per pipeline; 0: every process (no data parallelism)
   int64_t microbatches = 4;  // each batch is cut into this many equal micro-batches
   pipeline::PipelineSchedule schedule = pipeline::PipelineSchedule::OneFOneB;
+  int64_t virtual_stages = 1;  // chunks of the model each rank holds (interleaved_1f1b: >= 2)
   ReplicaDataParallel data_parallel = ReplicaDataParallel::DDP;
 
   static const OptionSchema<PipelineOptions>& schema();
@@ -65,11 +67,12 @@ struct PipelineOptions {
 // rest at setup_module) and read by its parts when they act.
 struct PipelineLayout {
   std::unique_ptr<ProcessMesh> mesh;                        // pp × dp
+  // Interleaved: the pp ranks again, for the gradients (Note [Running a pipeline stage]).
+  std::shared_ptr<Communicator> gradient_sends;
   std::unique_ptr<pipeline::StageOwnership> ownership;      // this rank's entries of the module
-  std::map<const void*, int64_t> stage_of_parameter;        // every layer parameter's stage
+  std::map<const void*, int64_t> stage_of_parameter;        // every layer parameter's stage (its pp rank)
   std::unique_ptr<pipeline::SharedStageParameters> shared;  // parameters read by other stages (null: none)
   std::unique_ptr<ReplicaShards> shards;                    // data_parallel=fsdp: the stage's (else null)
-  fsdp::OptimizerLayouts optimizer_layouts;                 // data_parallel=fsdp: what the shards replaced
 };
 
 class PipelineStrategy : public ParallelStrategy {
@@ -80,6 +83,9 @@ class PipelineStrategy : public ParallelStrategy {
   void check_world_size(int64_t world_size) const override;
 
   void setup_environment(const StrategyEnvironment& environment) override;  // [collective]
+  // ParallelStrategy's, and the copies of shared parameters are sent the stepped values before the
+  // next forward.
+  void after_optimizer_steps(int64_t global_step) override;
   // Wraps every optimizer in OSS over the `pp` group, stepping this rank's stage; with
   // data_parallel=fsdp, replaces the stage's parameters in them by this rank's shards.
   std::vector<std::shared_ptr<torch::optim::Optimizer>> setup_optimizers(

@@ -49,6 +49,8 @@ void SharedStageParameters::sum_gradients() {
 }
 
 void SharedStageParameters::refresh_copies() {
+  if (!stale_) return;
+  stale_ = false;
   const int64_t me = group_.rank();
   torch::NoGradGuard no_grad;
   for (auto& s : shared_) {

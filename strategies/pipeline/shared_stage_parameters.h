@@ -10,8 +10,9 @@
 // each synchronization (outside no_sync(), before the `dp` average) the holders exchange their
 // parts and each sums them in stage order, so every holder ends with the same bits (one process
 // sums the same parts, though in its backward's order: the last bits can differ). The owner's
-// optimizer steps it (its stage's parameters); before each step's first forward the owner sends
-// the value to the other holders, so a copy is never more than that one step behind when read.
+// optimizer steps it (its stage's parameters); before the first forward after an optimizer step
+// the owner sends the value to the other holders, so a copy is never behind when read (steps
+// inside an accumulation window, where no optimizer stepped, send nothing).
 // Checkpoints write the owner's value under the owner's name; a load and the end of a run set the
 // copies from the whole model too.
 #include <torch/torch.h>
@@ -41,7 +42,10 @@ class SharedStageParameters {
   // Every holder's part of each shared gradient, summed in stage order, on every holder (a part
   // not computed counts as zeros). [point to point among the holders]
   void sum_gradients();
-  // The owner's value of each shared parameter into the other holders' copies.
+  // The owners' values changed (an optimizer step, a load): the next refresh_copies sends them.
+  void values_changed() { stale_ = true; }
+  // The owner's value of each shared parameter into the other holders' copies, if it changed
+  // since the last refresh (every rank decides alike: values_changed is called on every rank).
   // [point to point from the owners]
   void refresh_copies();
 
@@ -49,6 +53,7 @@ class SharedStageParameters {
   bool holds(const Shared& shared) const;
   std::vector<Shared> shared_;
   Communicator& group_;
+  bool stale_ = true;  // the copies have not been sent the owners' values yet
 };
 
 }  // namespace volt::pipeline

@@ -112,31 +112,31 @@ void TensorParallelCheckpointState::load_model_state_dict(torch::nn::Module& mod
 
 StateDict TensorParallelCheckpointState::optimizer_state_dict(torch::optim::Optimizer& optimizer,
                                                               CheckpointLayout layout) {
-  const auto groups = layout_.optimizer_layouts.find(&optimizer);
-  if (!layout_.shards || groups == layout_.optimizer_layouts.end()) {
+  if (!layout_.shards || layout_.shards->optimizer_layouts().count(&optimizer) == 0) {
     return with_split_state(volt::optimizer_state_dict(optimizer), parameters_in_order(optimizer), layout_, shape_of,
                             gathered_slice);
   }
+  const auto& groups = layout_.shards->optimizer_layouts().at(&optimizer);
   // The slices' state whole on each tp group's first replica (global rank 0's among them), then
   // each split one gathered over tp there: every rank of a tp group is in the same replica.
   const auto gathered = gathered_while();
-  return with_split_state(fsdp::consolidate_optimizer_state(optimizer, groups->second, /*root=*/0),
-                          original_parameters(optimizer, groups->second), layout_, shape_of, gathered_slice);
+  return with_split_state(fsdp::consolidate_optimizer_state(optimizer, groups, /*root=*/0),
+                          original_parameters(optimizer, groups), layout_, shape_of, gathered_slice);
 }
 
 void TensorParallelCheckpointState::load_optimizer_state_dict(torch::optim::Optimizer& optimizer,
                                                               const StateDict& state, CheckpointLayout layout,
                                                               const std::string& what, const ParameterNamer& name_of,
                                                               const ShardedCheckpoint* slices) {
-  const auto groups = layout_.optimizer_layouts.find(&optimizer);
-  if (!layout_.shards || groups == layout_.optimizer_layouts.end()) {
+  if (!layout_.shards || layout_.shards->optimizer_layouts().count(&optimizer) == 0) {
     const auto mine = with_split_state(state, parameters_in_order(optimizer), layout_, whole_shape_of, slice_of_whole);
     return volt::load_optimizer_state_dict(optimizer, mine, what, name_of);
   }
+  const auto& groups = layout_.shards->optimizer_layouts().at(&optimizer);
   const auto gathered = gathered_while();
   const auto mine =
-      with_split_state(state, original_parameters(optimizer, groups->second), layout_, whole_shape_of, slice_of_whole);
-  fsdp::load_consolidated_optimizer_state(optimizer, groups->second, mine, what, slices);
+      with_split_state(state, original_parameters(optimizer, groups), layout_, whole_shape_of, slice_of_whole);
+  fsdp::load_consolidated_optimizer_state(optimizer, groups, mine, what, slices);
 }
 
 }  // namespace volt

@@ -132,8 +132,7 @@ void TensorParallelStrategy::wrap_module(torch::nn::Module& module) {
 std::vector<std::shared_ptr<torch::optim::Optimizer>> TensorParallelStrategy::setup_optimizers(
     std::vector<std::shared_ptr<torch::optim::Optimizer>> optimizers) {
   if (layout_.shards) {
-    layout_.optimizer_layouts = fsdp::replace_parameters_by_shards(
-        optimizers, {{&layout_.shards->flat(), layout_.shards->owner()}}, "--strategy tensor_parallel");
+    layout_.shards->take_optimizers(optimizers, "--strategy tensor_parallel");
   }
   return optimizers;
 }
@@ -185,7 +184,6 @@ void TensorParallelStrategy::teardown() {
   wrapped_.clear();
   layout_.clear_splits();
   layout_.shards.reset();
-  layout_.optimizer_layouts.clear();
   ParallelStrategy::teardown();
 }
 

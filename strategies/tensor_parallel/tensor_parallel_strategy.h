@@ -57,7 +57,6 @@ class TensorParallelLayout {
  public:
   std::unique_ptr<ProcessMesh> mesh;         // dp × tp
   std::unique_ptr<ReplicaShards> shards;     // data_parallel=fsdp: this rank's part, sharded over dp (else null)
-  fsdp::OptimizerLayouts optimizer_layouts;  // data_parallel=fsdp: what the shards replaced
 
   // The plan's modules, in module order.
   const std::vector<std::shared_ptr<tp::SplitModule>>& splits() const { return splits_; }

@@ -22,6 +22,7 @@ TEST(GlooOnOneGpu, TwoProcessesOnCudaZeroTrainLikeTwoOnTheCpu) {
   VOLT_REQUIRE_CUDA();
   for (const std::string strategy :
        {"ddp", "ddp:gradient_as_bucket_view=true", "fsdp", "ddp_sharded", "pipeline:stages=2,microbatches=2",
+        "pipeline:stages=2,microbatches=2,schedule=interleaved_1f1b,virtual_stages=2",
         "tensor_parallel:plan=body.0:colwise|body.2:rowwise"}) {
     const auto on_cpu = step_lines(run_print_steps(strategy, 2, "adam", two_ranks(strategy, "cpu")));
     ASSERT_EQ(on_cpu.size(), 2u) << strategy;

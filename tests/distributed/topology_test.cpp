@@ -1,7 +1,8 @@
 // Subgroups and the topology built on them, with ranks as threads over Gloo on 127.0.0.1:
 // new_subgroups splits consecutive ranks; a Topology finds the cluster's nodes (interleaved
 // numbering included) or simulates nodes of a given size, picks the leaders, reuses the world or
-// the node group where a group has the same ranks, and keeps each group's bytes apart from the
+// the node group where a group has the same ranks, arranges nodes of consecutive ranks as a `node × local`
+// process mesh whose groups are the node groups and the peers, and keeps each group's bytes apart from the
 // world's; sizes that do not divide the world fail on every rank with a clear message.
 #include <gtest/gtest.h>
 
@@ -83,8 +84,17 @@ TEST(TopologyTest, SimulatedNodesOfTwoOnFourRanks) {
 
     std::vector<std::string> names;
     for (const auto& [name, group] : topology->groups()) names.push_back(name);
-    EXPECT_EQ(names, rank % 2 == 0 ? (std::vector<std::string>{"node", "leaders", "groups_of_1"})
-                                   : (std::vector<std::string>{"node", "groups_of_1"}));
+    EXPECT_EQ(names, rank % 2 == 0 ? (std::vector<std::string>{"node", "leaders", "peers", "groups_of_1"})
+                                   : (std::vector<std::string>{"node", "peers", "groups_of_1"}));
+
+    // The nodes are the mesh node=2,local=2: the node group is its `local` group, the peers its
+    // `node` group, and a leader's peers are the leaders.
+    ASSERT_NE(topology->mesh(), nullptr);
+    EXPECT_EQ(to_string(topology->mesh()->dimensions()), "node=2,local=2");
+    EXPECT_EQ(&topology->node(), &topology->mesh()->group("local"));
+    EXPECT_EQ(&topology->peers(), &topology->mesh()->group("node"));
+    EXPECT_EQ(topology->peers().global_ranks(), rank % 2 == 0 ? (std::vector<int64_t>{0, 2}) : (std::vector<int64_t>{1, 3}));
+    if (rank % 2 == 0) EXPECT_EQ(topology->leaders(), &topology->peers());
   }));
 }
 
@@ -98,6 +108,8 @@ TEST(TopologyTest, ClusterNodesMayBeNumberedInAnyOrder) {
     EXPECT_EQ(topology->node_index(), node_rank);
     EXPECT_EQ(topology->node().global_ranks(), node_rank == 1 ? (std::vector<int64_t>{0, 2}) : (std::vector<int64_t>{1, 3}));
     EXPECT_EQ(sum_of_ranks(topology->node()), node_rank == 1 ? 4.0 : 6.0);
+    EXPECT_EQ(topology->mesh(), nullptr) << "nodes that are not blocks of consecutive ranks are no mesh";
+    EXPECT_EQ(topology->peers().global_ranks(), rank < 2 ? (std::vector<int64_t>{0, 1}) : (std::vector<int64_t>{2, 3}));
     // Consecutive pairs are not the nodes here: a group of their own.
     Communicator& pair = topology->consecutive_group(2);
     EXPECT_NE(&pair, &topology->node());

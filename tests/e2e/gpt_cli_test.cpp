@@ -145,6 +145,19 @@ TEST(GptCli, TheLayersCutIntoPipelineStagesTrainLikeOneProcess) {
     for (const auto& [step, loss] : one) EXPECT_NEAR(pipelined.at(step), loss, 1e-5) << strategy << ", step " << step;
   }
 
+  // With the Trainer's accumulation the tied weight's copy on the last stage is sent the stepped
+  // value once a window, before the window's first forward (not before every batch's): it must
+  // still read what one process reads.
+  const std::string windows = " --max-steps 4 --decay-steps 4 --enable-checkpointing false --accumulate-grad-batches 2";
+  const auto one_accumulating =
+      trained_gpt(dir, "one_acc", windows + " --limit-val-batches 0 --num-sanity-val-steps 0");
+  const auto pipelined_accumulating = trained_gpt(
+      dir, "pipe_acc", windows + " --strategy pipeline:stages=2,microbatches=2 --devices 2", "pipeline/loss");
+  ASSERT_EQ(one_accumulating.size(), 4u);
+  ASSERT_EQ(pipelined_accumulating.size(), 4u);
+  for (const auto& [step, loss] : one_accumulating)
+    EXPECT_NEAR(pipelined_accumulating.at(step), loss, 1e-5) << "accumulating windows of 2, step " << step;
+
   const auto ddp =
       trained_gpt(dir, "ddp", eight + " --strategy ddp --devices 2 --limit-val-batches 0 --num-sanity-val-steps 0");
   const auto replicas =

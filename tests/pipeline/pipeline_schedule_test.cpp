@@ -1,7 +1,8 @@
 // The pipeline schedules (Note [Pipeline schedules]) and the stage split, as functions: each
 // stage's order of forwards and backwards, the activations it holds (every micro-batch under
 // GPipe, at most S - s under 1F1B), no order that deadlocks, the simulated bubble equal to
-// (S - 1) / (M + S - 1), and a Sequential cut into contiguous stages balanced by parameter count.
+// (S - 1) / (M + S - 1) (interleaved: (S - 1) / (V·M + S - 1)), the sizes interleaving refuses,
+// and a Sequential cut into contiguous stages balanced by parameter count.
 #include <gtest/gtest.h>
 
 #include "strategies/pipeline/pipeline_schedule.h"
@@ -17,6 +18,16 @@ std::string spelled(const std::vector<PipelineAction>& actions) {
   std::string out;
   for (const auto& a : actions)
     out += (out.empty() ? "" : " ") + std::string(a.kind == Kind::Forward ? "F" : "B") + std::to_string(a.microbatch);
+  return out;
+}
+
+// "F<micro-batch>.<chunk>" per action.
+std::string spelled_with_chunks(const std::vector<PipelineAction>& actions) {
+  std::string out;
+  for (const auto& a : actions) {
+    out += (out.empty() ? "" : " ") + std::string(a.kind == Kind::Forward ? "F" : "B") + std::to_string(a.microbatch) +
+           "." + std::to_string(a.chunk);
+  }
   return out;
 }
 
@@ -72,11 +83,68 @@ TEST(PipelineSchedules, TheSimulatedBubbleIsTheFormulaAndNoOrderDeadlocks) {
   EXPECT_DOUBLE_EQ(bubble_formula(4, 8), 3.0 / 11.0);
 }
 
+// Megatron-LM's order on 2 ranks with 2 chunks each and 4 micro-batches: micro-batches two at a
+// time through chunk 0, then chunk 1; rank 0 warms up with 2·(S - 1) + (V - 1)·S = 4 forwards,
+// rank 1 with 2; the backwards take the chunks in reverse.
+TEST(PipelineSchedules, InterleavedOneFOneBTakesTheMicrobatchesARankAtATimeThroughEveryChunk) {
+  const auto interleaved = PipelineSchedule::Interleaved1F1B;
+  EXPECT_EQ(spelled_with_chunks(stage_actions(interleaved, 0, 2, 4, 2)),
+            "F0.0 F1.0 F0.1 F1.1 F2.0 B0.1 F3.0 B1.1 F2.1 B0.0 F3.1 B1.0 B2.1 B3.1 B2.0 B3.0");
+  EXPECT_EQ(spelled_with_chunks(stage_actions(interleaved, 1, 2, 4, 2)),
+            "F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 F2.0 B0.0 F3.0 B1.0 F2.1 B2.1 F3.1 B3.1 B2.0 B3.0");
+  for (int64_t stages = 2; stages <= 4; ++stages) {
+    for (int64_t chunks = 2; chunks <= 3; ++chunks) {
+      for (int64_t m = stages; m <= 3 * stages; m += stages) {
+        const std::string what =
+            "S " + std::to_string(stages) + ", V " + std::to_string(chunks) + ", M " + std::to_string(m);
+        for (int64_t s = 0; s < stages; ++s) {
+          const auto actions = stage_actions(interleaved, s, stages, m, chunks);
+          ASSERT_EQ(static_cast<int64_t>(actions.size()), 2 * m * chunks) << what;
+          // Each chunk's forwards and backwards in micro-batch order, every one once, a backward
+          // after its forward: the gradients' sums in one process's order.
+          std::vector<int64_t> next_forward(static_cast<size_t>(chunks)), next_backward(static_cast<size_t>(chunks));
+          for (const auto& a : actions) {
+            auto& next = a.kind == Kind::Forward ? next_forward : next_backward;
+            EXPECT_EQ(a.microbatch, next[static_cast<size_t>(a.chunk)]++) << what << ", stage " << s;
+            if (a.kind == Kind::Backward)
+              EXPECT_LT(a.microbatch, next_forward[static_cast<size_t>(a.chunk)]) << what << ", stage " << s;
+          }
+        }
+        // No order deadlocks, and the bubble is V times smaller: idle (S - 1)(f + b) / V.
+        const auto run = simulate_pipeline(interleaved, stages, m, 1.0, 2.0, chunks);
+        EXPECT_NEAR(run.bubble_fraction(), bubble_formula(stages, m, chunks), 1e-12) << what;
+        EXPECT_LT(bubble_formula(stages, m, chunks), bubble_formula(stages, m)) << what;
+      }
+    }
+  }
+  EXPECT_DOUBLE_EQ(bubble_formula(4, 8, 2), 3.0 / 19.0);
+}
+
+TEST(PipelineSchedules, InterleavingRefusesSizesItCannotRun) {
+  using testing::configuration_error_of;
+  const auto interleaved = PipelineSchedule::Interleaved1F1B;
+  EXPECT_NE(configuration_error_of([&] { stage_actions(interleaved, 0, 2, 3, 2); })
+                .find("microbatches=3 is no multiple of stages=2; choose a multiple"),
+            std::string::npos);
+  EXPECT_NE(configuration_error_of([&] { stage_actions(interleaved, 0, 2, 4, 1); })
+                .find("give each rank at least 2 chunks (virtual_stages=2), or use schedule=1f1b"),
+            std::string::npos);
+  EXPECT_NE(configuration_error_of([&] { stage_actions(interleaved, 0, 1, 4, 2); })
+                .find("on one stage has nothing to interleave"),
+            std::string::npos);
+  EXPECT_NE(configuration_error_of([&] { stage_actions(PipelineSchedule::OneFOneB, 0, 2, 4, 2); })
+                .find("virtual_stages=2 with schedule=1f1b, which runs one chunk a rank"),
+            std::string::npos);
+}
+
 TEST(PipelineSchedules, ScheduleNamesAreParsedAndOthersRefused) {
   EXPECT_EQ(parse_pipeline_schedule("gpipe"), PipelineSchedule::GPipe);
   EXPECT_EQ(parse_pipeline_schedule("1f1b"), PipelineSchedule::OneFOneB);
+  EXPECT_EQ(parse_pipeline_schedule("interleaved_1f1b"), PipelineSchedule::Interleaved1F1B);
   const auto message = testing::configuration_error_of([] { parse_pipeline_schedule("interleaved"); });
-  EXPECT_NE(message.find("schedule=interleaved is not a schedule; use gpipe or 1f1b"), std::string::npos) << message;
+  EXPECT_NE(message.find("schedule=interleaved is not a schedule; use gpipe, 1f1b or interleaved_1f1b"),
+            std::string::npos)
+      << message;
 }
 
 TEST(StageSplit, BalancedByParameterCountWithEveryStageNonEmpty) {

@@ -1,6 +1,7 @@
 // Pipeline stages on ranks as threads over Gloo (Note [Running a pipeline stage]): an MLP cut into
 // S = 2, 3 and 4 stages balanced by parameter count, each rank running its stage under GPipe and
-// 1F1B with M = 1, 2, 3 and 4 micro-batches, activations and gradients passed by point-to-point
+// 1F1B with M = 1, 2, 3 and 4 micro-batches (and interleaved 1F1B, V chunks a rank, on S·V
+// stages), activations and gradients passed by point-to-point
 // sends. After every one of three SGD steps each stage's parameters and gradients equal, bit for
 // bit, those of the whole model on one process taking the same batch as M-way accumulation (the
 // same operations in the same order); the last stage's loss is the mean of the micro-batches';
@@ -33,11 +34,12 @@ struct Case {
   int64_t stages;
   int64_t microbatches;
   PipelineSchedule schedule;
+  int64_t chunks = 1;  // interleaved_1f1b: each rank runs this many chunks
 };
 
 void expect_stages_train_like_one_process(const Case& c) {
-  const std::string what =
-      to_string(c.schedule) + ", S " + std::to_string(c.stages) + ", M " + std::to_string(c.microbatches);
+  const std::string what = to_string(c.schedule) + ", S " + std::to_string(c.stages) + ", V " +
+                           std::to_string(c.chunks) + ", M " + std::to_string(c.microbatches);
   torch::manual_seed(7);
   const auto model = mlp();
   const int64_t batch = 4 * c.microbatches, steps = 3;
@@ -67,14 +69,20 @@ void expect_stages_train_like_one_process(const Case& c) {
     for (const auto& p : whole->named_parameters())
       expected[static_cast<size_t>(step)][p.key()] = {p.value().grad().clone(), p.value().detach().clone()};
   }
-  const auto starts = balanced_stage_starts(entry_parameter_counts(model), c.stages);
+  const auto starts = balanced_stage_starts(entry_parameter_counts(model), c.stages * c.chunks);
   std::vector<torch::nn::Sequential> copies;
   for (int64_t s = 0; s < c.stages; ++s) copies.push_back(copy_of(model));
   std::mutex report;
   with_communicators(c.stages, [&](Communicator& group) {
     const int64_t s = group.rank();
-    PipelineStage stage(stage_of(copies[static_cast<size_t>(s)], starts, s), group);
-    torch::optim::SGD sgd(stage.module()->parameters(), torch::optim::SGDOptions(0.1));
+    // Rank s runs global stages s, s + S, ...; interleaved, its gradients go over a second group.
+    std::vector<torch::nn::Sequential> chunks;
+    for (int64_t v = 0; v < c.chunks; ++v) chunks.push_back(stage_of(copies[static_cast<size_t>(s)], starts, v * c.stages + s));
+    std::vector<int64_t> every;
+    for (int64_t r = 0; r < c.stages; ++r) every.push_back(r);
+    auto gradients = c.chunks > 1 ? group.new_group(every) : nullptr;
+    PipelineStage stage = gradients ? PipelineStage(chunks, group, *gradients) : PipelineStage(chunks[0], group);
+    torch::optim::SGD sgd(stage.parameters(), torch::optim::SGDOptions(0.1));
     for (int64_t step = 0; step < steps; ++step) {
       sgd.zero_grad();
       std::vector<torch::Tensor> inputs, targets;
@@ -88,16 +96,22 @@ void expect_stages_train_like_one_process(const Case& c) {
       } else {
         EXPECT_FALSE(loss.defined());
       }
-      for (const auto& p : stage.module()->named_parameters()) {
-        const auto& [grad, value] = expected[static_cast<size_t>(step)].at(p.key());
-        EXPECT_TRUE(torch::equal(p.value().grad(), grad))
-            << what << ", stage " << s << ", step " << step << ", " << p.key();
-        EXPECT_TRUE(torch::equal(p.value().detach(), value))
-            << what << ", stage " << s << ", step " << step << ", " << p.key();
+      for (int64_t v = 0; v < c.chunks; ++v) {
+        for (const auto& p : stage.chunk(v)->named_parameters()) {
+          const auto& [grad, value] = expected[static_cast<size_t>(step)].at(p.key());
+          EXPECT_TRUE(torch::equal(p.value().grad(), grad))
+              << what << ", stage " << s << ", step " << step << ", " << p.key();
+          EXPECT_TRUE(torch::equal(p.value().detach(), value))
+              << what << ", stage " << s << ", step " << step << ", " << p.key();
+        }
       }
-      EXPECT_EQ(stage.last_step().peak_microbatches_held,
-                c.schedule == PipelineSchedule::GPipe ? c.microbatches : std::min(c.microbatches, c.stages - s))
-          << what << ", stage " << s;
+      // GPipe: all M; 1F1B: S - s; interleaved: its warm-up's forwards and one more.
+      const int64_t held =
+          c.schedule == PipelineSchedule::GPipe      ? c.microbatches
+          : c.schedule == PipelineSchedule::OneFOneB ? std::min(c.microbatches, c.stages - s)
+                                                     : std::min(c.microbatches * c.chunks,
+                                                                2 * (c.stages - s - 1) + (c.chunks - 1) * c.stages + 1);
+      EXPECT_EQ(stage.last_step().peak_microbatches_held, held) << what << ", stage " << s;
     }
   });
 }
@@ -108,6 +122,16 @@ TEST(PipelineStageLikeOneProcess, EveryStepBitwiseUnderGPipeAndOneFOneB) {
       for (const int64_t microbatches : {1, 2, 3, 4})
         expect_stages_train_like_one_process({stages, microbatches, schedule});
     }
+  }
+}
+
+// Interleaved 1F1B: the MLP's 7 entries cut into S·V stages, rank s running stages s, s + S, ...;
+// the micro-batches pass every rank V times (the last rank handing them back to the first), and
+// each chunk's gradients are still the one-process sums, bit for bit.
+TEST(PipelineStageLikeOneProcess, EveryStepBitwiseUnderInterleavedOneFOneB) {
+  for (const auto& [stages, chunks] : std::vector<std::pair<int64_t, int64_t>>{{2, 2}, {2, 3}, {3, 2}}) {
+    for (const int64_t microbatches : {stages, 2 * stages})
+      expect_stages_train_like_one_process({stages, microbatches, PipelineSchedule::Interleaved1F1B, chunks});
   }
 }
 

@@ -64,6 +64,30 @@ TEST(PipelineStrategy, TrainsBitwiseLikeOneProcessAccumulatingTheMicroBatches) {
   }
 }
 
+// Interleaved 1F1B (2 ranks holding 2 chunks each: the MLP's 5 entries cut into 4 stages, the
+// micro-batches passing both ranks twice) is bitwise the same accumulation; and 2 replicas of it
+// (4 ranks) equal ddp on 2 ranks.
+TEST(PipelineStrategy, InterleavedTrainsBitwiseLikeOneProcess) {
+  for (const auto& [microbatches, optimizer] : std::vector<std::pair<int64_t, std::string>>{{2, "sgd"}, {4, "adam"}}) {
+    const auto what = "interleaved_1f1b S=2 V=2 M=" + std::to_string(microbatches) + " " + optimizer;
+    const auto reference = pipeline_worker_steps("--strategy single_device --optimizer " + optimizer +
+                                                 " --batch-size " + std::to_string(8 / microbatches) +
+                                                 " --accumulate-grad-batches " + std::to_string(microbatches));
+    ASSERT_EQ(reference.size(), 1u) << what;
+    const auto got = pipeline_worker_steps("--strategy pipeline:stages=2,virtual_stages=2,schedule=interleaved_1f1b,"
+                                           "microbatches=" +
+                                           std::to_string(microbatches) + " --devices 2 --optimizer " + optimizer +
+                                           " --batch-size 8");
+    testing::expect_steps_close(got, as_every_rank(reference, 2), 0.0, what);
+  }
+  const auto ddp =
+      pipeline_worker_steps("--strategy ddp --devices 2 --batch-size 4 --accumulate-grad-batches 2 --optimizer adam");
+  const auto replicated = pipeline_worker_steps(
+      "--strategy pipeline:stages=2,virtual_stages=2,schedule=interleaved_1f1b,microbatches=2 --devices 4 "
+      "--batch-size 8 --optimizer adam");
+  testing::expect_steps_close(replicated, as_every_rank(ddp, 4), 1e-6, "interleaved pipeline x dp (2 x 2) vs ddp");
+}
+
 // Two replicas of a 2-stage pipeline (dp=2,pp=2 on 4 ranks) equal ddp on 2 ranks taking the same
 // shares of the data with the same accumulation; the Trainer's accumulation over pipeline steps
 // equals one process's within the last bits (each step's micro-batches are summed, scaled by
@@ -174,6 +198,36 @@ TEST(PipelineStrategy, CheckpointsResumeAcrossPipelineAndOneProcess) {
   EXPECT_EQ(one_from_pipeline[0].params, want) << "single_device from the pipeline's checkpoint";
 }
 
+// Under interleaved 1F1B each rank holds two chunks, not one contiguous stage: its checkpoint is
+// still the whole model under its names, which one process resumes bit for bit, and it resumes one
+// process's.
+TEST(PipelineStrategy, AnInterleavedPipelinesCheckpointResumesOnOneProcessAndBack) {
+  const std::string common = " --model mlp --optimizer adam --limit-val-batches 0 --checkpoint-every-epoch";
+  const std::string interleaved =
+      "--strategy pipeline:stages=2,virtual_stages=2,schedule=interleaved_1f1b,microbatches=2 --devices 2 "
+      "--batch-size 8" +
+      common;
+  const std::string one = "--strategy single_device --batch-size 4 --accumulate-grad-batches 2" + common;
+  testing::TemporaryDirectory interleaved_first, one_first;
+  testing::trained(interleaved_first.path(), interleaved, 1);
+  testing::trained(one_first.path(), one, 1);
+  const auto from_interleaved = testing::newest_checkpoint(interleaved_first.path());
+  const auto from_one = testing::newest_checkpoint(one_first.path());
+  ASSERT_FALSE(from_interleaved.empty() || from_one.empty());
+  testing::TemporaryDirectory a, b, c;
+  const auto uninterrupted = testing::trained(a.path(), one, 2);
+  ASSERT_EQ(uninterrupted.size(), 1u);
+  const auto one_from_interleaved = testing::trained(b.path(), one + " --ckpt-path " + from_interleaved.string(), 2);
+  const auto interleaved_from_one = testing::trained(c.path(), interleaved + " --ckpt-path " + from_one.string(), 2);
+  ASSERT_EQ(one_from_interleaved.size(), 1u);
+  ASSERT_EQ(interleaved_from_one.size(), 2u);
+  EXPECT_EQ(one_from_interleaved[0].params, uninterrupted[0].params) << "single_device from the interleaved checkpoint";
+  for (size_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(interleaved_from_one[r].params, uninterrupted[0].params)
+        << "interleaved from single_device's checkpoint, rank " << r;
+  }
+}
+
 // A checkpoint written inside an epoch records the samples the pipeline's one data replica
 // consumed (3 batches of 8: 24, not 8 per stage): one process at the same batch continues at the
 // next batch and ends bit for bit where one process that was never interrupted ends; at batch 4 it
@@ -226,6 +280,8 @@ TEST(PipelineStrategyRefusals, SaysWhatToChange) {
   EXPECT_NE(testing::trainer_construction_error("pipeline:microbatches=0", 2).find("microbatches"), std::string::npos);
   EXPECT_NE(testing::trainer_construction_error("pipeline:schedule=zigzag", 2).find("1f1b"), std::string::npos);
   EXPECT_NE(testing::trainer_construction_error("pipeline:data_parallel=zero", 2).find("fsdp"), std::string::npos);
+  EXPECT_NE(testing::trainer_construction_error("pipeline:virtual_stages=0", 2).find("virtual_stages"),
+            std::string::npos);
 
   const auto failing = [](const std::string& flags) {
     testing::TemporaryDirectory dir;
@@ -238,6 +294,20 @@ TEST(PipelineStrategyRefusals, SaysWhatToChange) {
       failing(two + "--model mlp --batch-size 8").find("a batch of 8 samples does not divide into microbatches=3"),
       std::string::npos);
   EXPECT_NE(failing(two + "--model linear --batch-size 6").find("runs as a pipeline's layers only with hidden > 0"),
+            std::string::npos);
+  // Interleaving needs M a multiple of S, 2 or more chunks, and S·V stages the model can be cut into.
+  const std::string interleaved = "--model mlp --batch-size 6 --devices 2 --limit-val-batches 0 --strategy ";
+  EXPECT_NE(failing(interleaved + "pipeline:stages=2,microbatches=3,schedule=interleaved_1f1b,virtual_stages=2")
+                .find("microbatches=3 is no multiple of stages=2"),
+            std::string::npos);
+  EXPECT_NE(failing(interleaved + "pipeline:stages=2,microbatches=2,schedule=interleaved_1f1b")
+                .find("give each rank at least 2 chunks (virtual_stages=2)"),
+            std::string::npos);
+  EXPECT_NE(failing(interleaved + "pipeline:stages=2,microbatches=2,virtual_stages=2")
+                .find("virtual_stages=2 with schedule=1f1b"),
+            std::string::npos);
+  EXPECT_NE(failing(interleaved + "pipeline:stages=2,microbatches=2,schedule=interleaved_1f1b,virtual_stages=3")
+                .find("6 stages"),
             std::string::npos);
   EXPECT_NE(failing("--strategy pipeline:microbatches=2 --devices 2 --model mlp --batch-size 8")
                 .find("runs training steps only, and the Trainer asked for a step to validate"),

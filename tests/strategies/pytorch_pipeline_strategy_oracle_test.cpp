@@ -13,6 +13,12 @@
 // (PyTorch's stages broadcast over the pipeline), the rank, step and parameter named on a failure.
 // The step counts: 32 on 2 and 3 ranks (one pipeline: all 64 samples per epoch), 16 on 4.
 //
+// With dropout (--model mlp_dropout: a Dropout(0.2) first and last in the body, one on each of 2
+// stages): each stage draws from its own process's generator, seeded alike as fit starts on both
+// sides; bitwise under momentum (2 stages, both schedules; 2 replicas of 2 stages), within 8.9e-8
+// under Adam. The reference gives PipelineStage its shapes, whose inference at the first step would
+// otherwise run a forward and draw masks volt's stages do not.
+//
 // volt refuses validation under pipeline, so its worker runs here with --limit-val-batches 0 (a
 // case's worker_flags in reference_runs.h).
 //
@@ -42,6 +48,10 @@
 // data_parallel=fsdp maps to FSDP2's fully_shard of each stage over "dp" (reshard_after_forward=False),
 // its parameters DTensors whose full_tensor() is the whole model.
 //
+// Interleaved (schedule=interleaved_1f1b,virtual_stages=V) maps to ScheduleInterleaved1F1B over V
+// PipelineStages a rank, global stages r, r + S, ...: bitwise under momentum, within 6e-8 under
+// Adam (2 ranks, 2 chunks each, M = 4, with and without dropout).
+//
 // Left out (the reference refuses them): 1f1b with fewer micro-batches than stages (PyTorch's
 // Schedule1F1B refuses them; volt's runs them), a stage without parameters beside data parallelism
 // (DDP refuses such a module: the middle stage of 3 on 6 ranks), and any key but stages,
@@ -58,7 +68,8 @@ namespace volt::testing {
 namespace {
 
 void expect_volt_pipeline_trains_like_pytorch(int64_t world, const std::vector<std::string>& specs,
-                                              const std::vector<std::string>& optimizers) {
+                                              const std::vector<std::string>& optimizers,
+                                              const std::vector<std::string>& models = {"mlp"}) {
   if (reference_torch_version().rfind("2.", 0) != 0) {
     GTEST_SKIP() << "torch.distributed.pipelining is PyTorch 2.x's; this build's reference PyTorch is "
                  << reference_torch_version()
@@ -67,7 +78,9 @@ void expect_volt_pipeline_trains_like_pytorch(int64_t world, const std::vector<s
   std::vector<ReferenceCase> cases;
   for (const auto& spec : specs) {
     // The pipeline refuses validation steps.
-    for (const auto& optimizer : optimizers) cases.push_back({spec, optimizer, "mlp", "--limit-val-batches 0"});
+    for (const auto& optimizer : optimizers) {
+      for (const auto& model : models) cases.push_back({spec, optimizer, model, "--limit-val-batches 0"});
+    }
   }
   expect_volt_trains_like({"PyTorch " + reference_torch_version() + " pipelining", reference_python(),
                            "pytorch_pipeline_strategy_reference.py"},
@@ -77,7 +90,16 @@ void expect_volt_pipeline_trains_like_pytorch(int64_t world, const std::vector<s
 TEST(PipelineEqualsPyTorchPipelining, TwoStagesTwoMicroBatchesGPipeAndOneFOneB) {
   const std::string gpipe = "pipeline:stages=2,microbatches=2,schedule=gpipe";
   const std::string one_f_one_b = "pipeline:stages=2,microbatches=2,schedule=1f1b";
-  expect_volt_pipeline_trains_like_pytorch(2, {gpipe, one_f_one_b}, {"momentum", "adam"});
+  expect_volt_pipeline_trains_like_pytorch(2, {gpipe, one_f_one_b}, {"momentum", "adam"}, {"mlp", "mlp_dropout"});
+}
+
+// Interleaved 1F1B against ScheduleInterleaved1F1B: 2 ranks holding 2 chunks each (global stages
+// r and r + 2, PyTorch's loop placement), the micro-batches passing both ranks twice. The two
+// schedules order the actions differently, but each chunk's backwards run in micro-batch order in
+// both, so the gradients are the same sums.
+TEST(PipelineEqualsPyTorchPipelining, InterleavedOneFOneBOnTwoRanksOfTwoChunks) {
+  expect_volt_pipeline_trains_like_pytorch(2, {"pipeline:stages=2,microbatches=4,schedule=interleaved_1f1b,virtual_stages=2"},
+                                           {"momentum", "adam"}, {"mlp", "mlp_dropout"});
 }
 
 TEST(PipelineEqualsPyTorchPipelining, ThreeStagesFourMicroBatchesOneFOneB) {
@@ -85,7 +107,8 @@ TEST(PipelineEqualsPyTorchPipelining, ThreeStagesFourMicroBatchesOneFOneB) {
 }
 
 TEST(PipelineEqualsPyTorchPipelining, TwoReplicasOfTwoStages) {
-  expect_volt_pipeline_trains_like_pytorch(4, {"pipeline:stages=2,microbatches=2,schedule=1f1b"}, {"momentum"});
+  expect_volt_pipeline_trains_like_pytorch(4, {"pipeline:stages=2,microbatches=2,schedule=1f1b"}, {"momentum"},
+                                           {"mlp", "mlp_dropout"});
 }
 
 // data_parallel=fsdp against FSDP2's fully_shard of each stage over its replicas

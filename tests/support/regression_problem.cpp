@@ -33,14 +33,17 @@ RegressionModule::RegressionModule(RegressionOptions opts) : options(std::move(o
     }
   }
   if (options.hidden > 0) {
-    body = register_module("body", torch::nn::Sequential(torch::nn::Linear(options.features, options.hidden),
-                                                         torch::nn::Tanh()));
+    body = register_module("body", torch::nn::Sequential());
+    if (options.body_dropout > 0) body->push_back(torch::nn::Dropout(options.body_dropout));
+    body->push_back(torch::nn::Linear(options.features, options.hidden));
+    body->push_back(torch::nn::Tanh());
     if (options.wrap_by_hand) {
       body->push_back(fsdp::wrap(torch::nn::Linear(options.hidden, options.hidden)));
     } else {
       body->push_back(torch::nn::Linear(options.hidden, options.hidden));
     }
     body->push_back(torch::nn::Tanh());
+    if (options.body_dropout > 0) body->push_back(torch::nn::Dropout(options.body_dropout));
   }
   linear = register_module("linear", torch::nn::Linear(options.hidden > 0 ? options.hidden : options.features, 1));
   if (options.dropout > 0) dropout = register_module("dropout", torch::nn::Dropout(options.dropout));

@@ -40,6 +40,11 @@ struct RegressionOptions {
   int64_t hidden = 0;
   // With hidden: the body's second Linear is wrapped by hand (fsdp::wrap), a unit of its own.
   bool wrap_by_hand = false;
+  // > 0, with hidden: Dropout(body_dropout) entries first and last in the body, on the inputs and on
+  // the body's output (Sequential(Dropout, Linear, Tanh, Linear, Tanh, Dropout): the Linears are
+  // body.1 and body.3). Activations that every tensor-parallel rank holds whole, and entries that a
+  // pipeline's first and last stages run.
+  double body_dropout = 0.0;
   // > 0: that many RegressionBlocks in a ModuleList before the linear layer, each called as
   // volt::call(block, x, mask) (a forward of two tensors that no Sequential holds), with a dropout
   // of block_dropout inside: modules a policy reaches by type (activation_checkpointing, fsdp:wrap).

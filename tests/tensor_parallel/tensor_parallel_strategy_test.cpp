@@ -17,10 +17,10 @@ using testing::StepParameters;
 
 const std::string kPlan = "plan=body.0:colwise|body.2:rowwise";
 
-StepParameters tp_worker_steps(const std::string& flags) {
+StepParameters tp_worker_steps(const std::string& flags, const std::string& model = "mlp") {
   testing::TemporaryDirectory dir;
   const auto result =
-      testing::run_command(testing::train_command(dir.path(), "--model mlp --print-steps " + flags), 240);
+      testing::run_command(testing::train_command(dir.path(), "--model " + model + " --print-steps " + flags), 240);
   EXPECT_EQ(result.exit_code, 0) << flags << ":\n" << result.output;
   return testing::step_lines(result.output);
 }
@@ -44,6 +44,22 @@ TEST(TensorParallelStrategy, TwoRanksEqualOneProcessOnTheSameBatches) {
                                        "\" --devices 2 --batch-size 8 --optimizer " + optimizer);
     testing::expect_steps_close(split, spread(one, 2, 2), 5e-6, "tensor_parallel tp=2 vs one process, " + optimizer);
   }
+}
+
+// Dropout on activations every rank of the tp group holds whole (--model mlp_dropout: on the inputs
+// and on the body's output, whose Linears are body.1 and body.3): every rank draws the masks one
+// process draws, from the same seed in the same order, so the split model trains like the whole one
+// with its dropout. (Dropout between a colwise and a rowwise linear would draw each rank's slice of
+// the mask from the same generator state, not the slices of one mask: docs/tensor_parallel.md.)
+TEST(TensorParallelStrategy, DropoutOnWholeActivationsDrawsOneProcesssMasks) {
+  const std::string flags = " --batch-size 8 --optimizer momentum";
+  const auto one = tp_worker_steps("--strategy single_device" + flags, "mlp_dropout");
+  ASSERT_EQ(one.size(), 1u);
+  const auto split = tp_worker_steps(
+      "--strategy \"tensor_parallel:tp=2,plan=body.1:colwise|body.3:rowwise\" --devices 2" + flags, "mlp_dropout");
+  testing::expect_steps_close(split, spread(one, 2, 2), 5e-6, "tensor_parallel tp=2 with dropout vs one process");
+  const auto without = tp_worker_steps("--strategy single_device" + flags);
+  EXPECT_NE(without.at(0).at(1), one.at(0).at(1)) << "--model mlp_dropout drew no dropout mask";
 }
 
 // Clipping by norm clips by the whole model's norm: each rank's slices and the whole parameters

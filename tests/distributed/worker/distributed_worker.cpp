@@ -16,7 +16,8 @@
 //                       --skip-every N makes training_step return no loss for
 //                       batches N-1, 2N-1, ...; --model batch_norm puts a BatchNorm1d first
 //                       (buffers), --model branch adds a layer used on batches 0, 3, 6, ... only,
-//                       --model sparse_embedding an Embedding(sparse=true) (a sparse gradient);
+//                       --model sparse_embedding an Embedding(sparse=true) (a sparse gradient),
+//                       --model mlp_dropout the MLP with dropout on its inputs and body output;
 //                       --print-buffers prints "BUFFERS rank=.. epoch=.. batch=.. values=.." with
 //                       the module's buffers as each training_step starts (after the strategy's
 //                       pre-forward work, e.g. DDP's broadcast_buffers);
@@ -199,16 +200,19 @@ testing::RegressionOptions regression_options(const std::string& optimizer, int6
                                               const std::string& model) {
   testing::RegressionOptions options;
   check<ConfigurationError>(model == "linear" || model == "batch_norm" || model == "branch" ||
-                                model == "sparse_embedding" || model == "mlp" || model == "mlp_wrapped" ||
+                                model == "sparse_embedding" || model == "mlp" || model == "mlp_wrapped" || model == "mlp_dropout" ||
                                 model == "wide_mlp" || model == "blocks" || model == "blocks_sharded" ||
                                 model == "blocks_frozen" || model == "blocks_mixed" || model == "blocks_mixed_trained",
                             "worker: --model expects linear, batch_norm, branch, sparse_embedding, mlp, "
-                            "mlp_wrapped, wide_mlp, blocks, blocks_sharded, blocks_frozen, blocks_mixed or "
+                            "mlp_wrapped, mlp_dropout, wide_mlp, blocks, blocks_sharded, blocks_frozen, blocks_mixed or "
                             "blocks_mixed_trained, got '",
                             model, "'");
   // Small enough that a STEP line (17 digits a parameter) stays below PIPE_BUF: the ranks' lines
   // reach the test whole, not interleaved.
-  if (model == "mlp" || model == "mlp_wrapped") options.hidden = 4;
+  if (model == "mlp" || model == "mlp_wrapped" || model == "mlp_dropout") options.hidden = 4;
+  // The MLP with dropout on its inputs and its body's output (RegressionOptions::body_dropout): the
+  // randomness of the model-parallel oracles, whose ranks each draw from their own generator.
+  if (model == "mlp_dropout") options.body_dropout = 0.2;
   // Units of a MiB (the body's second Linear, 512 x 512), for memory measured on a device, where
   // the caching allocator's 512-byte blocks would hide the small MLP's bytes. Not for --print-steps.
   if (model == "wide_mlp") options.hidden = 512;
@@ -464,7 +468,8 @@ int main(int argc, char** argv) {
         "manual-no-sync", po::bool_switch(),
         "with --manual-accumulate: skip synchronization in the module's no_sync(), not toggle_model(false)")(
         "model", po::value<std::string>()->default_value("linear"),
-        "linear | batch_norm | branch | sparse_embedding | mlp | mlp_wrapped | wide_mlp | blocks | blocks_sharded | "
+        "linear | batch_norm | branch | sparse_embedding | mlp | mlp_wrapped | mlp_dropout | wide_mlp | blocks | "
+        "blocks_sharded | "
         "blocks_frozen | blocks_mixed | blocks_mixed_trained (--mode train)")(
         "inject-hang", po::value<std::string>()->default_value("none"),
         "none | save_on_rank0 | skip | sizes: a hang after training batch 1 (--mode train)")(

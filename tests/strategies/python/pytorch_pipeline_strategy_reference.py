@@ -2,7 +2,13 @@
 oracle of volt's `pipeline` strategy (tests/strategies/pytorch_pipeline_strategy_oracle_test.cpp).
 
   PYTHON pytorch_pipeline_strategy_reference.py --world N [--epochs 2] [--batch-size 4] [--port P]
-      --case SPEC;OPTIMIZER;mlp;INITIAL [--case ...]
+      --case SPEC;OPTIMIZER;MODEL;INITIAL [--case ...]
+
+MODEL is mlp, or mlp_dropout (a Dropout(0.2) entry first and last in the body: 7 entries, the 2-stage
+cut [body.0 (Dropout), body.1 | Tanh, body.3, Tanh, body.5 (Dropout), linear], one dropout a stage).
+Each stage draws its masks from its process's default generator, which worker_problem.train seeds as
+volt's Trainer does; PipelineStage gets input_args and output_args (stage_examples), so that no
+shape inference runs a forward that would draw masks volt's stages never draw.
 
 PYTHON is the PyTorch 2.x of a build against a PyTorch wheel's LibTorch (testing::reference_python:
 `env PYTHONPATH=.deps/pytorch2 /usr/bin/python3`). PyTorch 1.13 has no torch.distributed.pipelining
@@ -88,10 +94,10 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import worker_problem  # noqa: E402
-from worker_problem import RegressionMlp, refuse, take  # noqa: E402
+from worker_problem import refuse, take  # noqa: E402
 
 TORCH_VERSION = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
-SCHEDULES = ("1f1b", "gpipe")
+SCHEDULES = ("1f1b", "gpipe", "interleaved_1f1b")
 
 
 def pipelining_api():
@@ -99,13 +105,14 @@ def pipelining_api():
     if TORCH_VERSION < (2, 7):
         refuse(f"torch.distributed.pipelining with scale_grads (dividing the summed micro-batch gradients by M) "
                f"needs PyTorch >= 2.7; this is {torch.__version__}")
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
     from torch.nn.parallel import DistributedDataParallel
-    for schedule in (ScheduleGPipe, Schedule1F1B):
+    for schedule in (ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B):
         if "scale_grads" not in inspect.signature(schedule.__init__).parameters:
             refuse(f"{schedule.__name__} of PyTorch {torch.__version__} takes no scale_grads: its gradients "
                    "would be the micro-batches' sum, not their mean")
-    return {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}, PipelineStage, DistributedDataParallel
+    return ({"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved_1f1b": ScheduleInterleaved1F1B},
+            PipelineStage, DistributedDataParallel)
 
 
 def entries_of(model):
@@ -140,6 +147,23 @@ def balanced_stage_starts(parameters, stages):
         i = cut[k][i]
         starts[k - 1] = i
     return starts
+
+
+def stage_examples(entries, starts, stage, rows):
+    """An input and an output of stage `stage` for a micro-batch of `rows` samples, for PipelineStage's
+    input_args and output_args: with both, PyTorch infers no shapes when the schedule first steps.
+    That inference runs the stage's forward once on the first micro-batch before the schedule's own,
+    which draws dropout masks from the default generator (volt's stages, whose shapes travel in a
+    header, draw none), so every mask after it would be the next one. Computed here under a forked
+    generator: nothing is drawn."""
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        activation = torch.zeros(rows, worker_problem.FEATURES)
+        for _, module in entries[:starts[stage]]:
+            activation = module(activation)
+        example_input = activation
+        for _, module in entries[starts[stage]:starts[stage + 1]]:
+            activation = module(activation)
+    return example_input, activation
 
 
 def as_count(name, least):
@@ -177,18 +201,19 @@ def whole(parameter):
     return parameter.full_tensor() if hasattr(parameter, "full_tensor") else parameter
 
 
-def stage_parameters_broadcast(stage_parameters, sizes, my_stage, pp_group):
-    """The whole model's flat parameters (float64, named_parameters order): stage s's broadcast over
-    this rank's pp group from the rank holding it (a collective; stages without parameters skipped)."""
+def stage_parameters_broadcast(stage_parameters, sizes, ranks, pp_group):
+    """The whole model's flat parameters (float64, named_parameters order): global stage g's broadcast
+    over this rank's pp group from the rank holding it, g % ranks (a collective; stages without
+    parameters skipped). `stage_parameters`: this rank's, by global stage."""
     pieces = []
-    for s, size in enumerate(sizes):
+    for g, size in enumerate(sizes):
         if size == 0:
             continue
-        if s == my_stage:
-            flat = torch.cat([whole(p).detach().reshape(-1).double() for p in stage_parameters])
+        if g in stage_parameters:
+            flat = torch.cat([whole(p).detach().reshape(-1).double() for p in stage_parameters[g]])
         else:
             flat = torch.zeros(size, dtype=torch.float64)
-        dist.broadcast(flat, src=dist.get_global_rank(pp_group, s), group=pp_group)
+        dist.broadcast(flat, src=dist.get_global_rank(pp_group, g % ranks), group=pp_group)
         pieces.append(flat)
     return torch.cat(pieces)
 
@@ -200,12 +225,11 @@ def run_case(rank, args, index, spec, optimizer_name, model_kind, initial_file):
     name, options = worker_problem.parse_strategy(spec)
     if name != "pipeline":
         refuse(f"this reference is PyTorch's pipelining, for --strategy pipeline; got '{name}'")
-    if model_kind != "mlp":
-        refuse(f"the model is mlp, got '{model_kind}'")
     stages = take(options, "stages", as_count("stages", 0), 0) or args.world
     microbatches = take(options, "microbatches", as_count("microbatches", 1), 4)
     schedule_name = take(options, "schedule", as_schedule, "1f1b")
     data_parallel = take(options, "data_parallel", as_data_parallel, "ddp")
+    chunks = take(options, "virtual_stages", as_count("virtual_stages", 1), 1)
     if options:
         refuse(f"pipeline: options not mapped to PyTorch's pipelining: {sorted(options)}")
     if args.world % stages != 0:
@@ -215,59 +239,78 @@ def run_case(rank, args, index, spec, optimizer_name, model_kind, initial_file):
     if schedule_name == "1f1b" and microbatches < stages:
         refuse(f"PyTorch's Schedule1F1B refuses fewer micro-batches ({microbatches}) than stages ({stages}); "
                "volt's 1f1b runs them, this oracle cannot")
+    if (schedule_name == "interleaved_1f1b") != (chunks > 1):
+        refuse(f"virtual_stages={chunks} with schedule={schedule_name} (volt refuses it too)")
+    if chunks > 1 and microbatches % stages != 0:
+        refuse(f"interleaved_1f1b with microbatches={microbatches} not a multiple of stages={stages} "
+               "(volt refuses it too)")
     replicas = args.world // stages
+    total = stages * chunks  # global stages; rank s holds s, s + S, ... (PyTorch's loop placement)
 
-    model = RegressionMlp()
+    model = worker_problem.mlp_of(model_kind)
     names = [n for n, _ in model.named_parameters()]
     worker_problem.load_initial(model, initial_file)
     entries = entries_of(model)
-    starts = balanced_stage_starts([sum(p.numel() for p in m.parameters()) for _, m in entries], stages) + [
+    starts = balanced_stage_starts([sum(p.numel() for p in m.parameters()) for _, m in entries], total) + [
         len(entries)]
     mesh = init_device_mesh("cpu", (stages, replicas), mesh_dim_names=("pp", "dp"))
-    my_stage = mesh.get_local_rank("pp")
-    if my_stage != rank // replicas or mesh.get_local_rank("dp") != rank % replicas:
-        refuse(f"rank {rank} is at pp {my_stage}, dp {mesh.get_local_rank('dp')} of the device mesh, not where "
+    my_rank = mesh.get_local_rank("pp")
+    if my_rank != rank // replicas or mesh.get_local_rank("dp") != rank % replicas:
+        refuse(f"rank {rank} is at pp {my_rank}, dp {mesh.get_local_rank('dp')} of the device mesh, not where "
                "volt's ProcessMesh pp,dp puts it")
     pp_group = mesh["pp"].get_group()
+    mine = [v * stages + my_rank for v in range(chunks)]
+    # Before any stage is sharded or wrapped: the entries still run as plain modules.
+    examples = {g: stage_examples(entries, starts, g, args.batch_size // microbatches) for g in mine}
 
-    # Stage s: entries [starts[s], starts[s + 1]) of the whole model, the same modules.
-    stage_module = torch.nn.Sequential()
-    for entry_name, module in entries[starts[my_stage]:starts[my_stage + 1]]:
-        stage_module.add_module(entry_name.replace(".", "_"), module)
-    sizes = [sum(p.numel() for _, m in entries[starts[s]:starts[s + 1]] for p in m.parameters()) for s in range(stages)]
-    ordered = [n for s in range(stages) for entry_name, m in entries[starts[s]:starts[s + 1]]
+    sizes = [sum(p.numel() for _, m in entries[starts[g]:starts[g + 1]] for p in m.parameters()) for g in range(total)]
+    ordered = [n for g in range(total) for entry_name, m in entries[starts[g]:starts[g + 1]]
                for n in (f"{entry_name}.{p}" for p, _ in m.named_parameters())]
     if ordered != names:
         refuse(f"the stages' parameters {ordered} are not the model's named_parameters order {names}")
 
-    if replicas > 1 and not list(stage_module.parameters()):
-        refuse("a stage without parameters beside data parallelism is not mapped (DDP refuses such a module)")
-    submodule = stage_module
-    if replicas > 1 and data_parallel == "fsdp":
-        try:
-            from torch.distributed.fsdp import fully_shard
-        except ImportError:
-            refuse(f"PyTorch {torch.__version__} has no torch.distributed.fsdp.fully_shard (FSDP2)")
-        fully_shard(stage_module, mesh=mesh["dp"], reshard_after_forward=False)
-    elif replicas > 1:
-        submodule = DistributedDataParallel(stage_module, process_group=mesh["dp"].get_group())
-    stage_parameters = list(stage_module.parameters())  # fully_shard's DTensors where it sharded
-    stage = PipelineStage(submodule, my_stage, stages, torch.device("cpu"), group=pp_group)
-    schedule = schedules[schedule_name](stage, n_microbatches=microbatches,
-                                        loss_fn=lambda output, target: (output - target).square().mean(),
-                                        scale_grads=True)
+    stages_here, stage_parameters = [], {}
+    for g in mine:
+        # Global stage g: entries [starts[g], starts[g + 1]) of the whole model, the same modules.
+        stage_module = torch.nn.Sequential()
+        for entry_name, module in entries[starts[g]:starts[g + 1]]:
+            stage_module.add_module(entry_name.replace(".", "_"), module)
+        if replicas > 1 and not list(stage_module.parameters()):
+            refuse("a stage without parameters beside data parallelism is not mapped (DDP refuses such a module)")
+        submodule = stage_module
+        if replicas > 1 and data_parallel == "fsdp":
+            try:
+                from torch.distributed.fsdp import fully_shard
+            except ImportError:
+                refuse(f"PyTorch {torch.__version__} has no torch.distributed.fsdp.fully_shard (FSDP2)")
+            fully_shard(stage_module, mesh=mesh["dp"], reshard_after_forward=False)
+        elif replicas > 1:
+            submodule = DistributedDataParallel(stage_module, process_group=mesh["dp"].get_group())
+        stage_parameters[g] = list(stage_module.parameters())  # fully_shard's DTensors where it sharded
+        example_input, example_output = examples[g]
+        stages_here.append(PipelineStage(submodule, g, total, torch.device("cpu"), input_args=(example_input,),
+                                         output_args=(example_output,), group=pp_group))
+    loss_fn = lambda output, target: (output - target).square().mean()  # noqa: E731
+    if chunks > 1:
+        schedule = schedules[schedule_name](stages_here, n_microbatches=microbatches, loss_fn=loss_fn,
+                                            scale_grads=True)
+    else:
+        schedule = schedules[schedule_name](stages_here[0], n_microbatches=microbatches, loss_fn=loss_fn,
+                                            scale_grads=True)
+    first, last = 0 in mine, total - 1 in mine
 
     def forward_backward(inputs, targets):
-        schedule.step(*((inputs,) if stage.is_first else ()), **({"target": targets} if stage.is_last else {}))
+        schedule.step(*((inputs,) if first else ()), **({"target": targets} if last else {}))
 
-    if stage_parameters:
+    parameters_here = [p for g in mine for p in stage_parameters[g]]
+    if parameters_here:
         optimizer_class, optimizer_arguments = worker_problem.optimizer_of(optimizer_name)
-        optimizer = optimizer_class(stage_parameters, **optimizer_arguments)
+        optimizer = optimizer_class(parameters_here, **optimizer_arguments)
     else:
         worker_problem.optimizer_of(optimizer_name)  # refuses an unknown optimizer on every rank
         optimizer = NoParameters()
     worker_problem.train(rank, args, index, None, optimizer, lambda optimizer: None,
-                         lambda: stage_parameters_broadcast(stage_parameters, sizes, my_stage, pp_group),
+                         lambda: stage_parameters_broadcast(stage_parameters, sizes, stages, pp_group),
                          replicas=replicas, replica=rank % replicas, forward_backward=forward_backward)
 
 

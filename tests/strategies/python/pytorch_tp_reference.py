@@ -2,7 +2,11 @@
 oracle of volt's `tensor_parallel` strategy (tests/strategies/pytorch_tp_oracle_test.cpp).
 
   PYTHON pytorch_tp_reference.py --world N [--epochs 2] [--batch-size 4] [--port P]
-      --case SPEC;OPTIMIZER;mlp;INITIAL [--case ...]
+      --case SPEC;OPTIMIZER;MODEL;INITIAL [--case ...]
+
+MODEL is mlp, or mlp_dropout (a Dropout(0.2) first and last in the body, on activations every tp
+rank holds whole; its Linears are body.1 and body.3): every rank draws the same masks, from its
+default generator seeded as volt's Trainer seeds it (worker_problem.train).
 
 PYTHON is the PyTorch 2.x of a build against a PyTorch wheel's LibTorch (testing::reference_python:
 `env PYTHONPATH=.deps/pytorch2 /usr/bin/python3`). PyTorch 1.13 has no DTensor, and before 2.2
@@ -73,7 +77,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import worker_problem  # noqa: E402
-from worker_problem import RegressionMlp, refuse, take  # noqa: E402
+from worker_problem import refuse, take  # noqa: E402
 
 TORCH_VERSION = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
 WILDCARD_CHARACTERS = "*?[]"
@@ -175,8 +179,6 @@ def run_case(rank, args, index, spec, optimizer_name, model_kind, initial_file):
     name, options = worker_problem.parse_strategy(spec)
     if name != "tensor_parallel":
         refuse(f"this reference is PyTorch's tensor parallelism, for --strategy tensor_parallel; got '{name}'")
-    if model_kind != "mlp":
-        refuse(f"the model is mlp, got '{model_kind}'")
     tp = take(options, "tp", as_tp, None)
     plan_text = take(options, "plan", str, None)
     data_parallel = take(options, "data_parallel", as_data_parallel, "ddp")
@@ -188,7 +190,7 @@ def run_case(rank, args, index, spec, optimizer_name, model_kind, initial_file):
         refuse(f"tp={tp} does not divide the {args.world} ranks")
     replicas = args.world // tp
 
-    model = RegressionMlp()
+    model = worker_problem.mlp_of(model_kind)
     names = [n for n, _ in model.named_parameters()]
     worker_problem.load_initial(model, initial_file)
     plan = plan_of(model, plan_text, styles)

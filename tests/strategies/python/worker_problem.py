@@ -26,6 +26,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 FEATURES, HIDDEN, SAMPLES = 8, 4, 64
+WORKER_SEED = 3  # the worker's --seed (tests/distributed/worker_runs.h train_command)
 OPTIMIZERS = {"momentum": (torch.optim.SGD, dict(lr=0.05, momentum=0.9)), "adam": (torch.optim.Adam, dict(lr=0.01))}
 
 
@@ -35,16 +36,30 @@ def refuse(message):
 
 
 class RegressionMlp(torch.nn.Module):
-    """The worker's --model mlp (tests/support/regression_problem.cpp)."""
+    """The worker's --model mlp (tests/support/regression_problem.cpp); with `dropout`, its --model
+    mlp_dropout: Dropout(dropout) first and last in the body (the Linears are then body.1 and body.3)."""
 
-    def __init__(self):
+    def __init__(self, dropout=0.0):
         super().__init__()
-        self.body = torch.nn.Sequential(torch.nn.Linear(FEATURES, HIDDEN), torch.nn.Tanh(),
-                                        torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.Tanh())
+        layers = [torch.nn.Linear(FEATURES, HIDDEN), torch.nn.Tanh(), torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.Tanh()]
+        if dropout > 0:
+            layers = [torch.nn.Dropout(dropout)] + layers + [torch.nn.Dropout(dropout)]
+        self.body = torch.nn.Sequential(*layers)
         self.linear = torch.nn.Linear(HIDDEN, 1)
 
     def forward(self, x):
         return self.linear(self.body(x))
+
+
+# The worker's --model kinds of the MLP that a reference may build: their body's dropout.
+MLP_DROPOUT = {"mlp": 0.0, "mlp_dropout": 0.2}
+
+
+def mlp_of(model_kind):
+    """The RegressionMlp of the worker's --model `model_kind` (mlp or mlp_dropout)."""
+    if model_kind not in MLP_DROPOUT:
+        refuse(f"the model is one of {sorted(MLP_DROPOUT)}, got '{model_kind}'")
+    return RegressionMlp(MLP_DROPOUT[model_kind])
 
 
 def regression_dataset(seed=7):
@@ -134,7 +149,14 @@ def train(rank, args, index, wrapped, optimizer, after_step, parameters, replica
         refuse(f"replica {replica} is not one of the {replicas} data-parallel replicas")
     sampler = torch.utils.data.distributed.DistributedSampler(dataset, num_replicas=replicas, rank=replica,
                                                               shuffle=False)
-    loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, sampler=sampler)
+    # A generator of its own: each epoch's iterator draws a seed from it, which from the default
+    # generator would shift every dropout mask after it (volt's loader draws none).
+    loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, sampler=sampler,
+                                         generator=torch.Generator())
+    # volt's Trainer seeds every rank's default generator with --seed as fit starts (the worker's
+    # 3, train_command), and nothing draws from it before the first forward: so do the same here,
+    # and every rank's dropout draws what that rank of volt's draws, in the same order.
+    torch.manual_seed(WORKER_SEED)
     step = 0
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
