@@ -15,7 +15,7 @@
 //
 // With dropout (--model mlp_dropout: a Dropout(0.2) first and last in the body, one on each of 2
 // stages): each stage draws from its own process's generator, seeded alike as fit starts on both
-// sides; bitwise under momentum (2 stages, both schedules; 2 replicas of 2 stages), within 8.9e-8
+// sides; bitwise under momentum (2 stages, both schedules; 2 replicas of 2 stages), within 9e-8
 // under Adam. The reference gives PipelineStage its shapes, whose inference at the first step would
 // otherwise run a forward and draw masks volt's stages do not.
 //
