@@ -45,9 +45,10 @@ std::vector<torch::Tensor> PipelineStage::parameters() const {
   return all;
 }
 
-void PipelineStage::send_header(const torch::Tensor& activation) {
-  check<ConfigurationError>(activation.dim() <= kMaxDimensions, "pipeline: stage ", stage(), "'s output has ",
-                            activation.dim(), " dimensions; a stage's output has at most ", kMaxDimensions);
+void PipelineStage::send_header(const torch::Tensor& activation, int64_t chunk) {
+  check<ConfigurationError>(activation.dim() <= kMaxDimensions, "pipeline: stage ", chunk * stages() + stage(),
+                            "'s output has ", activation.dim(), " dimensions; a stage's output has at most ",
+                            kMaxDimensions);
   auto header = torch::zeros({2 + kMaxDimensions}, torch::kLong);
   header[0] = static_cast<int64_t>(activation.scalar_type());
   header[1] = activation.dim();
@@ -67,11 +68,11 @@ torch::Tensor PipelineStage::receive_like_header() {
 torch::Tensor PipelineStage::run(PipelineSchedule schedule, int64_t microbatches,
                                  const std::vector<torch::Tensor>& inputs, const std::vector<torch::Tensor>& targets,
                                  const PipelineLoss& loss, const ForwardScope& forward_scope) {
-  check_schedule_sizes(schedule, stages(), microbatches, chunks());
   check<ConfigurationError>(!is_first() || static_cast<int64_t>(inputs.size()) == microbatches, "pipeline: the first ",
                             "stage got ", inputs.size(), " inputs for ", microbatches, " micro-batches");
   check<ConfigurationError>(!is_last() || static_cast<int64_t>(targets.size()) == microbatches, "pipeline: the last ",
                             "stage got ", targets.size(), " targets for ", microbatches, " micro-batches");
+  // Refuses sizes the schedule cannot run (check_schedule_sizes).
   const auto actions = stage_actions(schedule, stage(), stages(), microbatches, chunks());
   const auto started = Clock::now();
   report_ = StageStepReport{};
@@ -107,7 +108,7 @@ torch::Tensor PipelineStage::run(PipelineSchedule schedule, int64_t microbatches
       if (!last_stage(v)) {
         if (!outgoing[c].defined()) {
           outgoing[c] = output;
-          send_header(output);
+          send_header(output, v);
         }
         const auto& first = outgoing[c];
         check<ConfigurationError>(output.sizes() == first.sizes() && output.scalar_type() == first.scalar_type(),

@@ -90,7 +90,7 @@ class PipelineStage {
  private:
   // The activation between a chunk and the next stage or the one before: sent or received as a
   // header of its shape and dtype once per step and chunk.
-  void send_header(const torch::Tensor& activation);
+  void send_header(const torch::Tensor& activation, int64_t chunk);
   torch::Tensor receive_like_header();
   // Whether chunk v runs the pipeline's first (last) stage.
   bool first_stage(int64_t chunk) const { return is_first() && chunk == 0; }
