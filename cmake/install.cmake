@@ -2,6 +2,7 @@
 #   P/include/volt/<layer>/*.h   headers, reached as in this tree: #include "trainer/volt.h"
 #   P/lib/libvolt.a              the library
 #   P/bin/volt-ckpt              the checkpoint tool (docs/checkpoints.md#volt-ckpt)
+#   P/bin/volt-lighthouse        where fault-tolerant replicas meet (docs/fault_tolerance.md)
 #   P/lib/cmake/volt/            voltConfig.cmake (finds volt's dependencies), the volt::volt target
 include(CMakePackageConfigHelpers)
 include(GNUInstallDirs)
@@ -16,6 +17,7 @@ endforeach()
 install(TARGETS volt EXPORT voltTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 if(VOLT_BUILD_TOOLS)
   install(TARGETS volt-ckpt RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})  # P/bin/volt-ckpt
+  install(TARGETS volt-lighthouse RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})  # P/bin/volt-lighthouse
 endif()
 install(EXPORT voltTargets NAMESPACE volt:: DESTINATION ${VOLT_INSTALL_CMAKEDIR})
 

@@ -2,6 +2,8 @@
 
 #include "core/duration.h"
 #include "core/option_schema.h"
+#include "precision/precision.h"
+#include "run/fault_tolerance/fault_tolerance_options.h"
 #include "run/run_option_flags.h"
 
 namespace volt {
@@ -74,6 +76,9 @@ const OptionSchema<TrainerOptions>& TrainerOptions::schema() {
                 "checkpoint to resume fit from: a file, or 'last' for the newest under --default-root-dir")
         .option("enable-progress-bar", &O::enable_progress_bar, "show a progress bar")
         .option("enable-model-summary", &O::enable_model_summary, "print a model summary at fit start")
+        .option("fault-tolerance", &O::fault_tolerance,
+                "replicas=R,replica=I,lighthouse=HOST:PORT[,timeout=S,quorum_timeout=S]: this launch is replica "
+                "group I of R, healed from and averaged with the others through volt-lighthouse (default: off)")
         .option("fast-dev-run", &O::fast_dev_run, "run n batches of each loop once (no logging, no checkpoints)",
                 at_least<int64_t>(0))
         .implicit_value("1")
@@ -100,6 +105,25 @@ void TrainerOptions::validate() const {
   check_combinations();
   check<ConfigurationError>(!max_epochs || *max_epochs == -1 || min_epochs <= *max_epochs,
                             "--min-epochs: expected <= --max-epochs (", max_epochs.value_or(0), "), got ", min_epochs);
+  if (!fault_tolerance.empty()) check_fault_tolerance();
+}
+
+// Note [What fault-tolerant replicas run]: a replica step is one micro-batch, the quorum's
+// average, one optimizer step; the settings that would need more of the loop are refused.
+void TrainerOptions::check_fault_tolerance() const {
+  FaultToleranceOptions::parse(fault_tolerance);
+  const std::string what = "--fault-tolerance: ";
+  check<ConfigurationError>(accumulate_grad_batches == 1, what, "a replica step is one batch, but "
+                            "--accumulate-grad-batches is ", accumulate_grad_batches,
+                            "; use 1 (more replicas, or a larger --batch-size, give the larger batch)");
+  check<ConfigurationError>(val_check_interval.is_fraction() && val_check_interval.fraction_value() == 1.0, what,
+                            "replicas validate at the end of an epoch only; remove --val-check-interval");
+  check<ConfigurationError>(canonical_precision_name(precision) != "16-mixed", what,
+                            "16-mixed's loss scaler skips steps per replica, which would part the replicas; "
+                            "use bf16-mixed or 32-true");
+  check<ConfigurationError>(!cuda_graph, what, "a captured step cannot take part in a quorum; remove --cuda-graph");
+  check<ConfigurationError>(fast_dev_run == 0 && overfit_batches.is_zero(), what,
+                            "not with --fast-dev-run or --overfit-batches");
 }
 
 }  // namespace volt

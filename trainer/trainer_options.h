@@ -56,6 +56,12 @@ struct TrainerOptions : RunOptions {
   bool enable_model_summary = true;
   std::string ckpt_path;              // fit resumes from this checkpoint ("last": the newest); empty: none
 
+  // ---- fault tolerance
+  // "replicas=R,replica=I,lighthouse=HOST:PORT[,timeout=S,quorum_timeout=S]": this launch is
+  // replica group I of R, which heal and average through volt-lighthouse (docs/fault_tolerance.md,
+  // run/fault_tolerance/fault_tolerance_options.h). Empty: off.
+  std::string fault_tolerance;
+
   // ---- debugging
   int64_t fast_dev_run = 0;           // n > 0: n batches of each loop, one epoch, no logging/checkpoints
   BatchLimit overfit_batches = BatchLimit::fraction(0.0);  // > 0: train and validate on these train batches
@@ -71,6 +77,9 @@ struct TrainerOptions : RunOptions {
   std::optional<std::chrono::seconds> max_time_duration() const;
   // max_epochs after Lightning's defaulting rule; -1 means no limit.
   int64_t resolved_max_epochs() const;
+
+  // Note [What fault-tolerant replicas run] (trainer_options.cpp).
+  void check_fault_tolerance() const;
 
   // Parses volt's flags (and, when given, the program's own flags beside them). Throws
   // HelpRequested for --help / --list-strategies (volt::run_main prints it and exits 0) and

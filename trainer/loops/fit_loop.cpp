@@ -1,9 +1,12 @@
 #include "trainer/loops/fit_loop.h"
 
 #include "checkpoint/rng_state.h"
+#include "checkpoint/state_dict_bytes.h"
 #include "core/named_scope.h"
 #include "run/accumulation_window.h"
+#include "strategies/loaded_checkpoint.h"
 #include "strategies/strategy.h"
+#include "trainer/checkpoint_connector.h"
 #include "trainer/loops/evaluation_loop.h"
 #include "trainer/loops/loop_hooks.h"
 #include "trainer/trainer.h"
@@ -90,6 +93,7 @@ void FitLoop::run() {
     load_rng_state_dict(*state_.pending_rng_state, strategy_.root_device());
     state_.pending_rng_state.reset();
   }
+  if (!options.fault_tolerance.empty()) replicas_ = make_replicas();
   // No training batches (limit_train_batches=0): nothing to train, like Lightning. An epoch that
   // a restored checkpoint left unfinished is finished first, whatever the limits say now. Rank 0's
   // stop decisions are agreed on before each new epoch.
@@ -99,7 +103,14 @@ void FitLoop::run() {
       agree_on_stopping();
       if (done()) break;
     }
-    if (!run_epoch()) break;
+    if (run_epoch() == EpochEnd::Stopped) break;
+  }
+  if (replicas_ && strategy_.is_global_zero()) {
+    // One line a user (and the fault-tolerance test) reads: how much of the run this replica kept.
+    std::cerr << "volt: fault tolerance: replica " << replicas_->replica() << " committed "
+              << replicas_->steps_committed() << " of the " << replicas_->steps_taken()
+              << " steps it took part in, healed " << replicas_->heals() << " time(s); last quorum #"
+              << replicas_->last_quorum() << std::endl;
   }
   call_callbacks(t, module, &Callback::on_train_end);
   state_.stage = RunningStage::None;
@@ -146,7 +157,7 @@ void FitLoop::agree_on_stopping() {
 // epoch_end_started false. A run resumed from a checkpoint written then (or after the fit)
 // therefore continues the same epoch at next_batch and trains exactly like a run that was never
 // stopped (Lightning would start the next epoch, skipping the rest of this one).
-bool FitLoop::run_epoch() {
+FitLoop::EpochEnd FitLoop::run_epoch() {
   Trainer& t = trainer_;
   Module& module = *state_.module;
   auto& p = state_.progress;
@@ -172,7 +183,9 @@ bool FitLoop::run_epoch() {
     // The epoch's batches from where it stands to its end, built ahead on the loader's workers
     // (Note [Batches built on worker threads]) and uploaded ahead (Note [Uploading the next batch
     // during the step]); a stop condition abandons the rest.
-    DeviceFeed feed = open_feed(p.next_batch, n);
+    // A fault-tolerant replica opens one for each step's batch instead (run_replica_step).
+    std::optional<DeviceFeed> feed;
+    if (!replicas_) feed.emplace(open_feed(p.next_batch, n));
     // After each batch: its validation check (unless a checkpoint written there says it began),
     // then the stop conditions. A resumed run enters with next_batch > 0 and does the same.
     while (true) {
@@ -182,7 +195,11 @@ bool FitLoop::run_epoch() {
         if (steps_exhausted() || stop_requested()) break;
       }
       if (p.next_batch >= n) break;
-      run_batch(p.next_batch, feed);
+      if (!replicas_) {
+        run_batch(p.next_batch, *feed);
+      } else if (!run_replica_step(n)) {
+        return EpochEnd::Healed;
+      }
     }
 
     finished = p.next_batch >= n;
@@ -194,12 +211,67 @@ bool FitLoop::run_epoch() {
   if (loggers_active(t)) {
     for (auto& logger : t.loggers()) logger->log_epoch_end(module, p.epoch, p.global_step);
   }
-  if (!finished) return false;
+  if (!finished) return EpochEnd::Stopped;
   step_schedulers(/*epoch_interval=*/true, std::vector<bool>(state_.optimizers.size(), true));
   ++p.epoch;
   p.next_batch = 0;
   p.epoch_end_started = false;
+  return EpochEnd::Finished;
+}
+
+std::unique_ptr<FaultTolerantReplicas> FitLoop::make_replicas() {
+  check<ConfigurationError>(state_.module->automatic_optimization(),
+                            "--fault-tolerance: a replica step is the Trainer's own (one batch, the quorum's average, "
+                            "one optimizer step); automatic_optimization() is false in this module, so drop "
+                            "--fault-tolerance or let the Trainer step the optimizers");
+  FaultTolerantReplicas::StateTransfer transfer{
+      .dump = [this] { return state_dict_to_bytes(CheckpointConnector(context_).dump(/*weights_only=*/false)); },
+      .restore =
+          [this](const std::string& bytes) {
+            const std::string source = "the training state of an up-to-date replica";
+            CheckpointConnector(context_).restore(LoadedCheckpoint{state_dict_from_bytes(bytes, source), nullptr},
+                                                  source);
+            // Training is under way: the random states continue from the source's at once.
+            if (state_.pending_rng_state) {
+              load_rng_state_dict(*state_.pending_rng_state, strategy_.root_device());
+              state_.pending_rng_state.reset();
+            }
+          },
+  };
+  return std::make_unique<FaultTolerantReplicas>(FaultToleranceOptions::parse(trainer_.options().fault_tolerance),
+                                                 strategy_, *state_.module, std::move(transfer));
+}
+
+bool FitLoop::run_replica_step(int64_t epoch_batches) {
+  auto& p = state_.progress;
+  replica_first_batch_ = p.next_batch;
+  replica_step_ = replicas_->begin_step(p.global_step, p.next_batch, epoch_batches);
+  if (replica_step_.healed) return false;
+  const int64_t mine = replica_step_.batches.mine;
+  if (replica_step_.ok && mine >= 0) {
+    DeviceFeed feed = open_feed(mine, mine + 1);
+    run_batch(mine, feed);
+    return true;
+  }
+  // No batch for this replica (the epoch's last step), or a step that cannot commit: the
+  // quorum's average and, if it commits, the same optimizer step as the others.
+  if (finish_replica_step()) {
+    step_optimizers();
+    p.validation_checked = false;
+  }
   return true;
+}
+
+bool FitLoop::finish_replica_step() {
+  auto& p = state_.progress;
+  const bool commit = replicas_->finish_step(state_.optimizers);
+  if (commit) {
+    p.next_batch = replica_first_batch_ + replica_step_.batches.trained;
+  } else {
+    p.next_batch = replica_first_batch_;
+    zero_gradients();
+  }
+  return commit;
 }
 
 const EpochRemainder* FitLoop::remainder() const {
@@ -287,7 +359,11 @@ void FitLoop::run_batch(int64_t batch_idx, DeviceFeed& feed) {
     // so that no rank steps on gradients it alone computed, on the path a backward would have
     // taken where it has one (DDP: the comm hook, its group and its iteration count).
     if (p.window_has_backward && !backward_ran) strategy_.gradients().synchronize_accumulated_gradients(module);
-    if (p.window_has_backward) {
+    if (replicas_) {
+      // Every member averages, with or without a backward (a batch skipped gives zeros).
+      stepped = finish_replica_step();
+      if (stepped) step_optimizers();
+    } else if (p.window_has_backward) {
       step_optimizers();
       stepped = true;
     }
@@ -296,8 +372,9 @@ void FitLoop::run_batch(int64_t batch_idx, DeviceFeed& feed) {
     p.window_micro_batches = 0;
     p.window_has_backward = false;
   }
-  p.next_batch = batch_idx + 1;
-  p.validation_checked = false;
+  if (!replicas_) p.next_batch = batch_idx + 1;
+  // A replica step that did not commit leaves the position, whose validation check is done.
+  if (!replicas_ || stepped) p.validation_checked = false;
 
   // Metrics first, so that on_train_batch_end callbacks see this batch's values. Logging
   // cadence counts optimizer steps.
@@ -314,6 +391,12 @@ void FitLoop::run_batch(int64_t batch_idx, DeviceFeed& feed) {
       // for the logger too.
       NamedScope reading("volt::read_metrics");
       for (const auto& [name, value] : strategy_.metrics()) metrics[name] = value;
+    }
+    if (replicas_) {
+      metrics["fault_tolerance/quorum"] = static_cast<double>(replica_step_.quorum);
+      metrics["fault_tolerance/members"] = static_cast<double>(replica_step_.members);
+      metrics["fault_tolerance/steps_committed"] = static_cast<double>(replicas_->steps_committed());
+      metrics["fault_tolerance/heals"] = static_cast<double>(replicas_->heals());
     }
     if (!metrics.empty()) log_to_loggers(t, state_, metrics);
   }

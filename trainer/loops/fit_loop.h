@@ -2,6 +2,7 @@
 #include <memory>
 
 #include "data/data_loader.h"
+#include "run/fault_tolerance/fault_tolerant_replicas.h"
 #include "strategies/device_feed.h"
 #include "trainer/graph/captured_training.h"
 #include "trainer/loops/loop_context.h"
@@ -21,9 +22,20 @@ class FitLoop {
   void run();
 
  private:
-  // Runs (the rest of) the current epoch; returns false when a stop condition ended it before its
-  // last batch (Note [Interrupted epochs]).
-  bool run_epoch();
+  enum class EpochEnd {
+    Finished,
+    Stopped,  // a stop condition ended it before its last batch (Note [Interrupted epochs])
+    Healed,   // a fault-tolerant replica took another's state: the loop continues from it
+  };
+  // Runs (the rest of) the current epoch.
+  EpochEnd run_epoch();
+  // One step of a fault-tolerant replica (Note [Fault-tolerant replicas]): the quorum, a heal or
+  // the replica batch it deals, the step if it commits. Returns false when this replica healed.
+  bool run_replica_step(int64_t epoch_batches);
+  // The replica step's end, after its backward: whether it commits (FaultTolerantReplicas::finish_step);
+  // when it does not, the gradients are discarded. Sets the position the epoch continues from.
+  bool finish_replica_step();
+  std::unique_ptr<FaultTolerantReplicas> make_replicas();
   // The current epoch's batches [first, end) (of the epoch, or of its remainder) on the device.
   DeviceFeed open_feed(int64_t first, int64_t end);
   void run_batch(int64_t batch_idx, DeviceFeed& feed);
@@ -64,6 +76,11 @@ class FitLoop {
   bool time_up_ = false;  // max_time reached, as decided by global rank 0
   // --cuda-graph: the captured step, from the start of training to the end of the fit.
   std::unique_ptr<CapturedTraining> captured_;
+  // --fault-tolerance: this replica's part in the quorums; the step being run and where it leaves
+  // the epoch's position when it commits.
+  std::unique_ptr<FaultTolerantReplicas> replicas_;
+  FaultTolerantReplicas::Step replica_step_;
+  int64_t replica_first_batch_ = 0;
 };
 
 }  // namespace volt

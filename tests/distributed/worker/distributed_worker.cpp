@@ -456,6 +456,8 @@ int main(int argc, char** argv) {
         "crash-epoch", po::value<int64_t>()->default_value(-1), "epoch at whose start it throws")(
         "kill-rank", po::value<int64_t>()->default_value(-1), "rank that kills itself (SIGKILL, --mode train)")(
         "kill-batch", po::value<int64_t>()->default_value(1), "first-epoch training batch at whose start it does")(
+        "kill-at-steps", po::value<std::string>()->default_value(""),
+        "S0,S1,...: --kill-rank dies at the first batch after S_a committed steps on attempt a (--mode train)")(
         "stray-decision-rank", po::value<int64_t>()->default_value(-1),
         "rank that alone takes a decision after its first batch (--mode train)")(
         "optimizer", po::value<std::string>()->default_value("sgd"), "sgd | momentum | adam (--mode train)")(
@@ -485,6 +487,12 @@ int main(int argc, char** argv) {
           vm["checkpoint-every-epoch"].as<bool>(), vm["checkpoint-async"].as<bool>(), vm["crash-rank"].as<int64_t>(),
           vm["crash-epoch"].as<int64_t>(), vm["save-after-batch-path"].as<std::string>(),
           vm["save-after-batch"].as<int64_t>())};
+      if (!vm["kill-at-steps"].as<std::string>().empty()) {
+        std::vector<int64_t> steps;
+        std::stringstream list(vm["kill-at-steps"].as<std::string>());
+        for (std::string step; std::getline(list, step, ',');) steps.push_back(std::stoll(step));
+        extras.push_back(std::make_shared<KillAtSteps>(std::max<int64_t>(vm["kill-rank"].as<int64_t>(), 0), steps));
+      }
       if (vm["inject-hang"].as<std::string>() != "none" || vm["slow-rank"].as<int64_t>() >= 0) {
         extras.push_back(std::make_shared<InjectHang>(vm["inject-hang"].as<std::string>(),
                                                       options.default_root_dir + "/injected.ckpt",

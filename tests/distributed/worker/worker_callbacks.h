@@ -40,6 +40,26 @@ class KillAtBatch : public Callback {
   int64_t rank_, batch_;
 };
 
+// --kill-at-steps S0,S1,...: on its attempt a (torchrun's restart count), rank `rank` SIGKILLs its
+// process at the start of the first training batch once the run has committed S_a optimizer steps
+// (a replica that healed may start past it: it dies at once); from attempt len(S) on it lives.
+class KillAtSteps : public Callback {
+ public:
+  KillAtSteps(int64_t rank, std::vector<int64_t> steps) : rank_(rank), steps_(std::move(steps)) {}
+  void on_train_batch_start(Trainer& trainer, Module&, const Batch&, int64_t) override {
+    const auto attempt = static_cast<size_t>(trainer.cluster_environment().restart_count());
+    if (trainer.strategy().topology().global_rank != rank_ || attempt >= steps_.size()) return;
+    if (trainer.global_step() < steps_[attempt]) return;
+    std::cout << "KILLING rank=" << rank_ << " attempt=" << attempt << " step=" << trainer.global_step() << "\n"
+              << std::flush;
+    ::kill(::getpid(), SIGKILL);
+  }
+
+ private:
+  int64_t rank_;
+  std::vector<int64_t> steps_;
+};
+
 // One rank takes a decision the others do not take (Note [Which decision]).
 class StrayDecision : public Callback {
  public:
