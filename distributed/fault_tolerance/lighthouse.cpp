@@ -32,18 +32,6 @@ namespace {
 std::string text_of(const std::vector<uint8_t>& bytes) { return {bytes.begin(), bytes.end()}; }
 std::vector<uint8_t> bytes_of(const std::string& text) { return {text.begin(), text.end()}; }
 
-// What the lighthouse knows of one replica.
-struct ReplicaState {
-  int64_t beats = 0;
-  Clock::time_point last_beat;
-  std::string answered;  // "<nonce>/<seq>" of the last request answered
-  std::optional<lp::JoinRequest> pending;
-  // The process whose request was refused (another model): not counted alive, so that the others
-  // do not wait for it, until a process of another nonce asks.
-  std::optional<uint64_t> refused;
-  Clock::time_point pending_since;
-};
-
 std::string list(const std::vector<int64_t>& replicas) {
   std::string out;
   for (const auto r : replicas) out += (out.empty() ? "" : ", ") + std::to_string(r);
@@ -53,6 +41,18 @@ std::string list(const std::vector<int64_t>& replicas) {
 }  // namespace
 
 struct Lighthouse::Impl {
+  // What the lighthouse knows of one replica.
+  struct ReplicaState {
+    int64_t beats = 0;
+    Clock::time_point last_beat;
+    std::string answered;  // "<nonce>/<seq>" of the last request answered
+    std::optional<lp::JoinRequest> pending;
+    // The process whose request was refused (another model): not counted alive, so that the others
+    // do not wait for it, until a process of another nonce asks.
+    std::optional<uint64_t> refused;
+    Clock::time_point pending_since;
+  };
+
   LighthouseOptions options;
   c10::intrusive_ptr<c10d::TCPStore> server;
   c10::intrusive_ptr<c10d::Store> store;
