@@ -89,10 +89,7 @@ void FitLoop::run() {
   state_.stage = RunningStage::Training;
   module.train();
   call_callbacks(t, module, &Callback::on_train_start);
-  if (state_.pending_rng_state) {
-    load_rng_state_dict(*state_.pending_rng_state, strategy_.root_device());
-    state_.pending_rng_state.reset();
-  }
+  apply_pending_rng_state();
   if (!options.fault_tolerance.empty()) replicas_ = make_replicas();
   // No training batches (limit_train_batches=0): nothing to train, like Lightning. An epoch that
   // a restored checkpoint left unfinished is finished first, whatever the limits say now. Rank 0's
@@ -232,10 +229,7 @@ std::unique_ptr<FaultTolerantReplicas> FitLoop::make_replicas() {
             CheckpointConnector(context_).restore(LoadedCheckpoint{state_dict_from_bytes(bytes, source), nullptr},
                                                   source);
             // Training is under way: the random states continue from the source's at once.
-            if (state_.pending_rng_state) {
-              load_rng_state_dict(*state_.pending_rng_state, strategy_.root_device());
-              state_.pending_rng_state.reset();
-            }
+            apply_pending_rng_state();
           },
   };
   return std::make_unique<FaultTolerantReplicas>(FaultToleranceOptions::parse(trainer_.options().fault_tolerance),
@@ -272,6 +266,12 @@ bool FitLoop::finish_replica_step() {
     zero_gradients();
   }
   return commit;
+}
+
+void FitLoop::apply_pending_rng_state() {
+  if (!state_.pending_rng_state) return;
+  load_rng_state_dict(*state_.pending_rng_state, strategy_.root_device());
+  state_.pending_rng_state.reset();
 }
 
 const EpochRemainder* FitLoop::remainder() const {

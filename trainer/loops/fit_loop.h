@@ -36,6 +36,8 @@ class FitLoop {
   // when it does not, the gradients are discarded. Sets the position the epoch continues from.
   bool finish_replica_step();
   std::unique_ptr<FaultTolerantReplicas> make_replicas();
+  // The random states a restored checkpoint left in LoopState::pending_rng_state, loaded now.
+  void apply_pending_rng_state();
   // The current epoch's batches [first, end) (of the epoch, or of its remainder) on the device.
   DeviceFeed open_feed(int64_t first, int64_t end);
   void run_batch(int64_t batch_idx, DeviceFeed& feed);
